@@ -1,0 +1,48 @@
+"""Command line and set-up shared by largedet's training scripts."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import torch
+from detectron2.config import CfgNode, get_cfg
+from detectron2.engine import default_argument_parser, default_setup
+
+from ..config import add_largedet_config
+from ..data import register_shapes, shapes_spec_from_config
+
+logger = logging.getLogger(__name__)
+
+
+def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentParser:
+    """Detectron2's training CLI, with ``--config`` accepted for ``--config-file``."""
+    parser = default_argument_parser(epilog)
+    parser.add_argument("--config", dest="config_file", metavar="FILE", help="alias of --config-file")
+    return parser
+
+
+def resolve_device(cfg: CfgNode) -> None:
+    """Run on the CPU when the config asks for CUDA on a machine without a GPU."""
+    if cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        logger.info("No GPU found: MODEL.DEVICE %s -> cpu", cfg.MODEL.DEVICE)
+        cfg.MODEL.DEVICE = "cpu"
+
+
+def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
+    """Build the frozen config from ``--config-file`` and trailing ``KEY VALUE`` overrides.
+
+    Registers the built-in shapes dataset as the config describes it and, with
+    ``log``, runs Detectron2's ``default_setup`` (loggers, env info, config dump).
+    """
+    cfg = get_cfg()
+    add_largedet_config(cfg)
+    if args.config_file:
+        cfg.merge_from_file(args.config_file)
+    cfg.merge_from_list(args.opts)
+    resolve_device(cfg)
+    cfg.freeze()
+    register_shapes(shapes_spec_from_config(cfg))
+    if log:
+        default_setup(cfg, args)
+    return cfg

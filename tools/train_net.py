@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Train or evaluate a detector with largedet.
+
+    python tools/train_net.py --config configs/r50_fpn_bs1056.yaml --num-gpus 8
+    python tools/train_net.py --config configs/shapes/faster_rcnn_R18_FPN_shapes_bs8.yaml
+    python tools/train_net.py --config CFG --eval-only MODEL.WEIGHTS output/model_final.pth
+
+Trailing ``KEY VALUE`` pairs override the config. Several machines:
+``--num-machines N --machine-rank R --dist-url tcp://HOST:PORT``.
+"""
+
+import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.engine import launch
+from detectron2.utils import comm
+
+from largedet.engine import Trainer, largedet_argument_parser, setup_cfg
+
+
+def main(args):
+    cfg = setup_cfg(args)
+    if args.eval_only:
+        model = Trainer.build_model(cfg)
+        DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+            cfg.MODEL.WEIGHTS, resume=args.resume
+        )
+        results = Trainer.test(cfg, model)
+    else:
+        trainer = Trainer(cfg)
+        trainer.resume_or_load(resume=args.resume)
+        results = trainer.train()
+    if comm.is_main_process():
+        for dataset_results in [results] if "bbox" in results else results.values():
+            if isinstance(dataset_results, dict) and "bbox" in dataset_results:
+                print(f"box AP: {dataset_results['bbox']['AP']:.1f}")
+    return results
+
+
+if __name__ == "__main__":
+    args = largedet_argument_parser().parse_args()
+    launch(
+        main,
+        args.num_gpus,
+        num_machines=args.num_machines,
+        machine_rank=args.machine_rank,
+        dist_url=args.dist_url,
+        args=(args,),
+    )
