@@ -1,0 +1,133 @@
+"""Machinery shared by largedet's layer-wise adaptive optimizers (PMD-LAMB, LAMB, LARS).
+
+What is shared is the torch.optim contract, not the math:
+
+* state precision: moments live in ``promote(param dtype, float32)`` (float32 for
+  fp16/bf16 parameters, float64 for float64 ones), also after ``load_state_dict``,
+  which in plain torch.optim would cast them down to the parameter's dtype;
+* checkpoints written before a hyperparameter existed load: ``__setstate__`` fills
+  missing group keys from the optimizer's defaults;
+* hyperparameters are validated per parameter group, naming the argument;
+* the multi-tensor path groups tensors by (device, dtype) and computes per-tensor
+  trust ratios on the device, with zero norms guarded by ``torch.where`` (no host
+  synchronisation).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+__all__ = ["LayerwiseOptimizer", "state_dtype", "group_by_device_and_dtype", "layerwise_trust", "upcast"]
+
+LOW_PRECISION_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def state_dtype(param: Tensor) -> torch.dtype:
+    """dtype of the optimizer state for ``param``: float32 or better."""
+    return torch.promote_types(param.dtype, torch.float32)
+
+
+def group_by_device_and_dtype(tensors: Sequence[Tensor]) -> Dict[Tuple[torch.device, torch.dtype], List[int]]:
+    """Indices of ``tensors`` bucketed by (device, dtype), in first-seen order.
+
+    Each bucket can go through one ``torch._foreach_*`` call.
+    """
+    buckets: Dict[Tuple[torch.device, torch.dtype], List[int]] = defaultdict(list)
+    for i, t in enumerate(tensors):
+        buckets[(t.device, t.dtype)].append(i)
+    return buckets
+
+
+def layerwise_trust(w_norms: Sequence[Tensor], u_norms: Sequence[Tensor], *, eta: float = 1.0,
+                    weight_decay: float = 0.0, max_value: Optional[float] = None) -> Tensor:
+    """Per-tensor trust ratios, as a 1-D tensor on the norms' device.
+
+    ``trust_i = eta * ||w_i|| / (||u_i|| + weight_decay * ||w_i||)`` where ``||w_i|| > 0``
+    and ``||u_i|| > 0``, else 1; then ``min(trust_i, max_value)`` when ``max_value`` is
+    given. ``w_norms`` and ``u_norms`` are lists of 0-dim tensors (``torch._foreach_norm``
+    output). The zero-norm guard is a ``torch.where``: no host synchronisation.
+    """
+    wn = torch.stack(list(w_norms))
+    un = torch.stack(list(u_norms))
+    num = wn * eta if eta != 1.0 else wn
+    den = un + weight_decay * wn if weight_decay != 0.0 else un
+    trust = torch.where((wn > 0) & (un > 0), num / den, torch.ones_like(wn))
+    if max_value is not None:
+        trust = trust.clamp(max=max_value)
+    return trust
+
+
+def upcast(tensors: List[Tensor]) -> List[Tensor]:
+    """float32 copies of fp16/bf16 tensors; other tensors are returned as they are."""
+    return [t.float() if t.dtype in LOW_PRECISION_DTYPES else t for t in tensors]
+
+
+class LayerwiseOptimizer(Optimizer):
+    """Base class: a torch.optim.Optimizer with per-group validation, old-checkpoint
+    defaults and float32-or-better state.
+
+    Subclasses set ``_class_defaults`` (the hyperparameters a checkpoint may lack, with
+    the values to assume) and implement ``_validate_group(group)``.
+    """
+
+    #: hyperparameter -> value assumed when neither the checkpoint nor ``defaults`` has it
+    _class_defaults: Dict[str, Any] = {}
+
+    def __init__(self, params: Iterable, defaults: Dict[str, Any]) -> None:
+        self._validate_group(defaults)
+        super().__init__(params, defaults)
+
+    def _validate_group(self, group: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        merged = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}
+        self._validate_group(merged)
+        params = param_group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        for p in params:
+            if p.is_complex():
+                raise ValueError(f"{type(self).__name__} does not support complex parameters")
+        super().add_param_group(param_group)
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        super().__setstate__(state)
+        for key, value in self._class_defaults.items():
+            self.defaults.setdefault(key, value)
+        for group in self.param_groups:
+            for key in self._class_defaults:
+                group.setdefault(key, self.defaults[key])
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """As torch.optim's, but floating-point state keeps ``state_dtype(param)``.
+
+        torch.optim casts every floating state tensor to the parameter's dtype, which
+        would round fp32 moments of bf16/fp16 parameters to 16 bits.
+        """
+        super().load_state_dict(state_dict)
+        saved_ids = itertools.chain.from_iterable(g["params"] for g in state_dict["param_groups"])
+        params = itertools.chain.from_iterable(g["params"] for g in self.param_groups)
+        for pid, p in zip(saved_ids, params):
+            saved = state_dict["state"].get(pid)
+            if saved is None:
+                continue
+            for key, value in saved.items():
+                if isinstance(value, Tensor) and value.is_floating_point():
+                    self.state[p][key] = value.to(device=p.device, dtype=state_dtype(p))
+
+    @staticmethod
+    def _check_grad(optimizer_name: str, grad: Tensor) -> None:
+        if grad.is_sparse:
+            raise RuntimeError(f"{optimizer_name} does not support sparse gradients")
+
+    def _run_closure(self, closure: Optional[Callable[[], Any]]) -> Any:
+        if closure is None:
+            return None
+        with torch.enable_grad():
+            return closure()

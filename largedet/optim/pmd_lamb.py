@@ -1,0 +1,292 @@
+"""PMD-LAMB (Wang et al., ECCV 2020) and LAMB (You et al., 2019) with bias correction.
+
+PMD-LAMB is LAMB whose accumulated moments decay periodically: inside each period of
+``T`` steps the moments are multiplied by a coefficient ``gamma`` that falls from 1
+towards 0, then restarts, so that stale gradients stop dragging the update at very
+large batch sizes. For step ``t = 1, 2, ...`` and gradient ``g_t`` (DESIGN.md,
+"PMD-LAMB, exactly")::
+
+    u      = ((t - 1) mod T) / T
+    gamma  = d(u)       cosine: (1 + cos(pi u)) / 2,  linear: 1 - u,  none: 1
+    m_t    = gamma * beta1 * m_{t-1} + (1 - beta1) * g_t
+    v_t    = gamma * beta2 * v_{t-1} + (1 - beta2) * g_t^2
+    a_t    = gamma * beta1 * a_{t-1} + (1 - beta1)          a_0 = 0
+    b_t    = gamma * beta2 * b_{t-1} + (1 - beta2)          b_0 = 0
+    r_t    = (m_t / a_t) / (sqrt(v_t / b_t) + eps)
+    x_t    = r_t + lambda * w_{t-1}
+    trust  = ||w_{t-1}|| / ||x_t|| if both norms > 0 else 1, then min(trust, max_trust_ratio)
+    w_t    = w_{t-1} - lr * trust * x_t                     (trust = 1 where adapt=False)
+
+Norms are per parameter tensor. With ``decay="none"`` this is LAMB with bias
+correction (``a_t = 1 - beta1^t``, ``b_t = 1 - beta2^t``).
+
+Implementation note: the optimizer stores the normalised moments
+``exp_avg = m_t / a_t`` and ``exp_avg_sq = v_t / b_t`` (weighted averages of past
+gradients) together with the scalars ``a_t``, ``b_t``. Dividing the recursions by
+``a_t`` and ``b_t`` gives, exactly in real arithmetic::
+
+    m_t / a_t = lerp(m_{t-1} / a_{t-1}, g_t, (1 - beta1) / a_t)
+    v_t / b_t = (gamma * beta2 * b_{t-1} / b_t) * v_{t-1} / b_{t-1} + ((1 - beta2) / b_t) * g_t^2
+
+which needs fewer passes over memory than updating ``m_t`` and dividing it again.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ._base import LOW_PRECISION_DTYPES, LayerwiseOptimizer, group_by_device_and_dtype, layerwise_trust, state_dtype, upcast
+
+__all__ = ["PMDLAMB", "LAMB", "MOMENT_DECAYS", "moment_decay"]
+
+#: decay shape name -> d(u) for the position u in [0, 1) inside the period
+MOMENT_DECAYS: Dict[str, Callable[[float], float]] = {
+    "cosine": lambda u: (1.0 + math.cos(math.pi * u)) / 2.0,
+    "linear": lambda u: 1.0 - u,
+    "none": lambda u: 1.0,
+}
+
+
+def moment_decay(step: int, period: int, decay: str) -> float:
+    """gamma for step ``t = step`` (1-based): ``d(((t - 1) mod T) / T)`` with ``T = period``."""
+    return MOMENT_DECAYS[decay](((step - 1) % period) / period)
+
+
+@dataclass
+class _Inputs:
+    """The tensors of one parameter group that have gradients, and their per-step scalars."""
+
+    params: List[Tensor] = field(default_factory=list)
+    grads: List[Tensor] = field(default_factory=list)
+    exp_avgs: List[Tensor] = field(default_factory=list)
+    exp_avg_sqs: List[Tensor] = field(default_factory=list)
+    # lerp weight of g_t into m/a: (1 - beta1) / a_t
+    avg_weights: List[float] = field(default_factory=list)
+    # factor on v_{t-1}/b_{t-1}: gamma * beta2 * b_{t-1} / b_t
+    sq_keeps: List[float] = field(default_factory=list)
+    # factor on g_t^2: (1 - beta2) / b_t
+    sq_weights: List[float] = field(default_factory=list)
+
+
+class PMDLAMB(LayerwiseOptimizer):
+    """LAMB with periodic moment decay (PMD-LAMB); see the module docstring for the equations.
+
+    Args:
+        params: parameters or parameter groups. ``lr``, ``betas``, ``eps``,
+            ``weight_decay``, ``period``, ``decay``, ``max_trust_ratio``, ``adapt`` and
+            ``foreach`` can be set per group.
+        lr: learning rate (``lr``), >= 0.
+        betas: ``(beta1, beta2)``, each in [0, 1).
+        eps: ``eps`` added to ``sqrt(v_t / b_t)``, > 0.
+        weight_decay: ``lambda``, decoupled into ``x_t`` before the trust ratio, >= 0.
+        period: ``T``, steps per decay period, an integer >= 1.
+        decay: shape ``d`` of the decay inside a period: "cosine", "linear" or "none".
+        max_trust_ratio: upper clamp of the trust ratio (> 0), or None for no clamp.
+        adapt: apply the layer-wise trust ratio; with False, ``trust = 1``.
+        foreach: multi-tensor (``torch._foreach_*``) path if True or None (default),
+            per-tensor path if False. Both give the same numbers.
+
+    State per parameter: ``step`` (int ``t``, so that the period phase survives a
+    checkpoint), ``exp_avg`` (``m_t / a_t``) and ``exp_avg_sq`` (``v_t / b_t``), shaped
+    like the parameter, in float32 or better, and the floats ``exp_avg_weight``
+    (``a_t``) and ``exp_avg_sq_weight`` (``b_t``). A parameter whose ``grad`` is None
+    is skipped and its ``t`` does not advance.
+    """
+
+    _class_defaults = {
+        "weight_decay": 0.0,
+        "period": 200,
+        "decay": "cosine",
+        "max_trust_ratio": 10.0,
+        "adapt": True,
+        "foreach": None,
+    }
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        period: int = 200,
+        decay: str = "cosine",
+        max_trust_ratio: Optional[float] = 10.0,
+        adapt: bool = True,
+        foreach: Optional[bool] = None,
+    ) -> None:
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            period=period,
+            decay=decay,
+            max_trust_ratio=max_trust_ratio,
+            adapt=adapt,
+            foreach=foreach,
+        )
+        super().__init__(params, defaults)
+
+    def _validate_group(self, group: Dict[str, Any]) -> None:
+        lr, betas, eps = group["lr"], group["betas"], group["eps"]
+        if not lr >= 0.0:
+            raise ValueError(f"Invalid lr: {lr!r} (must be >= 0)")
+        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"Invalid betas: {betas!r} (two values, each in [0, 1))")
+        if not eps > 0.0:
+            raise ValueError(f"Invalid eps: {eps!r} (must be > 0)")
+        if not group["weight_decay"] >= 0.0:
+            raise ValueError(f"Invalid weight_decay: {group['weight_decay']!r} (must be >= 0)")
+        period = group["period"]
+        if isinstance(period, bool) or not isinstance(period, numbers.Integral) or period < 1:
+            raise ValueError(f"Invalid period: {period!r} (must be an integer >= 1)")
+        if group["decay"] not in MOMENT_DECAYS:
+            raise ValueError(f"Invalid decay: {group['decay']!r} (one of {sorted(MOMENT_DECAYS)})")
+        mtr = group["max_trust_ratio"]
+        if mtr is not None and not mtr > 0.0:
+            raise ValueError(f"Invalid max_trust_ratio: {mtr!r} (must be > 0 or None)")
+
+    def _prepare(self, group: Dict[str, Any]) -> _Inputs:
+        """Collects the group's tensors, creates missing state, advances t, a_t, b_t."""
+        beta1, beta2 = group["betas"]
+        period, decay = group["period"], MOMENT_DECAYS[group["decay"]]
+        inputs = _Inputs()
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            self._check_grad(type(self).__name__, p.grad)
+            state = self.state[p]
+            if len(state) == 0:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, dtype=state_dtype(p), memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, dtype=state_dtype(p), memory_format=torch.preserve_format)
+                state["exp_avg_weight"] = 0.0
+                state["exp_avg_sq_weight"] = 0.0
+            t = state["step"] + 1
+            gamma = decay(((t - 1) % period) / period)
+            a_prev, b_prev = state["exp_avg_weight"], state["exp_avg_sq_weight"]
+            a = gamma * beta1 * a_prev + (1.0 - beta1)
+            b = gamma * beta2 * b_prev + (1.0 - beta2)
+            state["step"], state["exp_avg_weight"], state["exp_avg_sq_weight"] = t, a, b
+
+            inputs.params.append(p)
+            inputs.grads.append(p.grad)
+            inputs.exp_avgs.append(state["exp_avg"])
+            inputs.exp_avg_sqs.append(state["exp_avg_sq"])
+            inputs.avg_weights.append((1.0 - beta1) / a)
+            inputs.sq_keeps.append(gamma * beta2 * b_prev / b)
+            inputs.sq_weights.append((1.0 - beta2) / b)
+        return inputs
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """One update of every parameter that has a gradient; returns ``closure()`` if given."""
+        loss = self._run_closure(closure)
+        for group in self.param_groups:
+            inputs = self._prepare(group)
+            if not inputs.params:
+                continue
+            update = _pmd_lamb_per_tensor if group["foreach"] is False else _pmd_lamb_foreach
+            update(
+                inputs,
+                lr=group["lr"],
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                adapt=group["adapt"],
+                max_trust_ratio=group["max_trust_ratio"],
+            )
+        return loss
+
+
+class LAMB(PMDLAMB):
+    """LAMB (You et al., 2019) with bias correction: :class:`PMDLAMB` with ``decay="none"``.
+
+    ``m_t = beta1 m_{t-1} + (1 - beta1) g_t``, ``v_t = beta2 v_{t-1} + (1 - beta2) g_t^2``,
+    ``r_t = (m_t / (1 - beta1^t)) / (sqrt(v_t / (1 - beta2^t)) + eps)``, then the same
+    weight decay, trust ratio and update as PMD-LAMB. Arguments as :class:`PMDLAMB`.
+    """
+
+    _class_defaults = {**PMDLAMB._class_defaults, "period": 1, "decay": "none"}
+
+    def __init__(
+        self,
+        params: Iterable,
+        lr: float = 1e-3,
+        betas: Tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        max_trust_ratio: Optional[float] = 10.0,
+        adapt: bool = True,
+        foreach: Optional[bool] = None,
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            period=1,
+            decay="none",
+            max_trust_ratio=max_trust_ratio,
+            adapt=adapt,
+            foreach=foreach,
+        )
+
+
+def _pmd_lamb_per_tensor(inputs: _Inputs, *, lr: float, eps: float, weight_decay: float, adapt: bool,
+                         max_trust_ratio: Optional[float]) -> None:
+    """Reference path: one parameter at a time, the same operations as the foreach path."""
+    for i, p in enumerate(inputs.params):
+        (w,), (g,) = upcast([p]), upcast([inputs.grads[i]])
+        m, v = inputs.exp_avgs[i], inputs.exp_avg_sqs[i]
+        m.lerp_(g, inputs.avg_weights[i])
+        v.mul_(inputs.sq_keeps[i]).addcmul_(g, g, value=inputs.sq_weights[i])
+        denom = v.sqrt().add_(eps)
+        if weight_decay != 0.0:
+            x = w.mul(weight_decay).addcdiv_(m, denom)
+        else:
+            x = m.div(denom)
+        if adapt:
+            trust = layerwise_trust([torch.linalg.vector_norm(w)], [torch.linalg.vector_norm(x)],
+                                    max_value=max_trust_ratio)
+            w.addcmul_(x, trust[0], value=-lr)
+        else:
+            w.add_(x, alpha=-lr)
+        if w is not p:
+            p.copy_(w)
+
+
+def _pmd_lamb_foreach(inputs: _Inputs, *, lr: float, eps: float, weight_decay: float, adapt: bool,
+                      max_trust_ratio: Optional[float]) -> None:
+    """Multi-tensor path: ``torch._foreach_*`` per (device, dtype) bucket, no host sync."""
+    for (_, dtype), idx in group_by_device_and_dtype(inputs.params).items():
+        params = [inputs.params[i] for i in idx]
+        w = upcast(params)
+        g = upcast([inputs.grads[i] for i in idx])
+        m = [inputs.exp_avgs[i] for i in idx]
+        v = [inputs.exp_avg_sqs[i] for i in idx]
+        torch._foreach_lerp_(m, g, [inputs.avg_weights[i] for i in idx])
+        torch._foreach_mul_(v, [inputs.sq_keeps[i] for i in idx])
+        torch._foreach_addcmul_(v, g, g, [inputs.sq_weights[i] for i in idx])
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_add_(denom, eps)
+        if weight_decay != 0.0:
+            x = torch._foreach_mul(w, weight_decay)
+            torch._foreach_addcdiv_(x, m, denom)
+        else:
+            x = torch._foreach_div(m, denom)
+        del denom
+        if adapt:
+            trust = layerwise_trust(torch._foreach_norm(w), torch._foreach_norm(x), max_value=max_trust_ratio)
+            torch._foreach_addcmul_(w, x, trust.unbind(0), value=-lr)
+        else:
+            torch._foreach_add_(w, x, alpha=-lr)
+        if dtype in LOW_PRECISION_DTYPES:
+            torch._foreach_copy_(params, w)
