@@ -33,7 +33,47 @@ def _add_data_config(cfg: CN) -> None:
 
 def _add_solver_config(cfg: CN) -> None:
     # --- optimizers (largedet.optim, largedet.solver) ----------------------------
-    pass
+    # Optimizer, by its name in largedet.solver.OPTIMIZER_REGISTRY: "SGD", "AdamW",
+    # "LAMB", "PMD_LAMB", "LARS", or a name a user registered there. All use
+    # SOLVER.BASE_LR and SOLVER.WEIGHT_DECAY; SGD and LARS also SOLVER.MOMENTUM.
+    cfg.SOLVER.OPTIMIZER = "SGD"
+    # Multi-tensor (torch._foreach_*) optimizer step: true (fast) or false (a loop
+    # over parameter tensors; the same numbers for LAMB, PMD_LAMB and LARS).
+    cfg.SOLVER.FOREACH = True
+    # Whether LAMB, PMD_LAMB and LARS apply their layer-wise trust ratio to the
+    # parameters of normalization layers (BatchNorm, SyncBN, GroupNorm, LayerNorm, ...);
+    # false: trust ratio 1 for them. Their weight decay is SOLVER.WEIGHT_DECAY_NORM.
+    cfg.SOLVER.ADAPT_NORM = False
+    # The same for bias parameters, whose weight decay is SOLVER.WEIGHT_DECAY_BIAS.
+    cfg.SOLVER.ADAPT_BIAS = False
+    # Weight decay (lambda) of bias parameters. Detectron2's key, whose default None
+    # means SOLVER.WEIGHT_DECAY; largedet gives biases no weight decay by default,
+    # like norm layers (Detectron2's SOLVER.WEIGHT_DECAY_NORM is 0).
+    cfg.SOLVER.WEIGHT_DECAY_BIAS = 0.0
+
+    cfg.SOLVER.LAMB = CN()
+    # (beta1, beta2) of LAMB and PMD_LAMB: decay rates of the first and second
+    # gradient moments, each in [0, 1).
+    cfg.SOLVER.LAMB.BETAS = (0.9, 0.999)
+    # eps of LAMB and PMD_LAMB, added to sqrt(v_t / b_t) in the update's
+    # denominator; > 0, in units of the gradient.
+    cfg.SOLVER.LAMB.EPS = 1e-6
+    # Upper clamp of the layer-wise trust ratio ||w|| / ||x|| of LAMB and PMD_LAMB;
+    # > 0, or None for no clamp.
+    cfg.SOLVER.LAMB.MAX_TRUST_RATIO = 10.0
+
+    cfg.SOLVER.PMD = CN()
+    # Period T of PMD_LAMB's moment decay, in optimizer steps (iterations); an
+    # integer >= 1. Within each period the moments' decay coefficient gamma falls
+    # from 1 towards 0, then restarts.
+    cfg.SOLVER.PMD.PERIOD = 200
+    # Shape d(u) of gamma over the position u in [0, 1) inside a period:
+    # "cosine" ((1 + cos(pi u)) / 2), "linear" (1 - u) or "none" (1: plain LAMB).
+    cfg.SOLVER.PMD.DECAY = "cosine"
+
+    cfg.SOLVER.LARS = CN()
+    # Trust coefficient eta of LARS: trust = eta ||w|| / (||g|| + lambda ||w||); > 0.
+    cfg.SOLVER.LARS.ETA = 0.001
 
 
 def _add_openimages_config(cfg: CN) -> None:
