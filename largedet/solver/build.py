@@ -1,0 +1,183 @@
+"""Optimizers from a Detectron2 config: :func:`build_optimizer` and its registry.
+
+``SOLVER.OPTIMIZER`` names a builder in :data:`OPTIMIZER_REGISTRY`; the built-in ones
+are "SGD", "AdamW", "LAMB", "PMD_LAMB" and "LARS". A builder is a function
+``builder(cfg, model) -> torch.optim.Optimizer`` registered under its ``__name__``
+(fvcore's ``Registry``). A user adds one without editing largedet::
+
+    from largedet.solver import OPTIMIZER_REGISTRY, get_optimizer_params
+
+    @OPTIMIZER_REGISTRY.register()
+    def RAdam(cfg, model):
+        return torch.optim.RAdam(get_optimizer_params(cfg, model), lr=cfg.SOLVER.BASE_LR)
+
+and sets ``SOLVER.OPTIMIZER: "RAdam"``. :func:`build_optimizer` then adds Detectron2's
+gradient clipping (``SOLVER.CLIP_GRADIENTS``) around whichever optimizer was built.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List
+
+import torch
+from detectron2.config import CfgNode
+from detectron2.solver.build import (
+    get_default_optimizer_params,
+    maybe_add_gradient_clipping,
+    reduce_param_groups,
+)
+from fvcore.common.registry import Registry
+
+from .. import optim
+
+__all__ = ["OPTIMIZER_REGISTRY", "NORM_MODULE_TYPES", "build_optimizer", "get_optimizer_params"]
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZER_REGISTRY = Registry("OPTIMIZER")
+OPTIMIZER_REGISTRY.__doc__ = """
+Registry of optimizer builders, keyed by the values of ``SOLVER.OPTIMIZER``.
+A builder is called as ``builder(cfg, model)`` and returns a ``torch.optim.Optimizer``.
+"""
+
+#: The module types whose parameters Detectron2's ``get_default_optimizer_params`` gives
+#: ``SOLVER.WEIGHT_DECAY_NORM``; ``SOLVER.ADAPT_NORM`` applies to the same parameters.
+NORM_MODULE_TYPES = (
+    torch.nn.BatchNorm1d,
+    torch.nn.BatchNorm2d,  # also Detectron2's NaiveSyncBatchNorm
+    torch.nn.BatchNorm3d,
+    torch.nn.SyncBatchNorm,
+    torch.nn.GroupNorm,
+    torch.nn.InstanceNorm1d,
+    torch.nn.InstanceNorm2d,
+    torch.nn.InstanceNorm3d,
+    torch.nn.LayerNorm,
+    torch.nn.LocalResponseNorm,
+)
+
+
+def get_optimizer_params(cfg: CfgNode, model: torch.nn.Module, *, layer_adaptive: bool = False) -> List[Dict[str, Any]]:
+    """Parameter groups of ``model``'s trainable parameters, as few as possible.
+
+    Detectron2's ``get_default_optimizer_params`` sets each parameter's ``lr``
+    (``SOLVER.BASE_LR``, times ``SOLVER.BIAS_LR_FACTOR`` for biases) and
+    ``weight_decay`` (``SOLVER.WEIGHT_DECAY``; ``SOLVER.WEIGHT_DECAY_NORM`` for
+    normalization layers, ``SOLVER.WEIGHT_DECAY_BIAS`` for biases). With
+    ``layer_adaptive`` (LAMB, PMD-LAMB, LARS) every group also carries ``adapt``:
+    ``SOLVER.ADAPT_NORM`` for normalization-layer parameters, ``SOLVER.ADAPT_BIAS``
+    for biases (which wins for a normalization layer's bias, as the bias weight decay
+    does in Detectron2), True otherwise. Groups with equal hyperparameters are merged
+    by Detectron2's ``reduce_param_groups``.
+    """
+    solver = cfg.SOLVER
+    params = get_default_optimizer_params(
+        model,
+        base_lr=solver.BASE_LR,
+        weight_decay=solver.WEIGHT_DECAY,
+        weight_decay_norm=solver.WEIGHT_DECAY_NORM,
+        bias_lr_factor=solver.BIAS_LR_FACTOR,
+        weight_decay_bias=solver.WEIGHT_DECAY_BIAS,
+    )
+    if not layer_adaptive:
+        return params
+    everything, norm, bias = [], [], []
+    seen = set()
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if not p.requires_grad or p in seen:
+                continue
+            seen.add(p)
+            everything.append(p)
+            if isinstance(module, NORM_MODULE_TYPES):
+                norm.append(p)
+            if name == "bias":
+                bias.append(p)
+    # later entries override earlier ones for the same parameter
+    return reduce_param_groups(
+        params
+        + [
+            {"params": everything, "adapt": True},
+            {"params": norm, "adapt": solver.ADAPT_NORM},
+            {"params": bias, "adapt": solver.ADAPT_BIAS},
+        ]
+    )
+
+
+def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer named by ``cfg.SOLVER.OPTIMIZER``, with Detectron2's gradient clipping
+    (``cfg.SOLVER.CLIP_GRADIENTS``) when enabled."""
+    name = cfg.SOLVER.OPTIMIZER
+    optimizer = OPTIMIZER_REGISTRY.get(name)(cfg, model)
+    for i, group in enumerate(optimizer.param_groups):
+        hyper = {k: v for k, v in group.items() if k in ("lr", "weight_decay", "adapt")}
+        logger.info("%s param group %d: %d tensors, %s", name, i, len(group["params"]), hyper)
+    return maybe_add_gradient_clipping(cfg, optimizer)
+
+
+# Builders. Their names are the SOLVER.OPTIMIZER values.
+
+
+@OPTIMIZER_REGISTRY.register()
+def SGD(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
+    """``torch.optim.SGD``: ``SOLVER.MOMENTUM``, ``SOLVER.NESTEROV``, L2 weight decay."""
+    return torch.optim.SGD(
+        get_optimizer_params(cfg, model),
+        lr=cfg.SOLVER.BASE_LR,
+        momentum=cfg.SOLVER.MOMENTUM,
+        nesterov=cfg.SOLVER.NESTEROV,
+        weight_decay=cfg.SOLVER.WEIGHT_DECAY,
+        foreach=cfg.SOLVER.FOREACH,
+    )
+
+
+@OPTIMIZER_REGISTRY.register()
+def AdamW(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
+    """``torch.optim.AdamW`` with torch's betas (0.9, 0.999) and eps 1e-8."""
+    return torch.optim.AdamW(
+        get_optimizer_params(cfg, model),
+        lr=cfg.SOLVER.BASE_LR,
+        weight_decay=cfg.SOLVER.WEIGHT_DECAY,
+        foreach=cfg.SOLVER.FOREACH,
+    )
+
+
+def _lamb_args(cfg: CfgNode) -> Dict[str, Any]:
+    return dict(
+        lr=cfg.SOLVER.BASE_LR,
+        betas=tuple(cfg.SOLVER.LAMB.BETAS),
+        eps=cfg.SOLVER.LAMB.EPS,
+        weight_decay=cfg.SOLVER.WEIGHT_DECAY,
+        max_trust_ratio=cfg.SOLVER.LAMB.MAX_TRUST_RATIO,
+        foreach=cfg.SOLVER.FOREACH,
+    )
+
+
+@OPTIMIZER_REGISTRY.register()
+def LAMB(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
+    """:class:`largedet.optim.LAMB` with ``SOLVER.LAMB.*``."""
+    return optim.LAMB(get_optimizer_params(cfg, model, layer_adaptive=True), **_lamb_args(cfg))
+
+
+@OPTIMIZER_REGISTRY.register()
+def PMD_LAMB(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
+    """:class:`largedet.optim.PMDLAMB` with ``SOLVER.LAMB.*`` and ``SOLVER.PMD.*``."""
+    return optim.PMDLAMB(
+        get_optimizer_params(cfg, model, layer_adaptive=True),
+        period=cfg.SOLVER.PMD.PERIOD,
+        decay=cfg.SOLVER.PMD.DECAY,
+        **_lamb_args(cfg),
+    )
+
+
+@OPTIMIZER_REGISTRY.register()
+def LARS(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
+    """:class:`largedet.optim.LARS` with ``SOLVER.MOMENTUM`` and ``SOLVER.LARS.ETA``."""
+    return optim.LARS(
+        get_optimizer_params(cfg, model, layer_adaptive=True),
+        lr=cfg.SOLVER.BASE_LR,
+        momentum=cfg.SOLVER.MOMENTUM,
+        weight_decay=cfg.SOLVER.WEIGHT_DECAY,
+        eta=cfg.SOLVER.LARS.ETA,
+        foreach=cfg.SOLVER.FOREACH,
+    )
