@@ -78,4 +78,25 @@ def _add_solver_config(cfg: CN) -> None:
 
 def _add_openimages_config(cfg: CN) -> None:
     # --- OpenImages (largedet.data.openimages, largedet.evaluation) --------------
-    pass
+    cfg.DATASETS.OPENIMAGES = CN()
+    # Folder of the official files under their official names
+    # (class-descriptions-boxable.csv, oidv6-train-annotations-bbox.csv, train/, ...;
+    # see largedet.data.openimages.V6_SPLITS), registered as openimages_v6_{train,val,test}
+    # and openimages_v6_challenge500_{train,val,test}. "" means
+    # $LARGEDET_DATASETS/openimages or ~/.cache/largedet/datasets/openimages.
+    cfg.DATASETS.OPENIMAGES.ROOT = ""
+    # Folder of the parsed-annotation and image-size caches (built once, keyed on
+    # the files' path, size and modification time). "" means
+    # $LARGEDET_CACHE/openimages or ~/.cache/largedet/openimages.
+    cfg.DATASETS.OPENIMAGES.CACHE_DIR = ""
+    # Training annotations also carry each box for every ancestor class of the
+    # hierarchy (a Dog box is also an Animal box): true or false. Use it or
+    # TEST.OPENIMAGES.EXPAND_DETECTIONS, not both (that would duplicate detections).
+    cfg.DATASETS.OPENIMAGES.EXPAND_HIERARCHY = False
+
+    cfg.TEST.OPENIMAGES = CN()
+    # Before the Open Images metric, copy every detection to each ancestor class
+    # (same box and score): true or false. The challenge scores every level of the
+    # hierarchy and does not expand detections itself; a detector trained on the
+    # labels as annotated (DATASETS.OPENIMAGES.EXPAND_HIERARCHY false) needs this.
+    cfg.TEST.OPENIMAGES.EXPAND_DETECTIONS = True
