@@ -274,13 +274,14 @@ def parse_floats(values: list, path: str, lines: np.ndarray, column: str) -> np.
 
 
 def parse_indices(values: list, table: Mapping[bytes, int], path: str, lines: np.ndarray,
-                   column: str, what: str) -> np.ndarray:
-    """Values looked up in ``table`` (int32); an error names the first unknown one."""
+                   column: str, problem: str) -> np.ndarray:
+    """Values looked up in ``table`` (int32, values >= 0); the error for the first
+    unknown value says ``problem.format(value=...)``."""
     out = np.fromiter(map(table.get, values, repeat(-1)), dtype=np.int32, count=len(values))
     bad = np.flatnonzero(out < 0)
     if bad.size:
         i = int(bad[0])
-        raise OpenImagesFormatError(path, int(lines[i]), column, f"unknown {what} {values[i].decode()!r}")
+        raise OpenImagesFormatError(path, int(lines[i]), column, problem.format(value=values[i].decode()))
     return out
 
 
@@ -291,7 +292,12 @@ def parse_flags(values: list, path: str, lines: np.ndarray, column: str) -> np.n
         out = np.frombuffer(joined, dtype=np.uint8).astype(np.int8) - ord("0")
         if np.all((out == 0) | (out == 1)):
             return out
-    return parse_indices(values, _FLAG_VALUES, path, lines, column, "flag (expected 0, 1 or -1)").astype(np.int8)
+    out = np.fromiter(map(_FLAG_VALUES.get, values, repeat(2)), dtype=np.int8, count=len(values))
+    bad = np.flatnonzero(out == 2)
+    if bad.size:
+        i = int(bad[0])
+        raise OpenImagesFormatError(path, int(lines[i]), column, f"expected 0, 1 or -1, found {values[i].decode()!r}")
+    return out
 
 
 def _intern_image_ids(values: list, table: Dict[bytes, int], path: str, lines: np.ndarray) -> np.ndarray:
@@ -565,13 +571,13 @@ def parse_openimages_annotations(
     label_names, display_names = read_class_descriptions(class_descriptions_csv)
     label_table = {name.encode(): k for k, name in enumerate(label_names)}
     images: Dict[bytes, int] = {}
-    what = f"LabelName (not in {class_descriptions_csv})"
+    unknown = f"unknown LabelName {{value!r}}: not in {class_descriptions_csv}"
 
     box_img, boxes, box_lab, flags = [], [], [], []
     with ChunkedCsvReader(boxes_csv, _BOX_COLUMNS, BOX_FLAG_COLUMNS) as reader:
         for lines, cols in reader:
             box_img.append(_intern_image_ids(cols["ImageID"], images, reader.path, lines))
-            box_lab.append(parse_indices(cols["LabelName"], label_table, reader.path, lines, "LabelName", what))
+            box_lab.append(parse_indices(cols["LabelName"], label_table, reader.path, lines, "LabelName", unknown))
             xmin, xmax, ymin, ymax = (
                 parse_floats(cols[c], reader.path, lines, c) for c in ("XMin", "XMax", "YMin", "YMax")
             )
@@ -589,7 +595,7 @@ def parse_openimages_annotations(
         with ChunkedCsvReader(image_labels_csv, _LABEL_COLUMNS) as reader:
             for lines, cols in reader:
                 lab_img.append(_intern_image_ids(cols["ImageID"], images, reader.path, lines))
-                lab_cls.append(parse_indices(cols["LabelName"], label_table, reader.path, lines, "LabelName", what))
+                lab_cls.append(parse_indices(cols["LabelName"], label_table, reader.path, lines, "LabelName", unknown))
                 conf = parse_floats(cols["Confidence"], reader.path, lines, "Confidence")
                 bad = np.flatnonzero((conf != 0) & (conf != 1))
                 if bad.size:
@@ -962,6 +968,7 @@ def register_openimages(
     )
     if name in DatasetCatalog.list():
         DatasetCatalog.remove(name)
+    if name in MetadataCatalog.list():
         MetadataCatalog.remove(name)
     DatasetCatalog.register(name, functools.partial(_load_and_describe, name, prepare, **kwargs))
     MetadataCatalog.get(name).set(

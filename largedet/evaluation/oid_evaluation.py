@@ -435,7 +435,7 @@ def read_detections_csv(path: str, label_names: Sequence[str], image_ids: np.nda
     with ChunkedCsvReader(path, DETECTION_COLUMNS) as reader:
         for lines, cols in reader:
             labels = parse_indices(cols["LabelName"], label_table, reader.path, lines, "LabelName",
-                                   "LabelName (not in the class descriptions)")
+                                   "unknown LabelName {value!r}: not in the class descriptions")
             scores = parse_floats(cols["Score"], reader.path, lines, "Score")
             xmin, xmax, ymin, ymax = (parse_floats(cols[c], reader.path, lines, c) for c in ("XMin", "XMax", "YMin", "YMax"))
             check_box_coordinates(xmin, xmax, ymin, ymax, reader.path, lines)
