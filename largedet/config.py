@@ -12,6 +12,7 @@ def add_largedet_config(cfg: CN) -> CN:
     """Add largedet's keys (with defaults) to a Detectron2 config, in place; returns it."""
     _add_data_config(cfg)
     _add_solver_config(cfg)
+    _add_large_batch_config(cfg)
     _add_openimages_config(cfg)
     return cfg
 
@@ -74,6 +75,11 @@ def _add_solver_config(cfg: CN) -> None:
     cfg.SOLVER.LARS = CN()
     # Trust coefficient eta of LARS: trust = eta ||w|| / (||g|| + lambda ||w||); > 0.
     cfg.SOLVER.LARS.ETA = 0.001
+
+
+def _add_large_batch_config(cfg: CN) -> None:
+    # --- global batch, accumulation, LSR, warm-up, Sync-BN (largedet.engine) ------
+    pass
 
 
 def _add_openimages_config(cfg: CN) -> None:

@@ -1,0 +1,28 @@
+"""Shared fixtures: a tiny shapes dataset in a temporary cache, and CPU-friendly torch settings."""
+
+import os
+
+import pytest
+import torch
+
+import largedet  # noqa: F401  (Detectron2 fallback before any detectron2 import)
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def datasets_root(tmp_path_factory):
+    """A private dataset cache for the test session."""
+    root = tmp_path_factory.mktemp("datasets")
+    return str(root)
+
+
+@pytest.fixture(scope="session")
+def tiny_shapes(datasets_root):
+    """A 24-train / 8-val shapes dataset, generated once and registered as ``tiny_shapes_*``."""
+    from largedet.data import ShapesSpec, generate_shapes, register_shapes
+
+    spec = ShapesSpec(num_train=24, num_val=8, image_size=64, seed=3, root=datasets_root)
+    generate_shapes(spec)
+    register_shapes(spec, prefix="tiny_shapes")
+    return spec
