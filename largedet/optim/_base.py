@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-__all__ = ["LayerwiseOptimizer", "state_dtype", "group_by_device_and_dtype", "layerwise_trust", "upcast"]
+__all__ = ["LayerwiseOptimizer", "state_dtype", "foreach_buckets", "layerwise_trust", "upcast"]
 
 LOW_PRECISION_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -33,14 +33,38 @@ def state_dtype(param: Tensor) -> torch.dtype:
     return torch.promote_types(param.dtype, torch.float32)
 
 
-def group_by_device_and_dtype(tensors: Sequence[Tensor]) -> Dict[Tuple[torch.device, torch.dtype], List[int]]:
-    """Indices of ``tensors`` bucketed by (device, dtype), in first-seen order.
+#: On the CPU, a foreach bucket holds at most this many elements (256 KiB per float32
+#: tensor list). Each foreach op then reads data still in cache from the previous op,
+#: and its temporaries are small blocks the allocator reuses, instead of fresh
+#: model-sized buffers page-faulted in at every step (measured: a whole-model bucket
+#: made PMD-LAMB's CPU step about 1.5x slower). On accelerators a bucket is a whole
+#: (device, dtype) group: fewer, larger kernel launches.
+CPU_BUCKET_NUMEL = 1 << 16
 
-    Each bucket can go through one ``torch._foreach_*`` call.
+
+def foreach_buckets(tensors: Sequence[Tensor]) -> List[Tuple[torch.dtype, List[int]]]:
+    """Indices of ``tensors`` in buckets for ``torch._foreach_*`` calls, with their dtype.
+
+    Tensors are grouped by (device, dtype) in first-seen order; on the CPU each group is
+    split into consecutive runs of at most ``CPU_BUCKET_NUMEL`` elements (a larger tensor
+    is a run of its own).
     """
-    buckets: Dict[Tuple[torch.device, torch.dtype], List[int]] = defaultdict(list)
+    groups: Dict[Tuple[torch.device, torch.dtype], List[int]] = defaultdict(list)
     for i, t in enumerate(tensors):
-        buckets[(t.device, t.dtype)].append(i)
+        groups[(t.device, t.dtype)].append(i)
+    buckets: List[Tuple[torch.dtype, List[int]]] = []
+    for (device, dtype), indices in groups.items():
+        if device.type != "cpu":
+            buckets.append((dtype, indices))
+            continue
+        size = CPU_BUCKET_NUMEL
+        for i in indices:
+            n = tensors[i].numel()
+            if size + n > CPU_BUCKET_NUMEL:
+                buckets.append((dtype, []))
+                size = 0
+            buckets[-1][1].append(i)
+            size += n
     return buckets
 
 
@@ -131,3 +155,4 @@ class LayerwiseOptimizer(Optimizer):
             return None
         with torch.enable_grad():
             return closure()
+

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import torch
 from torch import Tensor
 
-from ._base import LOW_PRECISION_DTYPES, LayerwiseOptimizer, group_by_device_and_dtype, layerwise_trust, state_dtype, upcast
+from ._base import LOW_PRECISION_DTYPES, LayerwiseOptimizer, foreach_buckets, layerwise_trust, state_dtype, upcast
 
 __all__ = ["LARS"]
 
@@ -129,8 +129,8 @@ def _lars_per_tensor(inputs: _Inputs, *, lr: float, momentum: float, weight_deca
 
 def _lars_foreach(inputs: _Inputs, *, lr: float, momentum: float, weight_decay: float, eta: float,
                   adapt: bool) -> None:
-    """Multi-tensor path: ``torch._foreach_*`` per (device, dtype) bucket, no host sync."""
-    for (_, dtype), idx in group_by_device_and_dtype(inputs.params).items():
+    """Multi-tensor path: ``torch._foreach_*`` per bucket of one device and dtype, no host sync."""
+    for dtype, idx in foreach_buckets(inputs.params):
         params = [inputs.params[i] for i in idx]
         w = upcast(params)
         g = upcast([inputs.grads[i] for i in idx])

@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._base import LOW_PRECISION_DTYPES, LayerwiseOptimizer, group_by_device_and_dtype, layerwise_trust, state_dtype, upcast
+from ._base import LOW_PRECISION_DTYPES, LayerwiseOptimizer, foreach_buckets, layerwise_trust, state_dtype, upcast
 
 __all__ = ["PMDLAMB", "LAMB", "MOMENT_DECAYS", "moment_decay"]
 
@@ -265,8 +265,8 @@ def _pmd_lamb_per_tensor(inputs: _Inputs, *, lr: float, eps: float, weight_decay
 
 def _pmd_lamb_foreach(inputs: _Inputs, *, lr: float, eps: float, weight_decay: float, adapt: bool,
                       max_trust_ratio: Optional[float]) -> None:
-    """Multi-tensor path: ``torch._foreach_*`` per (device, dtype) bucket, no host sync."""
-    for (_, dtype), idx in group_by_device_and_dtype(inputs.params).items():
+    """Multi-tensor path: ``torch._foreach_*`` per bucket of one device and dtype, no host sync."""
+    for dtype, idx in foreach_buckets(inputs.params):
         params = [inputs.params[i] for i in idx]
         w = upcast(params)
         g = upcast([inputs.grads[i] for i in idx])

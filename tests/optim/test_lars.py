@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from largedet.optim import LARS
+from largedet.optim import _base as optim_base
 
 
 def ref_lars_step(w, buf, g, *, lr, momentum, wd, eta, adapt):
@@ -99,7 +100,11 @@ def test_zero_norm_guards(foreach):
         torch.testing.assert_close(p.detach(), expected, rtol=1e-15, atol=0)
 
 
-def test_foreach_equals_per_tensor_mixed_dtypes():
+@pytest.mark.parametrize("bucket_numel", [None, 16])
+def test_foreach_equals_per_tensor_mixed_dtypes(bucket_numel, monkeypatch):
+    if bucket_numel is not None:  # several foreach buckets per (device, dtype)
+        monkeypatch.setattr(optim_base, "CPU_BUCKET_NUMEL", bucket_numel)
+
     def run(foreach):
         gen = torch.Generator().manual_seed(0)
         params = [

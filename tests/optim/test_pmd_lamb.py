@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from largedet.optim import LAMB, PMDLAMB
+from largedet.optim import _base as optim_base
 
 # ----------------------------------------------------------------------------------------
 # Reference: DESIGN.md "PMD-LAMB, exactly", written out literally in float64, with the raw
@@ -285,7 +286,10 @@ def run_mixed(opt_cls, foreach, n_steps, **kw):
     return params, opt
 
 
-def test_foreach_equals_per_tensor():
+@pytest.mark.parametrize("bucket_numel", [None, 16])
+def test_foreach_equals_per_tensor(bucket_numel, monkeypatch):
+    if bucket_numel is not None:  # several foreach buckets per (device, dtype)
+        monkeypatch.setattr(optim_base, "CPU_BUCKET_NUMEL", bucket_numel)
     kw = dict(lr=0.03, weight_decay=0.02, period=4, max_trust_ratio=1.5)
     fast, opt_fast = run_mixed(PMDLAMB, True, 13, **kw)
     slow, opt_slow = run_mixed(PMDLAMB, False, 13, **kw)

@@ -1,0 +1,122 @@
+"""Time one optimizer step on the trainable parameters of Faster R-CNN R50-FPN.
+
+The model is Detectron2's ``COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml`` as
+``build_model`` makes it (stem and res2 frozen: about 41M trainable parameters), on
+the GPU when there is one, else the CPU. Gradients are random; parameter groups come
+from ``largedet.solver.get_optimizer_params`` as in training (biases: no weight
+decay, and for LAMB / PMD-LAMB / LARS no trust ratio). All optimizers share the
+parameters and gradients, each keeps its own state; repetitions are interleaved
+(the order rotates every round) so that a noisy, shared machine affects all alike.
+Prints the median step time of each optimizer and its ratio to
+``torch.optim.AdamW(foreach=True)``.
+
+    python benchmarks/optimizer_step.py [--rounds 15] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import statistics
+import time
+from typing import Callable, Dict, List
+
+import torch
+
+import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
+from detectron2 import model_zoo
+from detectron2.config import get_cfg
+from detectron2.modeling import build_model
+from largedet.config import add_largedet_config
+from largedet.optim import LAMB, LARS, PMDLAMB
+from largedet.solver import get_optimizer_params
+
+logger = logging.getLogger("benchmarks.optimizer_step")
+
+LR = 1e-6  # small, so that the shared weights stay in range over all rounds
+WEIGHT_DECAY = 1e-4
+
+
+def build_params(device: str):
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_file(model_zoo.get_config_file("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml"))
+    cfg.MODEL.DEVICE = device
+    cfg.SOLVER.BASE_LR = LR
+    cfg.SOLVER.WEIGHT_DECAY = WEIGHT_DECAY
+    model = build_model(cfg)
+    gen = torch.Generator(device=device).manual_seed(0)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = torch.randn(p.shape, generator=gen, device=device, dtype=p.dtype) * 1e-3
+    return cfg, model
+
+
+def optimizers(cfg, model, device: str) -> Dict[str, torch.optim.Optimizer]:
+    def adaptive():
+        return get_optimizer_params(cfg, model, layer_adaptive=True)
+
+    def plain():
+        return get_optimizer_params(cfg, model)
+
+    makers: Dict[str, Callable[[], torch.optim.Optimizer]] = {
+        "PMD-LAMB (multi-tensor)": lambda: PMDLAMB(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True),
+        "PMD-LAMB (per-tensor)": lambda: PMDLAMB(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=False),
+        "LAMB": lambda: LAMB(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY),
+        "LARS": lambda: LARS(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY),
+        "AdamW(foreach=True)": lambda: torch.optim.AdamW(plain(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True),
+        "SGD(foreach=True, momentum=0.9)": lambda: torch.optim.SGD(
+            plain(), lr=LR, momentum=0.9, weight_decay=WEIGHT_DECAY, foreach=True
+        ),
+    }
+    if device == "cuda":
+        makers["AdamW(fused=True)"] = lambda: torch.optim.AdamW(plain(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+    return {name: make() for name, make in makers.items()}
+
+
+def timed_step(opt: torch.optim.Optimizer, device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    opt.step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15, help="timed steps per optimizer")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per optimizer first")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    cfg, model = build_params(args.device)
+    n = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    opts = optimizers(cfg, model, args.device)
+    names: List[str] = list(opts)
+    for _ in range(args.warmup):
+        for name in names:
+            opts[name].step()
+    times: Dict[str, List[float]] = {name: [] for name in names}
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            times[name].append(timed_step(opts[name], args.device))
+
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.processor() or platform.machine()}"
+    logger.info(
+        "Faster R-CNN R50-FPN: %.1fM trainable parameters, %s (%s, %s cores), torch %s, %d threads, %d rounds",
+        n / 1e6, args.device, where, os.cpu_count(), torch.__version__, torch.get_num_threads(), args.rounds,
+    )
+    base = statistics.median(times["AdamW(foreach=True)"])
+    logger.info("%-34s %12s %10s %10s", "optimizer", "median (ms)", "vs AdamW", "min (ms)")
+    for name in names:
+        med = statistics.median(times[name])
+        logger.info("%-34s %12.1f %9.2fx %10.1f", name, med * 1e3, med / base, min(times[name]) * 1e3)
+
+
+if __name__ == "__main__":
+    main()
