@@ -337,11 +337,20 @@ def _average_precision_sorted(is_tp: np.ndarray, num_ground_truth: int) -> float
     return float(envelope[is_tp].sum() / num_ground_truth)
 
 
+def _sorted_unique(values: np.ndarray) -> np.ndarray:
+    values = np.sort(values)
+    return values[_first_of_runs(values)]
+
+
 def _isin_sorted(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """``values`` in ``sorted_set`` (searched in sorted order, which is much faster)."""
     if len(sorted_set) == 0:
         return np.zeros(len(values), dtype=bool)
-    pos = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
-    return sorted_set[pos] == values
+    order = np.argsort(values, kind="stable")
+    pos = np.minimum(np.searchsorted(sorted_set, values[order]), len(sorted_set) - 1)
+    out = np.empty(len(values), dtype=bool)
+    out[order] = sorted_set[pos] == values[order]
+    return out
 
 
 def evaluate_detections(
@@ -379,7 +388,7 @@ def evaluate_detections(
     keep = evaluated[gt.box_labels]
     gt_labels = gt.box_labels[keep]
     gt_keys = gt.box_images[keep] * num_classes + gt_labels
-    verified = np.unique(np.concatenate([gt.label_images * num_classes + gt.label_classes, gt_keys]))
+    verified = _sorted_unique(np.concatenate([gt.label_images * num_classes + gt.label_classes, gt_keys]))
 
     det_keys = detections.images * num_classes + detections.labels
     valid = (detections.images >= 0) & evaluated[detections.labels] & _isin_sorted(det_keys, verified)
