@@ -1,0 +1,146 @@
+"""``add_video_config(cfg)``: every key the video project adds to Detectron2's config.
+
+It first adds largedet's keys (optimizers, LSR, Sync-BN) with
+``add_largedet_config``. Each key below is commented where it is defined:
+meaning, unit, scope and allowed values. Derived numbers (clips per device,
+epochs, scaled LR) are computed and logged at start, never stored here.
+"""
+
+from detectron2.config import CfgNode as CN
+from largedet.config import add_largedet_config
+
+__all__ = ["add_video_config"]
+
+
+def add_video_config(cfg: CN) -> CN:
+    """Add largedet's and the video project's keys (with defaults) to ``cfg`` in place; returns it."""
+    add_largedet_config(cfg)
+    _add_model_config(cfg)
+    _add_input_config(cfg)
+    _add_data_config(cfg)
+    _add_test_config(cfg)
+    return cfg
+
+
+def _add_model_config(cfg: CN) -> None:
+    # The clip classifier (largedet_video.modeling.VideoClassifier).
+    cfg.MODEL.META_ARCHITECTURE = "VideoClassifier"
+    # RGB mean and std on the 0-255 scale (ImageNet's, as torchvision's weights expect).
+    cfg.MODEL.PIXEL_MEAN = [123.675, 116.28, 103.53]
+    cfg.MODEL.PIXEL_STD = [58.395, 57.12, 57.375]
+
+    cfg.MODEL.VIDEO = CN()
+    # Backbone, by name in VIDEO_BACKBONE_REGISTRY: "TSMResNet" (2D ResNet with the
+    # temporal shift), "TSNResNet" (the same without it), "I3DResNet" (3D baseline).
+    cfg.MODEL.VIDEO.BACKBONE = "TSMResNet"
+    # Number of classes K (400 for Kinetics-400).
+    cfg.MODEL.VIDEO.NUM_CLASSES = 400
+    # Dropout probability before the classifier; 0 disables it.
+    cfg.MODEL.VIDEO.DROPOUT = 0.5
+    # Batch norm of the backbone: "BN" (per device) or "SyncBN" (statistics over
+    # all devices: nn.SyncBatchNorm on GPUs, Detectron2's NaiveSyncBatchNorm on the CPU).
+    cfg.MODEL.VIDEO.NORM = "BN"
+    # Local path of a torchvision-format ImageNet ResNet state dict to start the
+    # backbone from ("" = random init). 2D kernels are inflated for I3D. Never
+    # downloaded. (MODEL.WEIGHTS is a whole-model checkpoint, loaded after this.)
+    cfg.MODEL.VIDEO.PRETRAINED = ""
+
+    cfg.MODEL.VIDEO.RESNET = CN()
+    # ResNet depth: 10, 18, 34, 50, 101 or 152 (I3D: 50, 101 or 152).
+    cfg.MODEL.VIDEO.RESNET.DEPTH = 50
+    # Channels of the stem and first stage (64 in ResNet; smaller for tiny models).
+    cfg.MODEL.VIDEO.RESNET.WIDTH = 64
+    # Start every residual block as the identity (last BN's gamma = 0).
+    cfg.MODEL.VIDEO.RESNET.ZERO_INIT_RESIDUAL = False
+
+    cfg.MODEL.VIDEO.TSM = CN()
+    # Fold divisor: 1/SHIFT_DIV of the channels shift back in time, 1/SHIFT_DIV
+    # forward, the rest stay (8 in the TSM paper).
+    cfg.MODEL.VIDEO.TSM.SHIFT_DIV = 8
+    # Shift in every SHIFT_EVERY-th block of each stage; 0 = TSM's choice
+    # (every block up to ResNet-50, every other block from ResNet-101 on).
+    cfg.MODEL.VIDEO.TSM.SHIFT_EVERY = 0
+
+    cfg.MODEL.VIDEO.I3D = CN()
+    # I3D variant: "3x3x3" (inflated 3x3 convs, temporal pooling) or "3x1x1"
+    # (3x1x1 convs in res4-res5, no temporal pooling).
+    cfg.MODEL.VIDEO.I3D.VARIANT = "3x3x3"
+
+
+def _add_input_config(cfg: CN) -> None:
+    # Frames are decoded as RGB.
+    cfg.INPUT.FORMAT = "RGB"
+
+    cfg.INPUT.VIDEO = CN()
+    # Frames per clip, T (TSM's segments).
+    cfg.INPUT.VIDEO.NUM_FRAMES = 8
+    # Frame sampling: "segment" (TSN: the video cut into T equal segments, one
+    # frame from each, random in training, centred at test) or "dense" (T frames
+    # DENSE_STRIDE apart from a random start in training, evenly spread starts at test).
+    cfg.INPUT.VIDEO.SAMPLING = "segment"
+    # Frames between consecutive samples with SAMPLING "dense".
+    cfg.INPUT.VIDEO.DENSE_STRIDE = 8
+    # Side of the square training crop, pixels.
+    cfg.INPUT.VIDEO.TRAIN_CROP_SIZE = 224
+    # TSN's multi-scale crop: crop width and height are each a scale from this
+    # list times the frame's short side, then resized to TRAIN_CROP_SIZE.
+    cfg.INPUT.VIDEO.TRAIN_SCALES = [1.0, 0.875, 0.75, 0.66]
+    # Most steps apart in TRAIN_SCALES that the width and height scales may be
+    # (limits the aspect-ratio distortion; 1 in TSN).
+    cfg.INPUT.VIDEO.MAX_DISTORT = 1
+    # Random horizontal flip in training. Off for data whose labels depend on
+    # left/right motion.
+    cfg.INPUT.VIDEO.FLIP = True
+    # Test: frames are resized so their short side is TEST_SHORT_SIDE, then
+    # TEST_NUM_CROPS square crops of TEST_CROP_SIZE (1: centre; 3: both ends and
+    # the centre of the long side) are taken from each of TEST_NUM_CLIPS clips.
+    cfg.INPUT.VIDEO.TEST_SHORT_SIDE = 256
+    cfg.INPUT.VIDEO.TEST_CROP_SIZE = 224
+    cfg.INPUT.VIDEO.TEST_NUM_CLIPS = 10
+    cfg.INPUT.VIDEO.TEST_NUM_CROPS = 3
+    # Video decoder: "pyav" or "opencv". Folders of JPEG frames need neither.
+    cfg.INPUT.VIDEO.DECODER = "pyav"
+
+
+def _add_data_config(cfg: CN) -> None:
+    # Batches each DataLoader worker prepares ahead (torch's prefetch_factor).
+    cfg.DATALOADER.PREFETCH_FACTOR = 2
+    # Seconds to wait for one batch from the workers before failing (0 = forever).
+    cfg.DATALOADER.TIMEOUT = 300
+    # A training sample whose video cannot be read is replaced by the next index;
+    # after this many unreadable videos in a row the loader raises.
+    cfg.DATALOADER.MAX_CONSECUTIVE_SKIPS = 10
+
+    # Extra datasets from list files: a list of [name, list_file, root] triples.
+    # list_file holds "path label" (or "path num_frames label") lines, or is an
+    # official Kinetics CSV; paths are relative to root. Each is registered
+    # under its name for DATASETS.TRAIN / DATASETS.TEST.
+    cfg.DATASETS.VIDEO_LISTS = []
+
+    # --- built-in moving-shapes videos (largedet_video.data.moving_shapes) -------
+    cfg.DATASETS.MOVING_SHAPES = CN()
+    # Cache folder; "" means $LARGEDET_DATASETS or ~/.cache/largedet/datasets.
+    cfg.DATASETS.MOVING_SHAPES.ROOT = ""
+    # Videos in the training / validation split.
+    cfg.DATASETS.MOVING_SHAPES.NUM_TRAIN = 800
+    cfg.DATASETS.MOVING_SHAPES.NUM_VAL = 200
+    # Frames per video.
+    cfg.DATASETS.MOVING_SHAPES.NUM_FRAMES = 32
+    # Frame width and height, pixels (even, for yuv420p).
+    cfg.DATASETS.MOVING_SHAPES.WIDTH = 96
+    cfg.DATASETS.MOVING_SHAPES.HEIGHT = 72
+    # Seed of the generator: the same seed gives the same videos.
+    cfg.DATASETS.MOVING_SHAPES.SEED = 0
+
+    # --- Kinetics-400 (largedet_video.data.builtin) --------------------------------
+    cfg.DATASETS.KINETICS = CN()
+    # Root holding annotations/{train,validate}.csv and the videos under
+    # train/ and val/ (flat or one folder per class); "" means
+    # $LARGEDET_DATASETS/kinetics400.
+    cfg.DATASETS.KINETICS.ROOT = ""
+
+
+def _add_test_config(cfg: CN) -> None:
+    # Videos per device in one test batch (each with TEST_NUM_CLIPS x
+    # TEST_NUM_CROPS views).
+    cfg.TEST.VIDEOS_PER_BATCH = 1

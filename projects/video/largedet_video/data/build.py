@@ -1,0 +1,132 @@
+"""Data loaders for training and testing video models.
+
+Decoding, sampling and cropping run in DataLoader worker processes
+(``DATALOADER.NUM_WORKERS``), each preparing ``DATALOADER.PREFETCH_FACTOR``
+batches ahead; batches reach the model as uint8 tensors (normalized on the
+device). Training uses Detectron2's infinite, rank-sharded ``TrainingSampler``;
+testing its ``InferenceSampler``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Dict, Iterator, List, Optional
+
+import cv2
+import torch
+from detectron2.data import DatasetCatalog
+from detectron2.data.build import worker_init_reset_seed
+from detectron2.data.samplers import InferenceSampler, TrainingSampler
+from detectron2.utils import comm
+from torch.utils.data import BatchSampler, DataLoader
+
+from .dataset import TestViews, TrainAugmentation, VideoDataset
+from .sampling import ClipShape, FrameSampling
+
+__all__ = [
+    "build_video_dataset",
+    "build_video_train_loader",
+    "build_video_test_loader",
+    "TrainLoader",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def get_video_records(names) -> List[Dict]:
+    records = list(itertools.chain.from_iterable(DatasetCatalog.get(n) for n in names))
+    if not records:
+        raise ValueError(f"Datasets {list(names)} are empty")
+    return records
+
+
+def build_video_dataset(cfg, names, is_train: bool) -> VideoDataset:
+    """A :class:`VideoDataset` over the registered datasets ``names``, set up from cfg."""
+    v = cfg.INPUT.VIDEO
+    return VideoDataset(
+        get_video_records(names),
+        is_train=is_train,
+        clip_shape=ClipShape(v.NUM_FRAMES, v.TRAIN_CROP_SIZE),
+        sampling=FrameSampling(v.SAMPLING, v.DENSE_STRIDE),
+        augmentation=TrainAugmentation(tuple(v.TRAIN_SCALES), v.MAX_DISTORT, v.FLIP),
+        test_views=TestViews(
+            v.TEST_NUM_CLIPS, v.TEST_NUM_CROPS, v.TEST_SHORT_SIDE, v.TEST_CROP_SIZE
+        ),
+        decoder=v.DECODER,
+        max_consecutive_skips=cfg.DATALOADER.MAX_CONSECUTIVE_SKIPS,
+    )
+
+
+def _worker_init(worker_id: int) -> None:
+    cv2.setNumThreads(1)  # workers already run in parallel
+    worker_init_reset_seed(worker_id)
+
+
+def _loader(cfg, dataset, batch_sampler) -> DataLoader:
+    workers = cfg.DATALOADER.NUM_WORKERS
+    extra = {}
+    if workers > 0:
+        extra = dict(
+            prefetch_factor=cfg.DATALOADER.PREFETCH_FACTOR,
+            persistent_workers=True,
+            timeout=cfg.DATALOADER.TIMEOUT,
+        )
+    return DataLoader(
+        dataset,
+        batch_sampler=batch_sampler,
+        num_workers=workers,
+        worker_init_fn=_worker_init,
+        pin_memory=torch.device(cfg.MODEL.DEVICE).type == "cuda",
+        **extra,
+    )
+
+
+class TrainLoader:
+    """An endless iterator of training batches that counts the unreadable
+    videos the workers passed over (``num_skipped``, this process's total)."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader = loader
+        self.dataset: VideoDataset = loader.dataset
+        self.num_skipped = 0
+
+    def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
+        for batch in self.loader:
+            skipped = int(batch.pop("num_skipped").sum())
+            if skipped:
+                self.num_skipped += skipped
+                logger.warning(
+                    "%d unreadable training videos replaced so far on this rank", self.num_skipped
+                )
+            yield batch
+
+
+def build_video_train_loader(cfg, sampler: Optional[torch.utils.data.Sampler] = None) -> TrainLoader:
+    """Batches of ``SOLVER.IMS_PER_BATCH / world_size`` clips for this rank.
+
+    Args:
+        sampler: yields dataset keys (default: a shuffled, infinite, rank-sharded
+            ``TrainingSampler``).
+    """
+    world = comm.get_world_size()
+    if cfg.SOLVER.IMS_PER_BATCH % world:
+        raise ValueError(
+            f"SOLVER.IMS_PER_BATCH={cfg.SOLVER.IMS_PER_BATCH} (global clips per step) is not "
+            f"divisible by the {world} processes"
+        )
+    dataset = build_video_dataset(cfg, cfg.DATASETS.TRAIN, is_train=True)
+    if sampler is None:
+        sampler = TrainingSampler(len(dataset), shuffle=True)
+    batch_sampler = BatchSampler(sampler, cfg.SOLVER.IMS_PER_BATCH // world, drop_last=True)
+    return TrainLoader(_loader(cfg, dataset, batch_sampler))
+
+
+def build_video_test_loader(cfg, dataset_name: str) -> DataLoader:
+    """Batches of ``TEST.VIDEOS_PER_BATCH`` videos, each with all its test views;
+    the dataset is split over the ranks."""
+    dataset = build_video_dataset(cfg, [dataset_name], is_train=False)
+    batch_sampler = BatchSampler(
+        InferenceSampler(len(dataset)), cfg.TEST.VIDEOS_PER_BATCH, drop_last=False
+    )
+    return _loader(cfg, dataset, batch_sampler)

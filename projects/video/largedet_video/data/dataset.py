@@ -1,0 +1,173 @@
+"""``VideoDataset``: records -> decoded, sampled, cropped clips.
+
+Training samples are ``{"clip": uint8 (T, 3, S, S), "label": int, "num_skipped": int}``;
+test samples are ``{"clip": uint8 (V, T, 3, S, S), "label": int, "index": int,
+"valid": bool}`` with the V = clips x crops views of one video (clip-major).
+
+A video that cannot be read never stops training: the training sample is taken
+from the next index instead (``num_skipped`` counts how many were passed over;
+after ``max_consecutive_skips`` unreadable videos in a row it raises, so a wrong
+dataset path fails loudly instead of spinning). At test time the video is
+returned as zeros with ``valid=False`` and the evaluator leaves it out and
+counts it. Either way the failure is logged with the file and the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .decoding import VideoDecodeError, open_video
+from .sampling import ClipShape, FrameSampling
+from .transforms import crop_and_resize, multi_scale_crop_box, view_crop_boxes
+
+__all__ = ["TrainAugmentation", "TestViews", "VideoDataset"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainAugmentation:
+    """TSN's multi-scale crop (``scales``, ``max_distort``) and horizontal flip."""
+
+    scales: Sequence[float] = (1.0, 0.875, 0.75, 0.66)
+    max_distort: int = 1
+    flip: bool = True
+
+
+@dataclass(frozen=True)
+class TestViews:
+    """The test views of a video: ``num_clips`` clips x ``num_crops`` crops of
+    ``crop_size`` pixels after resizing the short side to ``short_side``."""
+
+    num_clips: int = 10
+    num_crops: int = 3
+    short_side: int = 256
+    crop_size: int = 224
+
+    @property
+    def num_views(self) -> int:
+        return self.num_clips * self.num_crops
+
+
+class VideoDataset(Dataset):
+    def __init__(
+        self,
+        records: List[Dict],
+        *,
+        is_train: bool,
+        clip_shape: ClipShape,
+        sampling: FrameSampling = FrameSampling(),
+        augmentation: TrainAugmentation = TrainAugmentation(),
+        test_views: TestViews = TestViews(),
+        decoder: str = "pyav",
+        max_consecutive_skips: int = 10,
+    ):
+        """
+        Args:
+            records: ``{"path", "label"[, "num_frames"]}`` dicts (see :mod:`.lists`).
+            is_train: training samples (random clip and crop) or test views.
+            clip_shape: the default (T, crop size) of training clips; T also sets
+                the clip length of test views. A training sample can ask for
+                another shape (see :meth:`__getitem__`).
+            sampling: which frames make a clip.
+            augmentation: training crop and flip.
+            test_views: the test clips and crops.
+            decoder: "pyav" or "opencv" (folders of frames need neither).
+            max_consecutive_skips: unreadable training videos in a row tolerated.
+        """
+        self.records = records
+        self.is_train = is_train
+        self.clip_shape = clip_shape
+        self.sampling = sampling
+        self.augmentation = augmentation
+        self.test_views = test_views
+        self.decoder = decoder
+        self.max_consecutive_skips = max_consecutive_skips
+        self.num_skipped = 0  # in this process (each DataLoader worker has its own)
+        self._rng: Optional[np.random.Generator] = None
+        self._rng_pid = -1
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _generator(self) -> np.random.Generator:
+        # One generator per process, seeded from numpy's global state, which
+        # torch's DataLoader (and Detectron2's seeding) sets per worker.
+        if self._rng is None or self._rng_pid != os.getpid():
+            self._rng = np.random.default_rng(np.random.randint(2**31))
+            self._rng_pid = os.getpid()
+        return self._rng
+
+    def __getitem__(self, key: Union[int, Tuple[int, ClipShape]]) -> Dict:
+        """``key`` is an index, or ``(index, ClipShape)`` to request a training
+        clip of another shape (a shape-aware batch sampler yields these)."""
+        index, shape = key if isinstance(key, tuple) else (key, self.clip_shape)
+        if not self.is_train:
+            return self._test_sample(index)
+        for attempt in range(self.max_consecutive_skips + 1):
+            record = self.records[index]
+            try:
+                sample = self._train_sample(record, shape)
+            except VideoDecodeError as e:
+                self._log_skip(e)
+                index = (index + 1) % len(self.records)
+                continue
+            sample["num_skipped"] = attempt
+            return sample
+        raise RuntimeError(
+            f"{self.max_consecutive_skips + 1} unreadable videos in a row (the last: "
+            f"{record['path']}); check the dataset's paths and files"
+        )
+
+    def _log_skip(self, error: VideoDecodeError) -> None:
+        self.num_skipped += 1
+        logger.warning(
+            "Skipping unreadable video %s (%s); %d skipped so far in this process",
+            error.path,
+            error.reason,
+            self.num_skipped,
+        )
+
+    def _train_sample(self, record: Dict, shape: ClipShape) -> Dict:
+        rng = self._generator()
+        aug = self.augmentation
+        with open_video(record["path"], self.decoder) as video:
+            n = record.get("num_frames") or video.num_frames
+            frames = video.read(self.sampling.train(n, shape.num_frames, rng))
+        box = multi_scale_crop_box(frames.shape[1], frames.shape[2], aug.scales, aug.max_distort, rng)
+        flip = aug.flip and bool(rng.integers(2))
+        clip = crop_and_resize(frames, box, shape.crop_size, flip)
+        return {"clip": torch.from_numpy(clip).permute(0, 3, 1, 2), "label": record["label"]}
+
+    def _test_sample(self, index: int) -> Dict:
+        record = self.records[index]
+        views = self.test_views
+        t = self.clip_shape.num_frames
+        try:
+            with open_video(record["path"], self.decoder) as video:
+                n = record.get("num_frames") or video.num_frames
+                indices = self.sampling.test(n, t, views.num_clips)  # (clips, T)
+                frames = video.read(indices.reshape(-1))
+        except VideoDecodeError as e:
+            self._log_skip(e)
+            size = views.crop_size
+            clip = torch.zeros(views.num_views, t, 3, size, size, dtype=torch.uint8)
+            return {"clip": clip, "label": record["label"], "index": index, "valid": False}
+        frames = frames.reshape(views.num_clips, t, *frames.shape[1:])
+        boxes = view_crop_boxes(
+            frames.shape[2], frames.shape[3], views.short_side, views.crop_size, views.num_crops
+        )
+        clip = np.stack([crop_and_resize(c, b, views.crop_size) for c in frames for b in boxes])
+        return {
+            "clip": torch.from_numpy(clip).permute(0, 1, 4, 2, 3),
+            "label": record["label"],
+            "index": index,
+            "valid": True,
+        }

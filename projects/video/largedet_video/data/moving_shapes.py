@@ -1,0 +1,222 @@
+"""The built-in dataset: MP4 videos of a moving shape whose class is the
+direction it moves (right, left, down, up).
+
+Only motion tells the classes apart. Each video shows one shape (circle, square
+or triangle, random colour, size and rotation) moving at constant speed in its
+class's direction, plus static distractor shapes on a random background, with
+per-frame noise. The moving shape starts anywhere and wraps around the frame
+edges (the frame is a torus), so in every single frame its position, look and
+surroundings have the same distribution for all four classes: a model that
+sees frames independently (TSN) cannot beat chance (25%); one that relates
+neighbouring frames (TSM) can be near perfect.
+
+Videos are written once, under ``$LARGEDET_DATASETS`` (default
+``~/.cache/largedet/datasets``) in a folder named by the generator's
+parameters, with Kinetics-style lists ``train.txt`` / ``val.txt`` of
+``path label`` lines and ``classes.txt``. The same seed gives the same videos.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Dict, List
+
+import av
+import cv2
+import numpy as np
+
+from .lists import load_video_list
+
+__all__ = [
+    "MOVING_SHAPES_CLASSES",
+    "MovingShapesSpec",
+    "default_datasets_root",
+    "render_moving_shape",
+    "write_mp4",
+    "prepare_moving_shapes",
+    "load_moving_shapes",
+]
+
+logger = logging.getLogger(__name__)
+
+MOVING_SHAPES_CLASSES = ("right", "left", "down", "up")
+_DIRECTIONS = {"right": (1.0, 0.0), "left": (-1.0, 0.0), "down": (0.0, 1.0), "up": (0.0, -1.0)}
+_SPLITS = ("train", "val")
+
+
+def default_datasets_root() -> str:
+    """``$LARGEDET_DATASETS``, or ``~/.cache/largedet/datasets``."""
+    return os.environ.get("LARGEDET_DATASETS") or os.path.expanduser("~/.cache/largedet/datasets")
+
+
+@dataclass(frozen=True)
+class MovingShapesSpec:
+    """Parameters of the generated dataset (all of them name its cache folder).
+
+    Attributes:
+        num_train, num_val: videos per split (classes balanced: label = i % 4).
+        num_frames: frames per video.
+        width, height: frame size in pixels (even, for yuv420p).
+        seed: the generator's seed.
+        fps: frame rate written in the container.
+        speed: (min, max) speed of the moving shape, pixels per frame.
+        radius: (min, max) radius of every shape, pixels.
+    """
+
+    num_train: int = 800
+    num_val: int = 200
+    num_frames: int = 32
+    width: int = 96
+    height: int = 72
+    seed: int = 0
+    fps: int = 25
+    speed: tuple = (1.5, 2.5)
+    radius: tuple = (5.0, 9.0)
+
+    @property
+    def folder_name(self) -> str:
+        return (
+            f"moving_shapes_{self.width}x{self.height}_{self.num_frames}f_"
+            f"{self.num_train}-{self.num_val}_{self.fps}fps_"
+            f"v{self.speed[0]:g}-{self.speed[1]:g}_r{self.radius[0]:g}-{self.radius[1]:g}_seed{self.seed}"
+        )
+
+    def num_videos(self, split: str) -> int:
+        return self.num_train if split == "train" else self.num_val
+
+
+def _shape_points(kind: str, cx: float, cy: float, r: float, angle: float) -> np.ndarray:
+    corners = 4 if kind == "square" else 3
+    a = angle + 2 * np.pi * np.arange(corners) / corners
+    return np.stack([cx + r * np.cos(a), cy + r * np.sin(a)], axis=1)
+
+
+def _draw_shape(img: np.ndarray, kind: str, cx: float, cy: float, r: float, angle: float, color) -> None:
+    if kind == "circle":
+        cv2.circle(img, (int(round(cx)), int(round(cy))), int(round(r)), color, -1, cv2.LINE_AA)
+    else:
+        pts = np.round(_shape_points(kind, cx, cy, r, angle)).astype(np.int32)
+        cv2.fillPoly(img, [pts], color, cv2.LINE_AA)
+
+
+def _random_shape(rng: np.random.Generator, spec: MovingShapesSpec, lo: int, hi: int) -> Dict:
+    return {
+        "kind": ("circle", "square", "triangle")[int(rng.integers(3))],
+        "cx": float(rng.uniform(0, spec.width)),
+        "cy": float(rng.uniform(0, spec.height)),
+        "r": float(rng.uniform(*spec.radius)),
+        "angle": float(rng.uniform(0, 2 * np.pi)),
+        "color": tuple(int(c) for c in rng.integers(lo, hi, size=3)),
+    }
+
+
+def render_moving_shape(
+    rng: np.random.Generator, direction: str, spec: MovingShapesSpec
+) -> np.ndarray:
+    """Frames ``(num_frames, height, width, 3)`` uint8 RGB of one video whose shape
+    moves in ``direction`` (one of MOVING_SHAPES_CLASSES)."""
+    w, h = spec.width, spec.height
+    background = np.empty((h, w, 3), np.uint8)
+    background[:] = rng.integers(20, 110, size=3)
+    for _ in range(int(rng.integers(2, 5))):
+        s = _random_shape(rng, spec, 60, 256)
+        _draw_shape(background, s["kind"], s["cx"], s["cy"], s["r"], s["angle"], s["color"])
+
+    mover = _random_shape(rng, spec, 120, 256)
+    speed = rng.uniform(*spec.speed)
+    dx, dy = (speed * d for d in _DIRECTIONS[direction])
+    frames = np.empty((spec.num_frames, h, w, 3), np.uint8)
+    for t in range(spec.num_frames):
+        img = background.copy()
+        cx, cy = (mover["cx"] + dx * t) % w, (mover["cy"] + dy * t) % h
+        # Draw the copies across the edges too, so the shape wraps around.
+        for ox in (-w, 0, w):
+            for oy in (-h, 0, h):
+                _draw_shape(img, mover["kind"], cx + ox, cy + oy, mover["r"], mover["angle"], mover["color"])
+        noise = rng.normal(0.0, 6.0, size=img.shape)
+        frames[t] = np.clip(img + noise, 0, 255).astype(np.uint8)
+    return frames
+
+
+def write_mp4(path: str, frames: np.ndarray, fps: int = 25, codec: str = "libx264") -> None:
+    """Encode ``frames`` (T, H, W, 3) uint8 RGB as an MP4 file with PyAV."""
+    with av.open(path, mode="w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height = frames.shape[2], frames.shape[1]
+        stream.pix_fmt = "yuv420p"
+        if codec == "libx264":
+            stream.options = {"crf": "20", "preset": "veryfast"}
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def _codec() -> str:
+    return "libx264" if "libx264" in av.codecs_available else "mpeg4"
+
+
+def _generate(folder: str, spec: MovingShapesSpec) -> None:
+    codec = _codec()
+    for split_id, split in enumerate(_SPLITS):
+        os.makedirs(os.path.join(folder, "videos", split))
+        lines = []
+        for i in range(spec.num_videos(split)):
+            label = i % len(MOVING_SHAPES_CLASSES)
+            rng = np.random.default_rng([spec.seed, split_id, i])
+            frames = render_moving_shape(rng, MOVING_SHAPES_CLASSES[label], spec)
+            rel = os.path.join("videos", split, f"{i:06d}.mp4")
+            write_mp4(os.path.join(folder, rel), frames, spec.fps, codec)
+            lines.append(f"{rel} {label}\n")
+        with open(os.path.join(folder, f"{split}.txt"), "w") as f:
+            f.writelines(lines)
+    with open(os.path.join(folder, "classes.txt"), "w") as f:
+        f.writelines(f"{name}\n" for name in MOVING_SHAPES_CLASSES)
+
+
+def prepare_moving_shapes(spec: MovingShapesSpec, root: str = "") -> str:
+    """The dataset's folder under ``root`` (default :func:`default_datasets_root`),
+    generating it first if it is not there yet.
+
+    Generation writes to a temporary folder that is renamed into place when
+    complete, so an interrupted run leaves no half dataset, and processes
+    generating at the same time (DDP ranks) do not clash.
+    """
+    root = root or default_datasets_root()
+    folder = os.path.join(root, spec.folder_name)
+    if os.path.isfile(os.path.join(folder, "classes.txt")):
+        return folder
+    os.makedirs(root, exist_ok=True)
+    start = time.perf_counter()
+    logger.info(
+        "Generating the moving-shapes dataset (%d train + %d val videos) in %s",
+        spec.num_train,
+        spec.num_val,
+        folder,
+    )
+    tmp = tempfile.mkdtemp(prefix=f".{spec.folder_name}.", dir=root)
+    try:
+        _generate(tmp, spec)
+        os.rename(tmp, folder)
+    except OSError:
+        if not os.path.isfile(os.path.join(folder, "classes.txt")):
+            raise
+        # Another process finished the same dataset first.
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp)
+    logger.info("Moving-shapes dataset ready in %.1f s", time.perf_counter() - start)
+    return folder
+
+
+def load_moving_shapes(folder: str, split: str) -> List[Dict]:
+    """Records of one split (``"train"`` or ``"val"``) of a prepared dataset."""
+    if split not in _SPLITS:
+        raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
+    return load_video_list(os.path.join(folder, f"{split}.txt"), root=folder)

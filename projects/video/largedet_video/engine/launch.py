@@ -1,0 +1,50 @@
+"""Starting one process per device: Detectron2's ``launch``, or ``torchrun``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from detectron2.engine import launch as d2_launch
+from detectron2.utils import comm
+
+__all__ = ["launch", "launched_by_torchrun"]
+
+logger = logging.getLogger(__name__)
+
+
+def launched_by_torchrun() -> bool:
+    return "LOCAL_RANK" in os.environ and "LOCAL_WORLD_SIZE" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def launch(main_func, args, timeout: timedelta = timedelta(minutes=30)) -> None:
+    """Run ``main_func(args)`` in every process of the job.
+
+    Under ``torchrun`` the processes exist already: join the process group from
+    torchrun's environment (NCCL on GPUs, gloo on the CPU). Otherwise use
+    Detectron2's ``launch`` with ``args.num_gpus`` processes per machine (on a
+    machine without GPUs, that many CPU processes on gloo) and
+    ``--num-machines/--machine-rank/--dist-url`` for several machines.
+    """
+    if not launched_by_torchrun():
+        d2_launch(
+            main_func,
+            args.num_gpus,
+            num_machines=args.num_machines,
+            machine_rank=args.machine_rank,
+            dist_url=args.dist_url,
+            args=(args,),
+            timeout=timeout,
+        )
+        return
+    local_rank = int(os.environ["LOCAL_RANK"])
+    has_gpu = torch.cuda.is_available()
+    dist.init_process_group("nccl" if has_gpu else "gloo", init_method="env://", timeout=timeout)
+    comm.create_local_process_group(int(os.environ["LOCAL_WORLD_SIZE"]))
+    if has_gpu:
+        torch.cuda.set_device(local_rank)
+    comm.synchronize()
+    main_func(args)

@@ -1,0 +1,3 @@
+from .classification import VideoClassificationEvaluator
+
+__all__ = ["VideoClassificationEvaluator"]

@@ -1,0 +1,38 @@
+"""Puts ``projects/video`` on the import path (``import largedet_video``) and
+provides a tiny generated moving-shapes dataset."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import largedet  # noqa: E402,F401  (before any detectron2 import)
+
+
+@pytest.fixture(scope="session")
+def tiny_shapes_spec():
+    from largedet_video.data import MovingShapesSpec
+
+    return MovingShapesSpec(num_train=8, num_val=4, num_frames=12, width=48, height=32, seed=5)
+
+
+@pytest.fixture(scope="session")
+def tiny_shapes(tmp_path_factory, tiny_shapes_spec):
+    """Folder of a tiny generated moving-shapes dataset (8 train, 4 val videos)."""
+    from largedet_video.data import prepare_moving_shapes
+
+    return prepare_moving_shapes(tiny_shapes_spec, str(tmp_path_factory.mktemp("datasets")))
+
+
+@pytest.fixture
+def single_thread():
+    """One intra-op thread: on a small, shared machine, torch's default of one
+    thread per core spends most of its time waiting for busy cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

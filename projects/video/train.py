@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Train or evaluate a video classifier (TSM, TSN, I3D) with largedet.
+
+    python projects/video/train.py        # the built-in demo: TSM-R18 on generated videos, CPU
+    python projects/video/train.py --config-file projects/video/configs/kinetics400_tsm_r50_8f.yaml \
+        --num-gpus 8 [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
+    torchrun --nproc_per_node 8 projects/video/train.py --config-file CFG
+    python projects/video/train.py --config-file CFG --eval-only MODEL.WEIGHTS model_final.pth
+
+Trailing ``KEY VALUE`` pairs override the config; ``--resume`` continues from the
+last checkpoint in OUTPUT_DIR. Without a GPU, ``--num-gpus N`` starts N CPU
+processes (gloo).
+"""
+
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # largedet_video, uninstalled
+
+import largedet_video  # noqa: E402,F401  (imports largedet first; registers the models)
+from detectron2.checkpoint import DetectionCheckpointer  # noqa: E402
+from detectron2.config import get_cfg  # noqa: E402
+from detectron2.engine import default_setup  # noqa: E402
+from detectron2.utils import comm  # noqa: E402
+from detectron2.utils.logger import setup_logger  # noqa: E402
+from largedet.engine import largedet_argument_parser, resolve_device  # noqa: E402
+from largedet.solver import build_optimizer  # noqa: E402
+
+from largedet_video import add_video_config  # noqa: E402
+from largedet_video.data import (  # noqa: E402
+    build_video_test_loader,
+    build_video_train_loader,
+    register_video_datasets,
+)
+from largedet_video.engine import VideoTrainer, launch  # noqa: E402
+from largedet_video.evaluation import VideoClassificationEvaluator  # noqa: E402
+
+DEFAULT_CONFIG = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "configs", "tsm_r18_moving_shapes_adamw_bs16.yaml"
+)
+logger = logging.getLogger("largedet_video")
+
+
+class Trainer(VideoTrainer):
+    @classmethod
+    def build_optimizer(cls, cfg, model):
+        return build_optimizer(cfg, model)
+
+    @classmethod
+    def build_train_loader(cls, cfg):
+        return build_video_train_loader(cfg)
+
+    @classmethod
+    def build_test_loader(cls, cfg, dataset_name):
+        return build_video_test_loader(cfg, dataset_name)
+
+    @classmethod
+    def build_evaluator(cls, cfg, dataset_name, output_folder=None):
+        return VideoClassificationEvaluator(dataset_name)
+
+
+def setup(args):
+    cfg = get_cfg()
+    add_video_config(cfg)
+    cfg.merge_from_file(args.config_file or DEFAULT_CONFIG)
+    cfg.merge_from_list(args.opts)
+    resolve_device(cfg)
+    cfg.freeze()
+    default_setup(cfg, args)
+    for name in ("largedet", "largedet_video"):
+        setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name=name)
+    if not args.config_file:
+        logger.info("No --config-file given: running the built-in demo %s", DEFAULT_CONFIG)
+    register_video_datasets(cfg)
+    return cfg
+
+
+def main(args):
+    cfg = setup(args)
+    if args.eval_only:
+        model = Trainer.build_model(cfg)
+        DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+            cfg.MODEL.WEIGHTS, resume=args.resume
+        )
+        results = Trainer.test(cfg, model)
+    else:
+        trainer = Trainer(cfg)
+        trainer.resume_or_load(resume=args.resume)
+        results = trainer.train()
+    if comm.is_main_process():
+        per_dataset = {cfg.DATASETS.TEST[0]: results} if "classification" in results else results
+        for name, res in per_dataset.items():
+            if "classification" in res:
+                print(f"{name}: top-1 {res['classification']['top1']:.1f}%")
+    return results
+
+
+if __name__ == "__main__":
+    launch(main, largedet_argument_parser().parse_args())
