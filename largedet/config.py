@@ -79,7 +79,71 @@ def _add_solver_config(cfg: CN) -> None:
 
 def _add_large_batch_config(cfg: CN) -> None:
     # --- global batch, accumulation, LSR, warm-up, Sync-BN (largedet.engine) ------
-    pass
+    # SOLVER.IMS_PER_BATCH (Detectron2's key) is the global batch B: images per
+    # optimizer step, summed over all devices and accumulated micro-batches.
+    #
+    # Images one device holds in one forward/backward pass (the micro-batch), per
+    # device. The trainer accumulates K = IMS_PER_BATCH / (world size x IMS_PER_DEVICE)
+    # micro-batches per optimizer step, which must be a whole number (checked before
+    # any worker starts). 0 means IMS_PER_BATCH / world size, i.e. K = 1: Detectron2's
+    # behaviour. K is computed at start and logged, never stored here.
+    cfg.SOLVER.IMS_PER_DEVICE = 0
+
+    cfg.SOLVER.LSR = CN()
+    # Linear scaling rule with warmup (Goyal et al. 2017; LargeDet's first ingredient).
+    # true: the peak learning rate (reached at the end of warmup) is computed from
+    # REFERENCE_LR and REFERENCE_BATCH by RULE and replaces SOLVER.BASE_LR, which is
+    # then unused; false: SOLVER.BASE_LR is the peak LR. Either way the LR is logged
+    # at start and the schedule (SOLVER.LR_SCHEDULER_NAME, STEPS, GAMMA) multiplies it.
+    # Warmup is Detectron2's: from WARMUP_FACTOR x LR to LR over SOLVER.WARMUP_ITERS
+    # optimizer steps (SOLVER.WARMUP_METHOD).
+    cfg.SOLVER.LSR.ENABLED = False
+    # How the peak LR grows with the global batch B: "linear": REFERENCE_LR x B /
+    # REFERENCE_BATCH; "sqrt": REFERENCE_LR x sqrt(B / REFERENCE_BATCH) (a common
+    # choice for adaptive optimizers such as LAMB).
+    cfg.SOLVER.LSR.RULE = "linear"
+    # Global batch (images per optimizer step) at which REFERENCE_LR is known to work;
+    # an integer >= 1.
+    cfg.SOLVER.LSR.REFERENCE_BATCH = 16
+    # Peak LR at REFERENCE_BATCH, in the optimizer's units (SGD: step size; LAMB and
+    # PMD-LAMB: step relative to the weight norm); > 0. Detectron2's SGD uses 0.02 at 16.
+    cfg.SOLVER.LSR.REFERENCE_LR = 0.02
+
+    # Autocast dtype when SOLVER.AMP.ENABLED (Detectron2's switch): "float16" (with a
+    # gradient scaler, unscaled once per optimizer step before clipping) or
+    # "bfloat16" (no scaler; also on CPUs).
+    cfg.SOLVER.AMP.PRECISION = "float16"
+
+    cfg.SOLVER.DIVERGENCE = CN()
+    # Divergence guard. A step whose loss (total_loss averaged over devices and
+    # micro-batches) is not finite always counts as divergence. So does a spike: a
+    # loss above SPIKE_FACTOR x the median loss of the previous WINDOW steps; a
+    # float > 1, or 0 to disable the spike test.
+    cfg.SOLVER.DIVERGENCE.SPIKE_FACTOR = 10.0
+    # Number of previous steps in the running median, an integer >= 1; the spike test
+    # starts once that many steps have been seen.
+    cfg.SOLVER.DIVERGENCE.WINDOW = 50
+    # What divergence does. false: stop with the loss dict and the last good
+    # checkpoint in the error. true: reload the weights and optimizer state of the last
+    # good checkpoint (the iteration count, the LR schedule and the data stream go
+    # on) and multiply the LR by ROLLBACK_LR_FACTOR; stop when there is no checkpoint
+    # yet or after MAX_ROLLBACKS rollbacks in a run.
+    cfg.SOLVER.DIVERGENCE.ROLLBACK = False
+    # Factor applied to the LR at each rollback, in (0, 1].
+    cfg.SOLVER.DIVERGENCE.ROLLBACK_LR_FACTOR = 0.5
+    # Rollbacks allowed in a run (counted across resumes), an integer >= 0.
+    cfg.SOLVER.DIVERGENCE.MAX_ROLLBACKS = 3
+
+    # Re-seed Python's, NumPy's and torch's random number generators before every
+    # optimizer step from (SEED, iteration, rank): true makes a resumed run draw the
+    # same random numbers as an uninterrupted one (exact resume also needs SEED >= 0
+    # and DATALOADER.NUM_WORKERS 0, since loader workers keep their own generators);
+    # false: seeded once at start, as in Detectron2.
+    cfg.RESEED_EVERY_ITER = False
+
+    # Sync-BN needs no key: a norm "SyncBN" (MODEL.RESNETS.NORM, MODEL.FPN.NORM, ...)
+    # runs as torch's nn.SyncBatchNorm on GPUs and as Detectron2's NaiveSyncBatchNorm
+    # on the CPU (largedet.layers); statistics are over one micro-batch on all devices.
 
 
 def _add_openimages_config(cfg: CN) -> None:

@@ -2,11 +2,15 @@
 """Train or evaluate a detector with largedet.
 
     python tools/train_net.py --config configs/r50_fpn_bs1056.yaml --num-gpus 8
-    python tools/train_net.py --config configs/shapes/faster_rcnn_R18_FPN_shapes_bs8.yaml
+    python tools/train_net.py --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
     python tools/train_net.py --config CFG --eval-only MODEL.WEIGHTS output/model_final.pth
+    python tools/train_net.py --config CFG --resume     # continue from OUTPUT_DIR/last_checkpoint
 
 Trailing ``KEY VALUE`` pairs override the config. Several machines:
-``--num-machines N --machine-rank R --dist-url tcp://HOST:PORT``.
+``--num-machines N --machine-rank R --dist-url tcp://HOST:PORT``. Without GPUs,
+``--num-gpus N`` starts N CPU processes (gloo). The global batch SOLVER.IMS_PER_BATCH
+must be a whole multiple of (processes x SOLVER.IMS_PER_DEVICE); that is checked
+here, before any process starts.
 """
 
 import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
@@ -14,7 +18,7 @@ from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.engine import launch
 from detectron2.utils import comm
 
-from largedet.engine import Trainer, largedet_argument_parser, setup_cfg
+from largedet.engine import BatchArithmeticError, Trainer, check_batch_arithmetic, largedet_argument_parser, setup_cfg
 
 
 def main(args):
@@ -37,7 +41,13 @@ def main(args):
 
 
 if __name__ == "__main__":
-    args = largedet_argument_parser().parse_args()
+    parser = largedet_argument_parser()
+    args = parser.parse_args()
+    if not args.eval_only:
+        try:
+            check_batch_arithmetic(args)
+        except BatchArithmeticError as e:
+            parser.error(str(e))
     launch(
         main,
         args.num_gpus,

@@ -8,9 +8,12 @@ import logging
 import torch
 from detectron2.config import CfgNode, get_cfg
 from detectron2.engine import default_argument_parser, default_setup
+from detectron2.utils import comm
+from detectron2.utils.logger import setup_logger
 
 from ..config import add_largedet_config
 from ..data import register_shapes, shapes_spec_from_config
+from .batch import BatchPlan, batch_plan
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +36,8 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     """Build the frozen config from ``--config-file`` and trailing ``KEY VALUE`` overrides.
 
     Registers the built-in shapes dataset as the config describes it and, with
-    ``log``, runs Detectron2's ``default_setup`` (loggers, env info, config dump).
+    ``log``, runs Detectron2's ``default_setup`` (loggers, env info, config dump) and
+    sets up the ``largedet`` logger the same way (console and ``OUTPUT_DIR/log.txt``).
     """
     cfg = get_cfg()
     add_largedet_config(cfg)
@@ -45,4 +49,14 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     register_shapes(shapes_spec_from_config(cfg))
     if log:
         default_setup(cfg, args)
+        setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="largedet")
     return cfg
+
+
+def check_batch_arithmetic(args: argparse.Namespace) -> BatchPlan:
+    """The batch plan of the run ``args`` describe (``--num-gpus`` x ``--num-machines``
+    processes), computed before any worker is spawned; raises
+    :class:`~largedet.engine.batch.BatchArithmeticError` naming the global batch, the world
+    size and the per-device batch when they do not fit."""
+    cfg = setup_cfg(args, log=False)
+    return batch_plan(cfg, args.num_gpus * args.num_machines)

@@ -1,21 +1,133 @@
-"""largedet's detection trainer: Detectron2's ``DefaultTrainer`` with largedet's builders."""
+"""largedet's detection trainer: Detectron2's ``DefaultTrainer`` for very large global batches.
+
+What it adds to ``DefaultTrainer``, each in one place:
+
+- the global batch ``SOLVER.IMS_PER_BATCH`` on any number of devices, as
+  ``IMS_PER_DEVICE``-image micro-batches accumulated K times per optimizer step
+  (:func:`~largedet.engine.batch.batch_plan`, :class:`~largedet.engine.train_loop.AccumulationTrainer`),
+  in full precision, float16 with a gradient scaler, or bfloat16;
+- the optimizer of ``largedet.solver.build_optimizer`` (``SOLVER.OPTIMIZER``) at the LR of
+  the linear scaling rule (``SOLVER.LSR``), with Detectron2's warmup schedule
+  (``largedet.solver.build_lr_scheduler``);
+- "SyncBN" norms that run on the CPU too (``largedet.layers``);
+- DDP on CPU processes (gloo) as well as GPUs;
+- exact resume: atomic checkpoints (:class:`~largedet.engine.checkpoint.AtomicCheckpointer`)
+  that also hold the data position (:class:`~largedet.engine.data.ResumableLoader`), and
+  optionally per-step seeding (``RESEED_EVERY_ITER``);
+- the divergence guard (``SOLVER.DIVERGENCE``);
+- one log block at start with the run's derived numbers.
+
+With ``IMS_PER_DEVICE`` 0 (one micro-batch per step) and the LSR off it trains as
+``DefaultTrainer`` does.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import weakref
+from typing import Optional
 
+import torch
 from detectron2.data import MetadataCatalog
-from detectron2.engine import DefaultTrainer
-from detectron2.evaluation import COCOEvaluator, DatasetEvaluators
+from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model
+from detectron2.evaluation import COCOEvaluator
+from detectron2.modeling import build_model
+from detectron2.utils import comm
+from detectron2.utils.logger import setup_logger
 
 from .. import HAS_COMPILED_D2_OPS
+from ..layers import resolve_sync_batchnorm
+from ..solver import build_lr_scheduler, build_optimizer, lr_scaling, with_scaled_lr
+from .batch import BatchPlan, batch_plan
+from .checkpoint import AtomicCheckpointer
+from .data import ResumableLoader, build_train_loader
+from .hooks import DivergenceGuard, ReseedEveryIter
+from .train_loop import AccumulationTrainer
+
+__all__ = ["Trainer", "describe_run"]
 
 logger = logging.getLogger(__name__)
 
+_AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
 
 class Trainer(DefaultTrainer):
-    """Trains and evaluates a Detectron2 model with largedet's optimizers and datasets."""
+    """Trains and evaluates a Detectron2 model with largedet's batch arithmetic, optimizers,
+    LR rule, Sync-BN, checkpoints and hooks. Used as ``DefaultTrainer``::
+
+        trainer = Trainer(cfg)
+        trainer.resume_or_load(resume=args.resume)
+        results = trainer.train()
+    """
+
+    def __init__(self, cfg):
+        TrainerBase.__init__(self)
+        for name in ("detectron2", "largedet"):
+            if not logging.getLogger(name).isEnabledFor(logging.INFO):
+                setup_logger(name=name)
+        cfg = DefaultTrainer.auto_scale_workers(cfg, comm.get_world_size())
+        self.batch: BatchPlan = batch_plan(cfg, comm.get_world_size())
+
+        model = self.build_model(cfg)
+        optimizer = self.build_optimizer(cfg, model)
+        data_loader = self.build_train_loader(cfg)
+        if not isinstance(data_loader, ResumableLoader):
+            logger.warning("The training loader is not a ResumableLoader: its position is not restored on resume")
+
+        cpu = next(model.parameters()).device.type != "cuda"
+        model = create_ddp_model(model, broadcast_buffers=False, **({"device_ids": None} if cpu else {}))
+        self._trainer = AccumulationTrainer(
+            model,
+            data_loader,
+            optimizer,
+            self.batch.accumulation,
+            amp_dtype=self.amp_dtype(cfg),
+        )
+        self.scheduler = self.build_lr_scheduler(cfg, optimizer)
+        self.checkpointer = AtomicCheckpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self))
+        self.start_iter = 0
+        self.max_iter = cfg.SOLVER.MAX_ITER
+        self.cfg = cfg
+        self.data_seed = data_loader.sampler.seed if isinstance(data_loader, ResumableLoader) else None
+        self.data_position = 0  # images of the global stream trained on so far
+        self.register_hooks(self.build_hooks())
+        if comm.is_main_process():
+            size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
+            logger.info(describe_run(cfg, self.batch, type(optimizer).__name__, size))
+
+    @staticmethod
+    def amp_dtype(cfg) -> Optional[torch.dtype]:
+        """The autocast dtype of ``SOLVER.AMP`` (None: full precision)."""
+        if not cfg.SOLVER.AMP.ENABLED:
+            return None
+        if cfg.SOLVER.AMP.PRECISION not in _AMP_DTYPES:
+            raise ValueError(f"SOLVER.AMP.PRECISION must be one of {sorted(_AMP_DTYPES)}, got {cfg.SOLVER.AMP.PRECISION!r}")
+        return _AMP_DTYPES[cfg.SOLVER.AMP.PRECISION]
+
+    # --- builders -----------------------------------------------------------------------
+
+    @classmethod
+    def build_model(cls, cfg):
+        """Detectron2's ``build_model``, with "SyncBN" layers made runnable on ``MODEL.DEVICE``."""
+        model = resolve_sync_batchnorm(build_model(cfg), cfg.MODEL.DEVICE)
+        logger.info("Model:\n%s", model)
+        return model
+
+    @classmethod
+    def build_optimizer(cls, cfg, model):
+        """``largedet.solver.build_optimizer`` (``SOLVER.OPTIMIZER``) at the peak LR of ``SOLVER.LSR``."""
+        return build_optimizer(with_scaled_lr(cfg), model)
+
+    @classmethod
+    def build_lr_scheduler(cls, cfg, optimizer):
+        """Detectron2's warmup + schedule around the peak LR (``largedet.solver.build_lr_scheduler``)."""
+        return build_lr_scheduler(cfg, optimizer)
+
+    @classmethod
+    def build_train_loader(cls, cfg):
+        """Detectron2's training loader with ``IMS_PER_DEVICE`` images per batch, resumable."""
+        return build_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
@@ -28,7 +140,76 @@ class Trainer(DefaultTrainer):
             )
         raise ValueError(f"No evaluator for dataset {dataset_name!r} (evaluator_type={evaluator_type!r})")
 
+    def build_hooks(self):
+        """Detectron2's hooks, with per-step seeding (``RESEED_EVERY_ITER``) and the divergence
+        guard after the timer: before the LR scheduler and the checkpointer."""
+        hooks = super().build_hooks()
+        ours = [DivergenceGuard.from_config(self.cfg)]
+        if self.cfg.RESEED_EVERY_ITER:
+            ours.insert(0, ReseedEveryIter(self.cfg.SEED))
+        hooks[1:1] = ours
+        return hooks
+
+    # --- training -----------------------------------------------------------------------
+
+    @property
+    def last_losses(self):
+        """The last step's losses, averaged over micro-batches and ranks."""
+        return self._trainer.last_losses
+
+    @property
+    def last_total_loss(self) -> float:
+        return self._trainer.last_total_loss
+
+    def run_step(self):
+        self._trainer.iter = self.iter
+        self._trainer.run_step()
+        self.data_position += self.batch.global_batch
+
     def train(self):
         """Train, then return the last evaluation results (``{}`` when none ran)."""
         super().train()
         return getattr(self, "_last_eval_results", None) or {}
+
+    def state_dict(self):
+        ret = super().state_dict()
+        ret["data"] = {"seed": self.data_seed, "position": self.data_position}
+        return ret
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        data = state_dict.get("data")
+        loader = self._trainer.data_loader
+        if data is None or not isinstance(loader, ResumableLoader):
+            logger.warning("Resuming without a data position: the data stream restarts")
+            return
+        self.data_seed, self.data_position = data["seed"], data["position"]
+        loader.seek(self.data_position, self.data_seed)
+        self._trainer.reset_data_loader(lambda: loader)
+        logger.info("Data stream resumes after %d images (seed %d)", self.data_position, self.data_seed)
+
+
+def describe_run(cfg, batch: BatchPlan, optimizer_name: str, dataset_size: Optional[int] = None) -> str:
+    """The block of derived numbers logged at the start of training."""
+    solver = cfg.SOLVER
+    scaling = lr_scaling(cfg)
+    images = solver.MAX_ITER * batch.global_batch
+    epochs = f"{images / dataset_size:.2f} epochs of {dataset_size} images" if dataset_size else "epochs unknown"
+    warmup = (
+        f"{solver.WARMUP_METHOD} warmup over {solver.WARMUP_ITERS} iterations from "
+        f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * scaling.lr:g}"
+        if solver.WARMUP_ITERS
+        else "no warmup"
+    )
+    amp = f"AMP {solver.AMP.PRECISION}" if solver.AMP.ENABLED else "full precision"
+    return "\n".join(
+        [
+            "Large-batch run:",
+            f"  world size {batch.world_size}; global batch {batch.global_batch} (SOLVER.IMS_PER_BATCH); "
+            f"{batch.per_device} image(s) per device per pass; {batch.accumulation} accumulation step(s) "
+            f"per optimizer step; {amp}",
+            f"  optimizer {optimizer_name} (SOLVER.OPTIMIZER {solver.OPTIMIZER}); {scaling.describe()}",
+            f"  {warmup}; {solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}",
+            f"  {solver.MAX_ITER} iterations x {batch.global_batch} = {images} images = {epochs}",
+        ]
+    )

@@ -1,5 +1,15 @@
 """Detectron2 wiring of largedet's optimizers: parameter groups and ``build_optimizer``."""
 
 from .build import NORM_MODULE_TYPES, OPTIMIZER_REGISTRY, build_optimizer, get_optimizer_params
+from .lr_scheduler import LRScaling, build_lr_scheduler, lr_scaling, with_scaled_lr
 
-__all__ = ["NORM_MODULE_TYPES", "OPTIMIZER_REGISTRY", "build_optimizer", "get_optimizer_params"]
+__all__ = [
+    "NORM_MODULE_TYPES",
+    "OPTIMIZER_REGISTRY",
+    "LRScaling",
+    "build_lr_scheduler",
+    "build_optimizer",
+    "get_optimizer_params",
+    "lr_scaling",
+    "with_scaled_lr",
+]

@@ -1,0 +1,123 @@
+"""The linear scaling rule with warmup: hand-computed LR sequences, one schedule object."""
+
+import pytest
+from torch import nn
+
+import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
+from detectron2.config import get_cfg
+from largedet.config import add_largedet_config
+from largedet.solver import build_lr_scheduler, build_optimizer, lr_scaling, with_scaled_lr
+
+
+def make_cfg(*opts):
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_list([str(o) if not isinstance(o, str) else o for o in opts])
+    cfg.freeze()
+    return cfg
+
+
+class TwoGroups(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)  # weight (decayed) and bias: two parameter groups
+
+
+def lr_sequence(cfg):
+    """The LR of each parameter group during iterations 0 .. MAX_ITER - 1."""
+    model = TwoGroups()
+    optimizer = build_optimizer(with_scaled_lr(cfg), model)
+    scheduler = build_lr_scheduler(cfg, optimizer)
+    seq = []
+    for _ in range(cfg.SOLVER.MAX_ITER):
+        seq.append([g["lr"] for g in optimizer.param_groups])
+        optimizer.step()
+        scheduler.step()
+    return seq
+
+
+def test_linear_rule_with_linear_warmup_and_steps():
+    cfg = make_cfg(
+        "SOLVER.LSR.ENABLED", "True", "SOLVER.LSR.RULE", "linear",
+        "SOLVER.LSR.REFERENCE_BATCH", 256, "SOLVER.LSR.REFERENCE_LR", 0.1, "SOLVER.IMS_PER_BATCH", 1024,
+        "SOLVER.BASE_LR", 7.0,  # replaced by the rule
+        "SOLVER.WARMUP_ITERS", 4, "SOLVER.WARMUP_FACTOR", 0.25, "SOLVER.STEPS", "(6,)", "SOLVER.GAMMA", 0.1,
+        "SOLVER.MAX_ITER", 8,
+    )  # fmt: skip
+    # peak 0.1 x 1024 / 256 = 0.4; warmup factor 0.25 + 0.75 t / 4 for t < 4; x0.1 from t = 6
+    expected = [0.1, 0.175, 0.25, 0.325, 0.4, 0.4, 0.04, 0.04]
+    assert [lrs[0] for lrs in lr_sequence(cfg)] == pytest.approx(expected, rel=1e-12)
+    scaling = lr_scaling(cfg)
+    assert (scaling.lr, scaling.rule, scaling.reference_lr, scaling.reference_batch) == (
+        pytest.approx(0.4), "linear", 0.1, 256
+    )
+    assert "0.4 = linear scaling rule: reference LR 0.1 at batch 256 x 1024 / 256" in scaling.describe()
+
+
+def test_sqrt_rule_and_bias_lr_factor():
+    cfg = make_cfg(
+        "SOLVER.LSR.ENABLED", "True", "SOLVER.LSR.RULE", "sqrt",
+        "SOLVER.LSR.REFERENCE_BATCH", 16, "SOLVER.LSR.REFERENCE_LR", 0.001, "SOLVER.IMS_PER_BATCH", 1024,
+        "SOLVER.BIAS_LR_FACTOR", 2.0,
+        "SOLVER.WARMUP_ITERS", 2, "SOLVER.WARMUP_FACTOR", 0.5, "SOLVER.STEPS", "()", "SOLVER.MAX_ITER", 4,
+    )  # fmt: skip
+    # peak 0.001 x sqrt(1024 / 16) = 0.008; warmup 0.5, 0.75; biases at twice the LR
+    seq = lr_sequence(cfg)
+    weight_lrs = sorted(seq[0])
+    assert weight_lrs == pytest.approx([0.004, 0.008])
+    assert [min(lrs) for lrs in seq] == pytest.approx([0.004, 0.006, 0.008, 0.008], rel=1e-12)
+    assert [max(lrs) for lrs in seq] == pytest.approx([0.008, 0.012, 0.016, 0.016], rel=1e-12)
+
+
+def test_disabled_rule_keeps_base_lr():
+    cfg = make_cfg(
+        "SOLVER.LSR.REFERENCE_LR", 0.5, "SOLVER.BASE_LR", 0.02, "SOLVER.IMS_PER_BATCH", 64,
+        "SOLVER.WARMUP_ITERS", 1, "SOLVER.WARMUP_FACTOR", 0.1, "SOLVER.STEPS", "()", "SOLVER.MAX_ITER", 3,
+    )  # fmt: skip
+    assert with_scaled_lr(cfg) is cfg
+    assert [lrs[0] for lrs in lr_sequence(cfg)] == pytest.approx([0.002, 0.02, 0.02], rel=1e-12)
+    assert lr_scaling(cfg).describe() == "LR 0.02 (SOLVER.BASE_LR; linear scaling rule disabled)"
+
+
+def test_cosine_end_lr_is_relative_to_the_scaled_lr():
+    cfg = make_cfg(
+        "SOLVER.LSR.ENABLED", "True", "SOLVER.LSR.REFERENCE_BATCH", 16, "SOLVER.LSR.REFERENCE_LR", 0.02,
+        "SOLVER.IMS_PER_BATCH", 64, "SOLVER.LR_SCHEDULER_NAME", "WarmupCosineLR", "SOLVER.BASE_LR_END", 0.001,
+        "SOLVER.WARMUP_ITERS", 0, "SOLVER.MAX_ITER", 4,
+    )  # fmt: skip
+    # peak 0.08; cosine from 0.08 to 0.001: 0.001 + (0.08 - 0.001) (1 + cos(pi t / 4)) / 2
+    expected = [0.08, 0.001 + 0.079 * (1 + 2**-0.5) / 2, 0.0405, 0.001 + 0.079 * (1 - 2**-0.5) / 2]
+    assert [lrs[0] for lrs in lr_sequence(cfg)] == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_copy_for_builders_leaves_the_config_alone():
+    cfg = make_cfg("SOLVER.LSR.ENABLED", "True", "SOLVER.IMS_PER_BATCH", 32, "SOLVER.BASE_LR", 0.3)
+    scaled = with_scaled_lr(cfg)
+    assert scaled.SOLVER.BASE_LR == pytest.approx(0.04) and cfg.SOLVER.BASE_LR == 0.3
+    assert scaled.is_frozen()
+
+
+@pytest.mark.parametrize(
+    "opts, match",
+    [
+        (["SOLVER.LSR.RULE", "cubic"], "SOLVER.LSR.RULE must be one of"),
+        (["SOLVER.LSR.REFERENCE_BATCH", 0], "REFERENCE_BATCH >= 1"),
+        (["SOLVER.LSR.REFERENCE_LR", 0.0], "REFERENCE_LR > 0"),
+    ],
+)
+def test_invalid_rule_settings(opts, match):
+    with pytest.raises(ValueError, match=match):
+        lr_scaling(make_cfg("SOLVER.LSR.ENABLED", "True", *opts))
+
+
+def test_one_scheduler_owns_the_lr():
+    # the schedule is Detectron2's LRMultiplier: the optimizer's LR is always its value
+    cfg = make_cfg("SOLVER.LSR.ENABLED", "True", "SOLVER.MAX_ITER", 5, "SOLVER.WARMUP_ITERS", 3)
+    optimizer = build_optimizer(with_scaled_lr(cfg), TwoGroups())
+    scheduler = build_lr_scheduler(cfg, optimizer)
+    from detectron2.solver import LRMultiplier
+
+    assert isinstance(scheduler, LRMultiplier)
+    for _ in range(4):
+        optimizer.step()
+        scheduler.step()
+        assert [g["lr"] for g in optimizer.param_groups] == scheduler.get_last_lr()
