@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import multiprocessing
 from typing import Dict, Iterator, List, Optional
 
 import cv2
@@ -72,6 +73,11 @@ def _loader(cfg, dataset, batch_sampler) -> DataLoader:
             persistent_workers=True,
             timeout=cfg.DATALOADER.TIMEOUT,
         )
+        # Processes started by `launch` (spawn) would spawn their workers too,
+        # re-importing torch in each; fork them where the platform can.
+        if "fork" in multiprocessing.get_all_start_methods():
+            extra["multiprocessing_context"] = "fork"
+
     return DataLoader(
         dataset,
         batch_sampler=batch_sampler,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Dict
 
 import torch
@@ -28,7 +29,8 @@ def _unwrap(state: Dict) -> Dict[str, torch.Tensor]:
 
 
 def load_imagenet_weights(backbone: nn.Module, path: str) -> None:
-    """Load a torchvision-format ResNet state dict from ``path`` into ``backbone``.
+    """Load a torchvision-format ResNet state dict from ``path`` (``~`` expanded)
+    into ``backbone``.
 
     Tensors are matched by name; 2D conv kernels are inflated where the backbone
     has 3D ones (:func:`inflate_conv_weight`). The classifier (``fc.*``) and any
@@ -38,6 +40,12 @@ def load_imagenet_weights(backbone: nn.Module, path: str) -> None:
         FileNotFoundError: ``path`` does not exist.
         ValueError: no tensor of the file matches the backbone (a wrong file).
     """
+    path = os.path.expanduser(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"ImageNet weights not found at {path} (MODEL.VIDEO.PRETRAINED); point it to a "
+            "local torchvision ResNet state dict, or set it to '' to start from scratch"
+        )
     state = _unwrap(torch.load(path, map_location="cpu", weights_only=True))
     own = backbone.state_dict()
     loaded, inflated, skipped = {}, [], []
