@@ -7,8 +7,11 @@ from ``largedet.solver.get_optimizer_params`` as in training (biases: no weight
 decay, and for LAMB / PMD-LAMB / LARS no trust ratio). All optimizers share the
 parameters and gradients, each keeps its own state; repetitions are interleaved
 (the order rotates every round) so that a noisy, shared machine affects all alike.
-Prints the median step time of each optimizer and its ratio to
-``torch.optim.AdamW(foreach=True)``.
+Prints, for each optimizer, the median wall-clock step time and its ratio to
+``torch.optim.AdamW(foreach=True)``; the median over rounds of the ratio to AdamW's
+step in the same round (paired, so slow drifts of the machine's load cancel); the
+median process CPU time per step (all threads; time spent waiting for a core on a
+shared machine is not counted) and its ratio to AdamW's; and the fastest step.
 
     python benchmarks/optimizer_step.py [--rounds 15] [--device cpu]
 """
@@ -21,7 +24,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import torch
 
@@ -75,14 +78,15 @@ def optimizers(cfg, model, device: str) -> Dict[str, torch.optim.Optimizer]:
     return {name: make() for name, make in makers.items()}
 
 
-def timed_step(opt: torch.optim.Optimizer, device: str) -> float:
+def timed_step(opt: torch.optim.Optimizer, device: str) -> Tuple[float, float]:
+    """(wall-clock seconds, process CPU seconds) of one ``opt.step()``."""
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     opt.step()
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def main() -> None:
@@ -101,21 +105,32 @@ def main() -> None:
         for name in names:
             opts[name].step()
     times: Dict[str, List[float]] = {name: [] for name in names}
+    cpu_times: Dict[str, List[float]] = {name: [] for name in names}
     for r in range(args.rounds):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
-            times[name].append(timed_step(opts[name], args.device))
+            wall, cpu = timed_step(opts[name], args.device)
+            times[name].append(wall)
+            cpu_times[name].append(cpu)
 
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.processor() or platform.machine()}"
     logger.info(
         "Faster R-CNN R50-FPN: %.1fM trainable parameters, %s (%s, %s cores), torch %s, %d threads, %d rounds",
         n / 1e6, args.device, where, os.cpu_count(), torch.__version__, torch.get_num_threads(), args.rounds,
     )
-    base = statistics.median(times["AdamW(foreach=True)"])
-    logger.info("%-34s %12s %10s %10s", "optimizer", "median (ms)", "vs AdamW", "min (ms)")
+    ref = "AdamW(foreach=True)"
+    base, cpu_base = statistics.median(times[ref]), statistics.median(cpu_times[ref])
+    logger.info(
+        "%-32s %12s %9s %12s %13s %9s %9s",
+        "optimizer", "median (ms)", "vs AdamW", "paired ratio", "CPU med (ms)", "vs AdamW", "min (ms)",
+    )
     for name in names:
-        med = statistics.median(times[name])
-        logger.info("%-34s %12.1f %9.2fx %10.1f", name, med * 1e3, med / base, min(times[name]) * 1e3)
+        med, cpu_med = statistics.median(times[name]), statistics.median(cpu_times[name])
+        paired = statistics.median(t / a for t, a in zip(times[name], times[ref]))
+        logger.info(
+            "%-32s %12.1f %8.2fx %11.2fx %13.1f %8.2fx %9.1f",
+            name, med * 1e3, med / base, paired, cpu_med * 1e3, cpu_med / cpu_base, min(times[name]) * 1e3,
+        )
 
 
 if __name__ == "__main__":
