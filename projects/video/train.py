@@ -2,14 +2,15 @@
 """Train or evaluate a video classifier (TSM, TSN, I3D) with largedet.
 
     python projects/video/train.py        # the built-in demo: TSM-R18 on generated videos, CPU
-    python projects/video/train.py --config-file projects/video/configs/kinetics400_tsm_r50_8f.yaml \
+    python projects/video/train.py --config-file projects/video/configs/kinetics400_tsm_r50_8f.yaml \\
         --num-gpus 8 [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
     torchrun --nproc_per_node 8 projects/video/train.py --config-file CFG
     python projects/video/train.py --config-file CFG --eval-only MODEL.WEIGHTS model_final.pth
 
 Trailing ``KEY VALUE`` pairs override the config; ``--resume`` continues from the
 last checkpoint in OUTPUT_DIR. Without a GPU, ``--num-gpus N`` starts N CPU
-processes (gloo).
+processes (gloo). The global batch SOLVER.IMS_PER_BATCH must split into whole
+micro-batches over the processes; that is checked before any process starts.
 """
 
 import logging
@@ -24,8 +25,13 @@ from detectron2.config import get_cfg  # noqa: E402
 from detectron2.engine import default_setup  # noqa: E402
 from detectron2.utils import comm  # noqa: E402
 from detectron2.utils.logger import setup_logger  # noqa: E402
-from largedet.engine import largedet_argument_parser, resolve_device  # noqa: E402
-from largedet.solver import build_optimizer  # noqa: E402
+from largedet.engine import (  # noqa: E402
+    BatchArithmeticError,
+    Trainer as LargeBatchTrainer,
+    batch_plan,
+    largedet_argument_parser,
+    resolve_device,
+)
 
 from largedet_video import add_video_config  # noqa: E402
 from largedet_video.data import (  # noqa: E402
@@ -33,7 +39,7 @@ from largedet_video.data import (  # noqa: E402
     build_video_train_loader,
     register_video_datasets,
 )
-from largedet_video.engine import VideoTrainer, launch  # noqa: E402
+from largedet_video.engine import SkippedVideosHook, launch, planned_world_size  # noqa: E402
 from largedet_video.evaluation import VideoClassificationEvaluator  # noqa: E402
 
 DEFAULT_CONFIG = os.path.join(
@@ -42,14 +48,13 @@ DEFAULT_CONFIG = os.path.join(
 logger = logging.getLogger("largedet_video")
 
 
-class Trainer(VideoTrainer):
-    @classmethod
-    def build_optimizer(cls, cfg, model):
-        return build_optimizer(cfg, model)
+class Trainer(LargeBatchTrainer):
+    """largedet's trainer (global batch with accumulation, LSR + warmup, PMD-LAMB and
+    the other optimizers, Sync-BN, DDP on GPUs or CPUs) with video data and evaluation."""
 
     @classmethod
     def build_train_loader(cls, cfg):
-        return build_video_train_loader(cfg)
+        return build_video_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
@@ -59,14 +64,24 @@ class Trainer(VideoTrainer):
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
         return VideoClassificationEvaluator(dataset_name)
 
+    def build_hooks(self):
+        hooks = super().build_hooks()
+        hooks.insert(1, SkippedVideosHook(self._trainer.data_loader))
+        return hooks
 
-def setup(args):
+
+def build_cfg(args):
     cfg = get_cfg()
     add_video_config(cfg)
     cfg.merge_from_file(args.config_file or DEFAULT_CONFIG)
     cfg.merge_from_list(args.opts)
     resolve_device(cfg)
     cfg.freeze()
+    return cfg
+
+
+def setup(args):
+    cfg = build_cfg(args)
     default_setup(cfg, args)
     for name in ("largedet", "largedet_video"):
         setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name=name)
@@ -97,4 +112,11 @@ def main(args):
 
 
 if __name__ == "__main__":
-    launch(main, largedet_argument_parser().parse_args())
+    parser = largedet_argument_parser()
+    args = parser.parse_args()
+    if not args.eval_only:
+        try:
+            batch_plan(build_cfg(args), planned_world_size(args))
+        except BatchArithmeticError as e:
+            parser.error(str(e))
+    launch(main, args)

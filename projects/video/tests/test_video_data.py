@@ -8,7 +8,8 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+from largedet.engine import ResumableTrainingSampler
+from torch.utils.data import BatchSampler, DataLoader
 
 from largedet_video.data import (
     ClipShape,
@@ -23,7 +24,7 @@ from largedet_video.data import (
     open_video,
     prepare_moving_shapes,
 )
-from largedet_video.data.build import TrainLoader
+from largedet_video.data.build import VideoTrainLoader
 from largedet_video.data.lists import kinetics_file_name
 from largedet_video.data.moving_shapes import load_moving_shapes, render_moving_shape, write_mp4
 
@@ -184,7 +185,8 @@ def test_unreadable_videos_are_skipped_counted_and_logged(tmp_path, coded_video,
     assert "corrupt.mp4" in caplog.text and "missing.mp4" in caplog.text
 
     # The loader reports the total it saw.
-    loader = TrainLoader(DataLoader(train, batch_sampler=BatchSampler(SequentialSampler(train), 4, False)))
+    sampler = ResumableTrainingSampler(len(train), shuffle=False, seed=0)
+    loader = VideoTrainLoader(DataLoader(train, batch_sampler=BatchSampler(sampler, 4, True)), sampler)
     batch = next(iter(loader))
     assert "num_skipped" not in batch and batch["clip"].shape == (4, 4, 3, 16, 16)
     assert loader.num_skipped >= 3

@@ -54,7 +54,7 @@ def test_two_gloo_processes_train_and_evaluate(tiny_shapes, tiny_shapes_spec, tm
         ["--num-gpus", "2", *tiny_overrides(tiny_shapes_spec, out), "MODEL.VIDEO.NORM", "SyncBN"],
         os.path.dirname(tiny_shapes),
     )
-    assert "2 process(es) x 2 clips = 4 clips per step" in log
+    assert "world size 2; global batch 4 (SOLVER.IMS_PER_BATCH); 2 image(s) per device" in log
     assert "moving_shapes_val: top-1" in log
     assert os.path.isfile(os.path.join(out, "model_final.pth"))
     assert os.path.isfile(os.path.join(out, "log.txt.rank1"))

@@ -3,8 +3,9 @@
 Decoding, sampling and cropping run in DataLoader worker processes
 (``DATALOADER.NUM_WORKERS``), each preparing ``DATALOADER.PREFETCH_FACTOR``
 batches ahead; batches reach the model as uint8 tensors (normalized on the
-device). Training uses Detectron2's infinite, rank-sharded ``TrainingSampler``;
-testing its ``InferenceSampler``.
+device). Training draws from largedet's resumable version of Detectron2's
+infinite, rank-sharded ``TrainingSampler`` (the data position survives
+``--resume``); testing uses Detectron2's ``InferenceSampler``.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from __future__ import annotations
 import itertools
 import logging
 import multiprocessing
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, List
 
 import cv2
 import torch
 from detectron2.data import DatasetCatalog
 from detectron2.data.build import worker_init_reset_seed
-from detectron2.data.samplers import InferenceSampler, TrainingSampler
-from detectron2.utils import comm
+from detectron2.data.samplers import InferenceSampler
+from largedet.engine import ResumableLoader, ResumableTrainingSampler
 from torch.utils.data import BatchSampler, DataLoader
 
 from .dataset import TestViews, TrainAugmentation, VideoDataset
@@ -29,7 +30,8 @@ __all__ = [
     "build_video_dataset",
     "build_video_train_loader",
     "build_video_test_loader",
-    "TrainLoader",
+    "VideoTrainLoader",
+    "describe_clips",
 ]
 
 logger = logging.getLogger(__name__)
@@ -88,14 +90,18 @@ def _loader(cfg, dataset, batch_sampler) -> DataLoader:
     )
 
 
-class TrainLoader:
-    """An endless iterator of training batches that counts the unreadable
-    videos the workers passed over (``num_skipped``, this process's total)."""
+class VideoTrainLoader(ResumableLoader):
+    """This rank's endless stream of training batches (largedet's
+    :class:`~largedet.engine.ResumableLoader`), counting the unreadable videos
+    the workers passed over (``num_skipped``, this rank's total)."""
 
-    def __init__(self, loader: DataLoader):
-        self.loader = loader
-        self.dataset: VideoDataset = loader.dataset
+    def __init__(self, loader: DataLoader, sampler: ResumableTrainingSampler):
+        super().__init__(loader, sampler)
         self.num_skipped = 0
+
+    @property
+    def dataset(self) -> VideoDataset:
+        return self.loader.dataset
 
     def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
         for batch in self.loader:
@@ -108,24 +114,25 @@ class TrainLoader:
             yield batch
 
 
-def build_video_train_loader(cfg, sampler: Optional[torch.utils.data.Sampler] = None) -> TrainLoader:
-    """Batches of ``SOLVER.IMS_PER_BATCH / world_size`` clips for this rank.
+def describe_clips(cfg) -> str:
+    v = cfg.INPUT.VIDEO
+    return (
+        f"Clips: {v.NUM_FRAMES} frames ({v.SAMPLING} sampling), {v.TRAIN_CROP_SIZE}px training "
+        f"crops; test {v.TEST_NUM_CLIPS} clips x {v.TEST_NUM_CROPS} crops of {v.TEST_CROP_SIZE}px "
+        f"(short side {v.TEST_SHORT_SIDE}); decoder {v.DECODER}, "
+        f"{cfg.DATALOADER.NUM_WORKERS} loader worker(s) per process"
+    )
 
-    Args:
-        sampler: yields dataset keys (default: a shuffled, infinite, rank-sharded
-            ``TrainingSampler``).
-    """
-    world = comm.get_world_size()
-    if cfg.SOLVER.IMS_PER_BATCH % world:
-        raise ValueError(
-            f"SOLVER.IMS_PER_BATCH={cfg.SOLVER.IMS_PER_BATCH} (global clips per step) is not "
-            f"divisible by the {world} processes"
-        )
+
+def build_video_train_loader(cfg, clips_per_device: int) -> VideoTrainLoader:
+    """This rank's training batches of ``clips_per_device`` clips (the
+    micro-batch of largedet's batch plan: ``SOLVER.IMS_PER_BATCH`` / world size
+    unless ``SOLVER.IMS_PER_DEVICE`` asks for gradient accumulation)."""
     dataset = build_video_dataset(cfg, cfg.DATASETS.TRAIN, is_train=True)
-    if sampler is None:
-        sampler = TrainingSampler(len(dataset), shuffle=True)
-    batch_sampler = BatchSampler(sampler, cfg.SOLVER.IMS_PER_BATCH // world, drop_last=True)
-    return TrainLoader(_loader(cfg, dataset, batch_sampler))
+    sampler = ResumableTrainingSampler(len(dataset))
+    batch_sampler = BatchSampler(sampler, clips_per_device, drop_last=True)
+    logger.info("%s; %d training videos", describe_clips(cfg), len(dataset))
+    return VideoTrainLoader(_loader(cfg, dataset, batch_sampler), sampler)
 
 
 def build_video_test_loader(cfg, dataset_name: str) -> DataLoader:

@@ -1,14 +1,7 @@
-"""Training: the trainer, its hooks, and launching processes."""
+"""Training: hooks and process launch. The trainer itself is largedet's
+(``largedet.engine.Trainer``) with the video builders of ``projects/video/train.py``."""
 
 from .hooks import SkippedVideosHook
-from .launch import launch, launched_by_torchrun
-from .trainer import VideoTrainer, create_ddp_model, log_run_summary
+from .launch import launch, launched_by_torchrun, planned_world_size
 
-__all__ = [
-    "VideoTrainer",
-    "create_ddp_model",
-    "log_run_summary",
-    "SkippedVideosHook",
-    "launch",
-    "launched_by_torchrun",
-]
+__all__ = ["SkippedVideosHook", "launch", "launched_by_torchrun", "planned_world_size"]

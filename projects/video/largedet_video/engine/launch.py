@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from datetime import timedelta
 
@@ -11,13 +10,19 @@ import torch.distributed as dist
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-__all__ = ["launch", "launched_by_torchrun"]
-
-logger = logging.getLogger(__name__)
-
+__all__ = ["launch", "launched_by_torchrun", "planned_world_size"]
 
 def launched_by_torchrun() -> bool:
-    return "LOCAL_RANK" in os.environ and "LOCAL_WORLD_SIZE" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ
+    """Whether this process was started by ``torchrun`` (torch.distributed.run)."""
+    return "TORCHELASTIC_RUN_ID" in os.environ and "LOCAL_RANK" in os.environ
+
+
+def planned_world_size(args) -> int:
+    """The number of processes the job will have: torchrun's ``WORLD_SIZE``, or
+    ``--num-gpus`` x ``--num-machines``. Known before any process starts."""
+    if launched_by_torchrun():
+        return int(os.environ["WORLD_SIZE"])
+    return args.num_gpus * args.num_machines
 
 
 def launch(main_func, args, timeout: timedelta = timedelta(minutes=30)) -> None:

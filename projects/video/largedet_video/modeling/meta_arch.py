@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from detectron2.config import configurable
 from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.utils.events import get_event_storage
+from largedet.layers import convert_sync_batchnorm
 from torch import nn
 
-from ..layers import convert_sync_batchnorm
 from .backbone import build_video_backbone
 from .head import ClassificationHead
 
