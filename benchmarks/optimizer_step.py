@@ -64,17 +64,25 @@ def optimizers(cfg, model, device: str) -> Dict[str, torch.optim.Optimizer]:
         return get_optimizer_params(cfg, model)
 
     makers: Dict[str, Callable[[], torch.optim.Optimizer]] = {
-        "PMD-LAMB (multi-tensor)": lambda: PMDLAMB(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True),
-        "PMD-LAMB (per-tensor)": lambda: PMDLAMB(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=False),
+        "PMD-LAMB (multi-tensor)": lambda: PMDLAMB(
+            adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True
+        ),
+        "PMD-LAMB (per-tensor)": lambda: PMDLAMB(
+            adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=False
+        ),
         "LAMB": lambda: LAMB(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY),
         "LARS": lambda: LARS(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY),
-        "AdamW(foreach=True)": lambda: torch.optim.AdamW(plain(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True),
+        "AdamW(foreach=True)": lambda: torch.optim.AdamW(
+            plain(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True
+        ),
         "SGD(foreach=True, momentum=0.9)": lambda: torch.optim.SGD(
             plain(), lr=LR, momentum=0.9, weight_decay=WEIGHT_DECAY, foreach=True
         ),
     }
     if device == "cuda":
-        makers["AdamW(fused=True)"] = lambda: torch.optim.AdamW(plain(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True)
+        makers["AdamW(fused=True)"] = lambda: torch.optim.AdamW(
+            plain(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True
+        )
     return {name: make() for name, make in makers.items()}
 
 
@@ -107,29 +115,52 @@ def main() -> None:
     times: Dict[str, List[float]] = {name: [] for name in names}
     cpu_times: Dict[str, List[float]] = {name: [] for name in names}
     for r in range(args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             wall, cpu = timed_step(opts[name], args.device)
             times[name].append(wall)
             cpu_times[name].append(cpu)
 
-    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{platform.processor() or platform.machine()}"
+    where = (
+        torch.cuda.get_device_name()
+        if args.device == "cuda"
+        else f"{platform.processor() or platform.machine()}"
+    )
     logger.info(
-        "Faster R-CNN R50-FPN: %.1fM trainable parameters, %s (%s, %s cores), torch %s, %d threads, %d rounds",
-        n / 1e6, args.device, where, os.cpu_count(), torch.__version__, torch.get_num_threads(), args.rounds,
+        "Faster R-CNN R50-FPN: %.1fM trainable parameters, %s (%s, %s cores), torch %s, "
+        "%d threads, %d rounds",
+        n / 1e6,
+        args.device,
+        where,
+        os.cpu_count(),
+        torch.__version__,
+        torch.get_num_threads(),
+        args.rounds,
     )
     ref = "AdamW(foreach=True)"
     base, cpu_base = statistics.median(times[ref]), statistics.median(cpu_times[ref])
     logger.info(
         "%-32s %12s %9s %12s %13s %9s %9s",
-        "optimizer", "median (ms)", "vs AdamW", "paired ratio", "CPU med (ms)", "vs AdamW", "min (ms)",
+        "optimizer",
+        "median (ms)",
+        "vs AdamW",
+        "paired ratio",
+        "CPU med (ms)",
+        "vs AdamW",
+        "min (ms)",
     )
     for name in names:
         med, cpu_med = statistics.median(times[name]), statistics.median(cpu_times[name])
         paired = statistics.median(t / a for t, a in zip(times[name], times[ref]))
         logger.info(
             "%-32s %12.1f %8.2fx %11.2fx %13.1f %8.2fx %9.1f",
-            name, med * 1e3, med / base, paired, cpu_med * 1e3, cpu_med / cpu_base, min(times[name]) * 1e3,
+            name,
+            med * 1e3,
+            med / base,
+            paired,
+            cpu_med * 1e3,
+            cpu_med / cpu_base,
+            min(times[name]) * 1e3,
         )
 
 

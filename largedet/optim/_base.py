@@ -68,8 +68,14 @@ def foreach_buckets(tensors: Sequence[Tensor]) -> List[Tuple[torch.dtype, List[i
     return buckets
 
 
-def layerwise_trust(w_norms: Sequence[Tensor], u_norms: Sequence[Tensor], *, eta: float = 1.0,
-                    weight_decay: float = 0.0, max_value: Optional[float] = None) -> Tensor:
+def layerwise_trust(
+    w_norms: Sequence[Tensor],
+    u_norms: Sequence[Tensor],
+    *,
+    eta: float = 1.0,
+    weight_decay: float = 0.0,
+    max_value: Optional[float] = None,
+) -> Tensor:
     """Per-tensor trust ratios, as a 1-D tensor on the norms' device.
 
     ``trust_i = eta * ||w_i|| / (||u_i|| + weight_decay * ||w_i||)`` where ``||w_i|| > 0``
@@ -113,12 +119,10 @@ class LayerwiseOptimizer(Optimizer):
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         merged = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}
         self._validate_group(merged)
-        params = param_group["params"]
-        params = [params] if isinstance(params, Tensor) else list(params)
-        for p in params:
-            if p.is_complex():
-                raise ValueError(f"{type(self).__name__} does not support complex parameters")
         super().add_param_group(param_group)
+        if any(p.is_complex() for p in self.param_groups[-1]["params"]):
+            self.param_groups.pop()
+            raise ValueError(f"{type(self).__name__} does not support complex parameters")
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         super().__setstate__(state)
@@ -155,4 +159,3 @@ class LayerwiseOptimizer(Optimizer):
             return None
         with torch.enable_grad():
             return closure()
-

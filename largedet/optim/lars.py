@@ -3,10 +3,11 @@
 For each parameter tensor ``w`` with gradient ``g``, at step ``t`` (Algorithm 1 of the
 paper, the learning rate inside the momentum buffer)::
 
-    d_t    = g_t + lambda * w_{t-1}                              lambda = weight decay
-    trust  = eta * ||w_{t-1}|| / (||g_t|| + lambda * ||w_{t-1}||)   if ||w|| > 0 and ||g|| > 0, else 1
-    buf_t  = mu * buf_{t-1} + lr_t * trust * d_t                 buf_0 = 0, mu = momentum
-    w_t    = w_{t-1} - buf_t                                     (trust = 1 where adapt=False)
+    d_t    = g_t + lambda * w_{t-1}                     lambda = weight decay
+    trust  = eta * ||w_{t-1}|| / (||g_t|| + lambda * ||w_{t-1}||)
+                                       if ||w_{t-1}|| > 0 and ||g_t|| > 0, else 1
+    buf_t  = mu * buf_{t-1} + lr_t * trust * d_t        buf_0 = 0, mu = momentum
+    w_t    = w_{t-1} - buf_t                            (trust = 1 where adapt=False)
 
 With ``adapt=False`` a group is plain SGD with momentum and L2 weight decay, the
 learning rate applied before the momentum.
@@ -20,7 +21,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import torch
 from torch import Tensor
 
-from ._base import LOW_PRECISION_DTYPES, LayerwiseOptimizer, foreach_buckets, layerwise_trust, state_dtype, upcast
+from ._base import (
+    LOW_PRECISION_DTYPES,
+    LayerwiseOptimizer,
+    foreach_buckets,
+    layerwise_trust,
+    state_dtype,
+    upcast,
+)
 
 __all__ = ["LARS"]
 
@@ -60,7 +68,14 @@ class LARS(LayerwiseOptimizer):
         adapt: bool = True,
         foreach: Optional[bool] = None,
     ) -> None:
-        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta, adapt=adapt, foreach=foreach)
+        defaults = dict(
+            lr=lr,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            eta=eta,
+            adapt=adapt,
+            foreach=foreach,
+        )
         super().__init__(params, defaults)
 
     def _validate_group(self, group: Dict[str, Any]) -> None:
@@ -108,8 +123,9 @@ class LARS(LayerwiseOptimizer):
         return loss
 
 
-def _lars_per_tensor(inputs: _Inputs, *, lr: float, momentum: float, weight_decay: float, eta: float,
-                     adapt: bool) -> None:
+def _lars_per_tensor(
+    inputs: _Inputs, *, lr: float, momentum: float, weight_decay: float, eta: float, adapt: bool
+) -> None:
     """Reference path: one parameter at a time, the same operations as the foreach path."""
     for i, p in enumerate(inputs.params):
         (w,), (g,) = upcast([p]), upcast([inputs.grads[i]])
@@ -117,8 +133,12 @@ def _lars_per_tensor(inputs: _Inputs, *, lr: float, momentum: float, weight_deca
         d = g.add(w, alpha=weight_decay) if weight_decay != 0.0 else g
         buf.mul_(momentum)
         if adapt:
-            trust = layerwise_trust([torch.linalg.vector_norm(w)], [torch.linalg.vector_norm(g)], eta=eta,
-                                    weight_decay=weight_decay)
+            trust = layerwise_trust(
+                [torch.linalg.vector_norm(w)],
+                [torch.linalg.vector_norm(g)],
+                eta=eta,
+                weight_decay=weight_decay,
+            )
             buf.addcmul_(d, trust[0], value=lr)
         else:
             buf.add_(d, alpha=lr)
@@ -127,8 +147,9 @@ def _lars_per_tensor(inputs: _Inputs, *, lr: float, momentum: float, weight_deca
             p.copy_(w)
 
 
-def _lars_foreach(inputs: _Inputs, *, lr: float, momentum: float, weight_decay: float, eta: float,
-                  adapt: bool) -> None:
+def _lars_foreach(
+    inputs: _Inputs, *, lr: float, momentum: float, weight_decay: float, eta: float, adapt: bool
+) -> None:
     """Multi-tensor path: ``torch._foreach_*`` per bucket of one device and dtype, no host sync."""
     for dtype, idx in foreach_buckets(inputs.params):
         params = [inputs.params[i] for i in idx]
@@ -138,8 +159,9 @@ def _lars_foreach(inputs: _Inputs, *, lr: float, momentum: float, weight_decay: 
         d = torch._foreach_add(g, w, alpha=weight_decay) if weight_decay != 0.0 else g
         torch._foreach_mul_(buf, momentum)
         if adapt:
-            trust = layerwise_trust(torch._foreach_norm(w), torch._foreach_norm(g), eta=eta,
-                                    weight_decay=weight_decay)
+            trust = layerwise_trust(
+                torch._foreach_norm(w), torch._foreach_norm(g), eta=eta, weight_decay=weight_decay
+            )
             torch._foreach_addcmul_(buf, d, trust.unbind(0), value=lr)
         else:
             torch._foreach_add_(buf, d, alpha=lr)

@@ -41,7 +41,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._base import LOW_PRECISION_DTYPES, LayerwiseOptimizer, foreach_buckets, layerwise_trust, state_dtype, upcast
+from ._base import (
+    LOW_PRECISION_DTYPES,
+    LayerwiseOptimizer,
+    foreach_buckets,
+    layerwise_trust,
+    state_dtype,
+    upcast,
+)
 
 __all__ = ["PMDLAMB", "LAMB", "MOMENT_DECAYS", "moment_decay"]
 
@@ -165,8 +172,12 @@ class PMDLAMB(LayerwiseOptimizer):
             state = self.state[p]
             if len(state) == 0:
                 state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p, dtype=state_dtype(p), memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, dtype=state_dtype(p), memory_format=torch.preserve_format)
+                state["exp_avg"] = torch.zeros_like(
+                    p, dtype=state_dtype(p), memory_format=torch.preserve_format
+                )
+                state["exp_avg_sq"] = torch.zeros_like(
+                    p, dtype=state_dtype(p), memory_format=torch.preserve_format
+                )
                 state["exp_avg_weight"] = 0.0
                 state["exp_avg_sq_weight"] = 0.0
             t = state["step"] + 1
@@ -240,8 +251,15 @@ class LAMB(PMDLAMB):
         )
 
 
-def _pmd_lamb_per_tensor(inputs: _Inputs, *, lr: float, eps: float, weight_decay: float, adapt: bool,
-                         max_trust_ratio: Optional[float]) -> None:
+def _pmd_lamb_per_tensor(
+    inputs: _Inputs,
+    *,
+    lr: float,
+    eps: float,
+    weight_decay: float,
+    adapt: bool,
+    max_trust_ratio: Optional[float],
+) -> None:
     """Reference path: one parameter at a time, the same operations as the foreach path."""
     for i, p in enumerate(inputs.params):
         (w,), (g,) = upcast([p]), upcast([inputs.grads[i]])
@@ -254,8 +272,11 @@ def _pmd_lamb_per_tensor(inputs: _Inputs, *, lr: float, eps: float, weight_decay
         else:
             x = m.div(denom)
         if adapt:
-            trust = layerwise_trust([torch.linalg.vector_norm(w)], [torch.linalg.vector_norm(x)],
-                                    max_value=max_trust_ratio)
+            trust = layerwise_trust(
+                [torch.linalg.vector_norm(w)],
+                [torch.linalg.vector_norm(x)],
+                max_value=max_trust_ratio,
+            )
             w.addcmul_(x, trust[0], value=-lr)
         else:
             w.add_(x, alpha=-lr)
@@ -263,8 +284,15 @@ def _pmd_lamb_per_tensor(inputs: _Inputs, *, lr: float, eps: float, weight_decay
             p.copy_(w)
 
 
-def _pmd_lamb_foreach(inputs: _Inputs, *, lr: float, eps: float, weight_decay: float, adapt: bool,
-                      max_trust_ratio: Optional[float]) -> None:
+def _pmd_lamb_foreach(
+    inputs: _Inputs,
+    *,
+    lr: float,
+    eps: float,
+    weight_decay: float,
+    adapt: bool,
+    max_trust_ratio: Optional[float],
+) -> None:
     """Multi-tensor path: ``torch._foreach_*`` per bucket of one device and dtype, no host sync."""
     for dtype, idx in foreach_buckets(inputs.params):
         params = [inputs.params[i] for i in idx]
@@ -284,7 +312,9 @@ def _pmd_lamb_foreach(inputs: _Inputs, *, lr: float, eps: float, weight_decay: f
             x = torch._foreach_div(m, denom)
         del denom
         if adapt:
-            trust = layerwise_trust(torch._foreach_norm(w), torch._foreach_norm(x), max_value=max_trust_ratio)
+            trust = layerwise_trust(
+                torch._foreach_norm(w), torch._foreach_norm(x), max_value=max_trust_ratio
+            )
             torch._foreach_addcmul_(w, x, trust.unbind(0), value=-lr)
         else:
             torch._foreach_add_(w, x, alpha=-lr)

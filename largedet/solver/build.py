@@ -57,7 +57,9 @@ NORM_MODULE_TYPES = (
 )
 
 
-def get_optimizer_params(cfg: CfgNode, model: torch.nn.Module, *, layer_adaptive: bool = False) -> List[Dict[str, Any]]:
+def get_optimizer_params(
+    cfg: CfgNode, model: torch.nn.Module, *, layer_adaptive: bool = False
+) -> List[Dict[str, Any]]:
     """Parameter groups of ``model``'s trainable parameters, as few as possible.
 
     Detectron2's ``get_default_optimizer_params`` sets each parameter's ``lr``

@@ -39,7 +39,10 @@ def lr_at(t):
 
 def initial_weights():
     gen = torch.Generator().manual_seed(0)
-    return [torch.randn(s, generator=gen, dtype=torch.float64) * (0.0 if i == 2 else 1.0) for i, s in enumerate(SHAPES)]
+    return [
+        torch.randn(s, generator=gen, dtype=torch.float64) * (0.0 if i == 2 else 1.0)
+        for i, s in enumerate(SHAPES)
+    ]
 
 
 def noises_for(n, seed=1):
@@ -75,8 +78,16 @@ def test_matches_formula(foreach):
             hp = {**DEFAULTS, **over}
             for i in idx:
                 g = 0.5 * ref_w[i] + noise[i]
-                ref_w[i], ref_buf[i] = ref_lars_step(ref_w[i], ref_buf[i], g, lr=lr_at(t), momentum=hp["momentum"],
-                                                     wd=hp["weight_decay"], eta=hp["eta"], adapt=hp["adapt"])
+                ref_w[i], ref_buf[i] = ref_lars_step(
+                    ref_w[i],
+                    ref_buf[i],
+                    g,
+                    lr=lr_at(t),
+                    momentum=hp["momentum"],
+                    wd=hp["weight_decay"],
+                    eta=hp["eta"],
+                    adapt=hp["adapt"],
+                )
         for p, e in zip(params, ref_w):
             torch.testing.assert_close(p.detach(), e, rtol=1e-12, atol=1e-12)
     assert all((p.detach() - w).abs().max() > 1e-2 for p, w in zip(params, init))
@@ -115,8 +126,12 @@ def test_foreach_equals_per_tensor_mixed_dtypes(bucket_numel, monkeypatch):
             torch.nn.Parameter(torch.zeros(4, dtype=torch.float64)),
         ]
         assert not params[1].is_contiguous() and not params[2].is_contiguous()
-        opt = LARS([{"params": params[:4]}, {"params": params[4:], "adapt": False}], lr=0.2, weight_decay=0.01,
-                   foreach=foreach)
+        opt = LARS(
+            [{"params": params[:4]}, {"params": params[4:], "adapt": False}],
+            lr=0.2,
+            weight_decay=0.01,
+            foreach=foreach,
+        )
         for _ in range(9):
             for p in params:
                 p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
@@ -126,7 +141,9 @@ def test_foreach_equals_per_tensor_mixed_dtypes(bucket_numel, monkeypatch):
     (fast, opt_fast), (slow, opt_slow) = run(True), run(False)
     for a, b in zip(fast, slow):
         assert torch.equal(a, b)
-        assert torch.equal(opt_fast.state[a]["momentum_buffer"], opt_slow.state[b]["momentum_buffer"])
+        assert torch.equal(
+            opt_fast.state[a]["momentum_buffer"], opt_slow.state[b]["momentum_buffer"]
+        )
     assert opt_fast.state[fast[3]]["momentum_buffer"].dtype == torch.float32
 
 
@@ -153,8 +170,12 @@ def test_state_dict_round_trip(foreach):
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [(dict(lr=-0.1), "lr"), (dict(momentum=-0.9), "momentum"), (dict(weight_decay=-1e-4), "weight_decay"),
-     (dict(eta=0.0), "eta")],
+    [
+        (dict(lr=-0.1), "lr"),
+        (dict(momentum=-0.9), "momentum"),
+        (dict(weight_decay=-1e-4), "weight_decay"),
+        (dict(eta=0.0), "eta"),
+    ],
 )
 def test_invalid_hyperparameters(kwargs, name):
     with pytest.raises(ValueError, match=name):

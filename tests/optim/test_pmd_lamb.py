@@ -73,10 +73,21 @@ SCALES = [1.0, 30.0, 0.0, 1.0, 30.0]
 
 def make_setup(decay, dtype=torch.float64):
     gen = torch.Generator().manual_seed(0)
-    init = [s * torch.randn(shape, generator=gen, dtype=torch.float64) for shape, s in zip(SHAPES, SCALES)]
+    init = [
+        s * torch.randn(shape, generator=gen, dtype=torch.float64)
+        for shape, s in zip(SHAPES, SCALES)
+    ]
     other = "linear" if decay != "linear" else "cosine"
-    defaults = dict(lr=0.05, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.01, period=7, decay=decay,
-                    max_trust_ratio=10.0, adapt=True)
+    defaults = dict(
+        lr=0.05,
+        betas=(0.9, 0.99),
+        eps=1e-6,
+        weight_decay=0.01,
+        period=7,
+        decay=decay,
+        max_trust_ratio=10.0,
+        adapt=True,
+    )
     group_over = [
         {},
         dict(adapt=False, weight_decay=0.0, period=5),
@@ -94,22 +105,40 @@ def run_reference(init, defaults, group_over, members, noises):
             hp = {**defaults, **over}
             for i in idx:
                 g = grad_fn(refs[i].w, noise[i])
-                raw = ref_step(refs[i], g, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"],
-                               wd=hp["weight_decay"], period=hp["period"], decay=hp["decay"],
-                               max_trust=hp["max_trust_ratio"], adapt=hp["adapt"])
-                clamped |= raw is not None and hp["max_trust_ratio"] is not None and raw > hp["max_trust_ratio"]
+                raw = ref_step(
+                    refs[i],
+                    g,
+                    lr=hp["lr"],
+                    betas=hp["betas"],
+                    eps=hp["eps"],
+                    wd=hp["weight_decay"],
+                    period=hp["period"],
+                    decay=hp["decay"],
+                    max_trust=hp["max_trust_ratio"],
+                    adapt=hp["adapt"],
+                )
+                clamped |= (
+                    raw is not None
+                    and hp["max_trust_ratio"] is not None
+                    and raw > hp["max_trust_ratio"]
+                )
         yield [r.w.clone() for r in refs], clamped
 
 
 def build(init, defaults, group_over, members, foreach, dtype=torch.float64, cls=PMDLAMB):
     params = [torch.nn.Parameter(w.to(dtype).clone()) for w in init]
-    groups = [{"params": [params[i] for i in idx], **over} for over, idx in zip(group_over, members)]
+    groups = [
+        {"params": [params[i] for i in idx], **over} for over, idx in zip(group_over, members)
+    ]
     return params, cls(groups, **defaults, foreach=foreach)
 
 
 def noises_for(n_steps, seed=1):
     gen = torch.Generator().manual_seed(seed)
-    return [[torch.randn(shape, generator=gen, dtype=torch.float64) for shape in SHAPES] for _ in range(n_steps)]
+    return [
+        [torch.randn(shape, generator=gen, dtype=torch.float64) for shape in SHAPES]
+        for _ in range(n_steps)
+    ]
 
 
 def step_with_grads(params, opt, noise):
@@ -126,7 +155,9 @@ def test_matches_float64_reference(decay, foreach):
     noises = noises_for(n_steps)
     params, opt = build(init, defaults, group_over, members, foreach)
     clamped = False
-    for noise, (expected, clamped) in zip(noises, run_reference(init, defaults, group_over, members, noises)):
+    for noise, (expected, clamped) in zip(
+        noises, run_reference(init, defaults, group_over, members, noises)
+    ):
         step_with_grads(params, opt, noise)
         for p, e in zip(params, expected):
             torch.testing.assert_close(p.detach(), e, rtol=1e-12, atol=1e-12)
@@ -144,8 +175,18 @@ def test_stored_moments_are_normalised_averages():
     noises = noises_for(10)
     for noise in noises:
         g = grad_fn(ref.w, noise[0])
-        ref_step(ref, g, lr=0.05, betas=(0.9, 0.99), eps=1e-6, wd=0.01, period=7, decay="cosine",
-                 max_trust=10.0, adapt=True)
+        ref_step(
+            ref,
+            g,
+            lr=0.05,
+            betas=(0.9, 0.99),
+            eps=1e-6,
+            wd=0.01,
+            period=7,
+            decay="cosine",
+            max_trust=10.0,
+            adapt=True,
+        )
         step_with_grads(params, opt, noise)
     state = opt.state[params[0]]
     assert state["step"] == 10
@@ -168,9 +209,13 @@ def test_lamb_is_pmd_lamb_without_decay():
     runs = []
     for make in (
         lambda: build(init, lamb_defaults, group_over, members, True, cls=LAMB),
-        lambda: build(init, {**lamb_defaults, "decay": "none", "period": 7}, group_over, members, True),
+        lambda: build(
+            init, {**lamb_defaults, "decay": "none", "period": 7}, group_over, members, True
+        ),
         # period 1: u = 0 at every step, so gamma = d(0) = 1 for any shape
-        lambda: build(init, {**lamb_defaults, "decay": "cosine", "period": 1}, group_over, members, True),
+        lambda: build(
+            init, {**lamb_defaults, "decay": "cosine", "period": 1}, group_over, members, True
+        ),
     ):
         params, opt = make()
         for noise in noises:
@@ -228,7 +273,9 @@ def test_zero_update_leaves_weights_unchanged(foreach):
     w = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
     out = one_step(w, torch.zeros(3, dtype=torch.float64), foreach, lr=0.1)
     assert torch.equal(out, w)
-    out = one_step(torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64), foreach, lr=0.1)
+    out = one_step(
+        torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64), foreach, lr=0.1
+    )
     assert torch.equal(out, torch.zeros(3, dtype=torch.float64))
 
 
@@ -372,7 +419,12 @@ def test_checkpoint_without_newer_hyperparameters_loads():
     params, opt = build(weights, defaults, group_over, members, True)
     opt.load_state_dict(old)
     for group in opt.param_groups:
-        assert (group["period"], group["decay"], group["max_trust_ratio"], group["adapt"]) == (7, "linear", 10.0, True)
+        assert (group["period"], group["decay"], group["max_trust_ratio"], group["adapt"]) == (
+            7,
+            "linear",
+            10.0,
+            True,
+        )
     for noise in noises[5:]:
         step_with_grads(params, opt, noise)
     for p, e in zip(params, uninterrupted):
@@ -385,7 +437,9 @@ def test_setstate_fills_class_defaults():
         opt = cls([p])
         state = dict(opt.__dict__)
         state["defaults"] = {k: v for k, v in opt.defaults.items() if k not in ("decay", "period")}
-        state["param_groups"] = [{k: v for k, v in g.items() if k not in ("decay", "period")} for g in opt.param_groups]
+        state["param_groups"] = [
+            {k: v for k, v in g.items() if k not in ("decay", "period")} for g in opt.param_groups
+        ]
         fresh = cls.__new__(cls)
         fresh.__setstate__(state)
         assert fresh.param_groups[0]["decay"] == decay and fresh.defaults["decay"] == decay

@@ -59,19 +59,35 @@ def hyper_of(optimizer, model):
     """parameter name -> (weight_decay, adapt or None)."""
     names = {p: n for n, p in model.named_parameters()}
     return {
-        names[p]: (g["weight_decay"], g.get("adapt")) for g in optimizer.param_groups for p in g["params"]
+        names[p]: (g["weight_decay"], g.get("adapt"))
+        for g in optimizer.param_groups
+        for p in g["params"]
     }
 
 
 DECAYED = {"conv.weight", "fc.weight"}
-TRAINABLE = {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "gn.weight", "gn.bias", "fc.weight", "fc.bias"}
+TRAINABLE = {
+    "conv.weight",
+    "conv.bias",
+    "bn.weight",
+    "bn.bias",
+    "gn.weight",
+    "gn.bias",
+    "fc.weight",
+    "fc.bias",
+}
 
 EXPECTED = {
     "SGD": (torch.optim.SGD, dict(lr=0.004, momentum=0.8, nesterov=False)),
     "AdamW": (torch.optim.AdamW, dict(lr=0.004, betas=(0.9, 0.999), eps=1e-8)),
-    "LAMB": (optim.LAMB, dict(lr=0.004, betas=(0.8, 0.95), eps=1e-7, max_trust_ratio=5.0, decay="none")),
-    "PMD_LAMB": (optim.PMDLAMB, dict(lr=0.004, betas=(0.8, 0.95), eps=1e-7, max_trust_ratio=5.0, period=30,
-                                     decay="linear")),
+    "LAMB": (
+        optim.LAMB,
+        dict(lr=0.004, betas=(0.8, 0.95), eps=1e-7, max_trust_ratio=5.0, decay="none"),
+    ),
+    "PMD_LAMB": (
+        optim.PMDLAMB,
+        dict(lr=0.004, betas=(0.8, 0.95), eps=1e-7, max_trust_ratio=5.0, period=30, decay="linear"),
+    ),
     "LARS": (optim.LARS, dict(lr=0.004, momentum=0.8, eta=0.02)),
 }
 
@@ -97,15 +113,19 @@ def explicit_groups(model, adaptive):
     decayed = [model.conv.weight, model.fc.weight]
     rest = [p for n, p in model.named_parameters() if n in TRAINABLE and n not in DECAYED]
     extra = ({"adapt": True}, {"adapt": False}) if adaptive else ({}, {})
-    return [{"params": decayed, "weight_decay": 0.05, **extra[0]}, {"params": rest, "weight_decay": 0.0, **extra[1]}]
+    return [
+        {"params": decayed, "weight_decay": 0.05, **extra[0]},
+        {"params": rest, "weight_decay": 0.0, **extra[1]},
+    ]
 
 
 MANUAL = {
     "SGD": lambda g: torch.optim.SGD(g, lr=0.004, momentum=0.8),
     "AdamW": lambda g: torch.optim.AdamW(g, lr=0.004),
     "LAMB": lambda g: optim.LAMB(g, lr=0.004, betas=(0.8, 0.95), eps=1e-7, max_trust_ratio=5.0),
-    "PMD_LAMB": lambda g: optim.PMDLAMB(g, lr=0.004, betas=(0.8, 0.95), eps=1e-7, max_trust_ratio=5.0, period=30,
-                                       decay="linear"),
+    "PMD_LAMB": lambda g: optim.PMDLAMB(
+        g, lr=0.004, betas=(0.8, 0.95), eps=1e-7, max_trust_ratio=5.0, period=30, decay="linear"
+    ),
     "LARS": lambda g: optim.LARS(g, lr=0.004, momentum=0.8, eta=0.02),
 }
 
@@ -131,13 +151,17 @@ def test_built_optimizer_trains_like_the_explicit_one(tmp_path, name):
 
 def test_norm_and_bias_adaptation_and_decay_are_configurable(tmp_path):
     model = Tiny()
-    cfg = make_cfg(tmp_path, "PMD_LAMB", "SOLVER.ADAPT_NORM", "True", "SOLVER.WEIGHT_DECAY_NORM", "0.01")
+    cfg = make_cfg(
+        tmp_path, "PMD_LAMB", "SOLVER.ADAPT_NORM", "True", "SOLVER.WEIGHT_DECAY_NORM", "0.01"
+    )
     got = hyper_of(build_optimizer(cfg, model), model)
     assert got["bn.weight"] == (0.01, True) and got["gn.weight"] == (0.01, True)
     assert got["bn.bias"] == (0.0, False)  # a bias: SOLVER.ADAPT_BIAS and WEIGHT_DECAY_BIAS win
     assert got["conv.bias"] == (0.0, False)
 
-    cfg = make_cfg(tmp_path, "LARS", "SOLVER.ADAPT_BIAS", "True", "SOLVER.WEIGHT_DECAY_BIAS", "None")
+    cfg = make_cfg(
+        tmp_path, "LARS", "SOLVER.ADAPT_BIAS", "True", "SOLVER.WEIGHT_DECAY_BIAS", "None"
+    )
     got = hyper_of(build_optimizer(cfg, model), model)
     assert got["conv.bias"] == (0.05, True) and got["fc.bias"] == (0.05, True)
     assert got["bn.weight"] == (0.0, False)
@@ -147,17 +171,35 @@ def test_detectron2_backbone_groups(tmp_path):
     from detectron2.layers import ShapeSpec
     from detectron2.modeling import build_backbone
 
-    cfg = make_cfg(tmp_path, "PMD_LAMB", "MODEL.RESNETS.DEPTH", "18", "MODEL.RESNETS.RES2_OUT_CHANNELS", "64",
-                   "MODEL.RESNETS.NORM", "BN", "MODEL.BACKBONE.FREEZE_AT", "2")
+    cfg = make_cfg(
+        tmp_path,
+        "PMD_LAMB",
+        "MODEL.RESNETS.DEPTH",
+        "18",
+        "MODEL.RESNETS.RES2_OUT_CHANNELS",
+        "64",
+        "MODEL.RESNETS.NORM",
+        "BN",
+        "MODEL.BACKBONE.FREEZE_AT",
+        "2",
+    )
     backbone = build_backbone(cfg, ShapeSpec(channels=3))
     groups = get_optimizer_params(cfg, backbone, layer_adaptive=True)
     trainable = [p for p in backbone.parameters() if p.requires_grad]
-    assert sum(len(g["params"]) for g in groups) == len(trainable) < len(list(backbone.parameters()))
-    norm = {id(m.weight) for m in backbone.modules() if isinstance(m, torch.nn.BatchNorm2d) and m.weight.requires_grad}
+    assert (
+        sum(len(g["params"]) for g in groups) == len(trainable) < len(list(backbone.parameters()))
+    )
+    norm = {
+        id(m.weight)
+        for m in backbone.modules()
+        if isinstance(m, torch.nn.BatchNorm2d) and m.weight.requires_grad
+    }
     assert norm
     for group in groups:
         for p in group["params"]:
-            assert group["adapt"] is (p.dim() == 4)  # conv weights adapt, BN weights and biases do not
+            assert group["adapt"] is (
+                p.dim() == 4
+            )  # conv weights adapt, BN weights and biases do not
             assert (id(p) in norm) <= (group["weight_decay"] == 0.0)
 
 
@@ -165,8 +207,16 @@ def test_gradient_clipping_still_applies(tmp_path):
     torch.manual_seed(0)
     a, b = Tiny(), Tiny()
     b.load_state_dict(a.state_dict())
-    cfg = make_cfg(tmp_path, "PMD_LAMB", "SOLVER.CLIP_GRADIENTS.ENABLED", "True",
-                   "SOLVER.CLIP_GRADIENTS.CLIP_TYPE", "value", "SOLVER.CLIP_GRADIENTS.CLIP_VALUE", "0.01")
+    cfg = make_cfg(
+        tmp_path,
+        "PMD_LAMB",
+        "SOLVER.CLIP_GRADIENTS.ENABLED",
+        "True",
+        "SOLVER.CLIP_GRADIENTS.CLIP_TYPE",
+        "value",
+        "SOLVER.CLIP_GRADIENTS.CLIP_VALUE",
+        "0.01",
+    )
     clipped = build_optimizer(cfg, a)
     assert isinstance(clipped, optim.PMDLAMB) and type(clipped) is not optim.PMDLAMB
     plain = build_optimizer(make_cfg(tmp_path, "PMD_LAMB"), b)
@@ -204,8 +254,16 @@ def test_defaults_and_every_key_commented():
     cfg = add_largedet_config(get_cfg())
     assert cfg.SOLVER.OPTIMIZER == "SGD"
     assert (cfg.SOLVER.PMD.PERIOD, cfg.SOLVER.PMD.DECAY) == (200, "cosine")
-    assert (tuple(cfg.SOLVER.LAMB.BETAS), cfg.SOLVER.LAMB.EPS, cfg.SOLVER.LAMB.MAX_TRUST_RATIO) == ((0.9, 0.999), 1e-6, 10.0)
-    assert (cfg.SOLVER.ADAPT_NORM, cfg.SOLVER.ADAPT_BIAS, cfg.SOLVER.WEIGHT_DECAY_BIAS) == (False, False, 0.0)
+    assert (tuple(cfg.SOLVER.LAMB.BETAS), cfg.SOLVER.LAMB.EPS, cfg.SOLVER.LAMB.MAX_TRUST_RATIO) == (
+        (0.9, 0.999),
+        1e-6,
+        10.0,
+    )
+    assert (cfg.SOLVER.ADAPT_NORM, cfg.SOLVER.ADAPT_BIAS, cfg.SOLVER.WEIGHT_DECAY_BIAS) == (
+        False,
+        False,
+        0.0,
+    )
     lines = inspect.getsource(_add_solver_config).splitlines()
     keys = 0
     for i, line in enumerate(lines):
