@@ -161,6 +161,13 @@ class Trainer(DefaultTrainer):
     def last_total_loss(self) -> float:
         return self._trainer.last_total_loss
 
+    def before_train(self):
+        # Create the data iterator now: the loader draws its base seed from torch's global
+        # generator when the iterator is made, which must not fall inside a step (a run
+        # resumed at step n would make it in step n, an uninterrupted one in step 0).
+        self._trainer._data_loader_iter
+        super().before_train()
+
     def run_step(self):
         self._trainer.iter = self.iter
         self._trainer.run_step()

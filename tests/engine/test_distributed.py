@@ -1,0 +1,105 @@
+"""Two gloo processes with accumulation equal one process with the same global batch,
+and DDP all-reduces once per optimizer step (counted with a communication hook)."""
+
+import os
+import socket
+
+import pytest
+import torch
+from engine_testing import max_abs_diff, tiny_cfg, weights
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+import largedet  # noqa: F401
+from detectron2.engine import HookBase, launch
+from detectron2.utils import comm
+from detectron2.utils.env import seed_all_rng
+from largedet.data import register_shapes
+from largedet.engine import Trainer
+
+# 3 optimizer steps of 12 images: two processes x 2 images x K = 3 micro-batches, or one
+# process with one batch of 12
+STEPS = 3
+OPTS = ["SOLVER.IMS_PER_BATCH", 12, "SOLVER.MAX_ITER", STEPS, "SOLVER.MOMENTUM", 0.9]
+
+
+class CountAllReduces(HookBase):
+    """Gradient all-reduces (communication-hook calls, one per bucket) in each optimizer step."""
+
+    def __init__(self, state):
+        self.state = state
+        self.per_step = []
+
+    def after_step(self):
+        self.per_step.append(self.state["calls"])
+        self.state["calls"] = 0
+
+
+def counting_allreduce(state, bucket):
+    state["calls"] += 1
+    return allreduce_hook(None, bucket)
+
+
+def _two_process_run(spec, output_dir, result_file):
+    register_shapes(spec, prefix="tiny_shapes")
+    seed_all_rng(0)
+    trainer = Trainer(tiny_cfg(output_dir, *OPTS, "SOLVER.IMS_PER_DEVICE", 2))
+    state = {"calls": 0}
+    trainer.model.register_comm_hook(state, counting_allreduce)
+    counter = CountAllReduces(state)
+    trainer.register_hooks([counter])
+    trainer.train()
+    per_rank = comm.all_gather(counter.per_step)
+    if comm.is_main_process():
+        torch.save(
+            {
+                "weights": weights(trainer.model),
+                "all_reduces_per_step": per_rank,
+                "accumulation": trainer.batch.accumulation,
+                "world_size": trainer.batch.world_size,
+                "data_seed": trainer.data_seed,
+                "losses": trainer.last_losses,
+            },
+            result_file,
+        )
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_process_result(tiny_shapes, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ddp")
+    result_file = str(out / "result.pth")
+    launch(
+        _two_process_run,
+        2,
+        dist_url=f"tcp://127.0.0.1:{_free_port()}",
+        args=(tiny_shapes, str(out / "run"), result_file),
+    )
+    return torch.load(result_file, weights_only=False)
+
+
+def test_two_processes_accumulate_three_micro_batches(two_process_result):
+    assert (two_process_result["world_size"], two_process_result["accumulation"]) == (2, 3)
+
+
+def test_one_all_reduce_per_optimizer_step(two_process_result):
+    # without no_sync on the first K - 1 micro-batches this would be [3, 3, 3] on each rank
+    assert two_process_result["all_reduces_per_step"] == [[1] * STEPS, [1] * STEPS]
+
+
+def test_two_processes_equal_one_process_with_the_same_global_batch(two_process_result, tmp_path):
+    seed_all_rng(0)
+    single = Trainer(tiny_cfg(str(tmp_path), *OPTS))
+    assert (single.batch.world_size, single.batch.accumulation, single.batch.per_device) == (1, 1, 12)
+    assert single.data_seed == two_process_result["data_seed"]
+    single.train()
+    reference, distributed = weights(single.model), two_process_result["weights"]
+    seed_all_rng(0)
+    initial = weights(Trainer.build_model(tiny_cfg(str(tmp_path))))  # the weights before training
+    assert max_abs_diff(reference, distributed) < 1e-6 < max_abs_diff(reference, initial)
+    for name, value in single.last_losses.items():
+        assert two_process_result["losses"][name] == pytest.approx(value, abs=1e-6)
