@@ -8,9 +8,9 @@ What is shared is the torch.optim contract, not the math:
 * checkpoints written before a hyperparameter existed load: ``__setstate__`` fills
   missing group keys from the optimizer's defaults;
 * hyperparameters are validated per parameter group, naming the argument;
-* the multi-tensor path groups tensors by (device, dtype) and computes per-tensor
-  trust ratios on the device, with zero norms guarded by ``torch.where`` (no host
-  synchronisation).
+* the multi-tensor path groups tensors by (device, dtype), on the CPU in cache-sized
+  buckets, and computes per-tensor trust ratios on the device, with zero norms
+  guarded by ``torch.where`` (no host synchronisation).
 """
 
 from __future__ import annotations

@@ -511,3 +511,11 @@ def test_converges_on_least_squares(decay):
         opt.step()
         sched.step()
     assert loss_fn().item() < 1e-4 * first
+
+
+def test_generator_params_and_complex_rejected():
+    params = [torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))]
+    opt = PMDLAMB([{"params": (p for p in params)}], lr=0.1)
+    assert opt.param_groups[0]["params"] == params
+    with pytest.raises(ValueError, match="complex"):
+        PMDLAMB([torch.nn.Parameter(torch.ones(2, dtype=torch.complex64))])
