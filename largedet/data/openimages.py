@@ -237,7 +237,10 @@ class ChunkedCsvReader:
 
     def _split_csv(self, lines: List[bytes], first: int):
         numbers, rows = [], []
-        text = io.StringIO(b"".join(lines).decode("utf-8"), newline="")
+        try:
+            text = io.StringIO(b"".join(lines).decode("utf-8"), newline="")
+        except UnicodeDecodeError as e:
+            raise OpenImagesFormatError(self.path, None, None, f"not UTF-8 text (lines {first} to {first + len(lines) - 1}): {e}") from None
         reader = csv.reader(text)
         for row in reader:
             if any(field.strip() for field in row):
