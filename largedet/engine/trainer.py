@@ -29,6 +29,7 @@ import weakref
 from typing import Optional
 
 import torch
+from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model
 from detectron2.evaluation import COCOEvaluator
@@ -37,6 +38,7 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
 from .. import HAS_COMPILED_D2_OPS
+from ..config import add_largedet_config
 from ..layers import resolve_sync_batchnorm
 from ..solver import build_lr_scheduler, build_optimizer, lr_scaling, with_scaled_lr
 from .batch import BatchPlan, batch_plan
@@ -95,6 +97,7 @@ class Trainer(DefaultTrainer):
         if comm.is_main_process():
             size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
             logger.info(describe_run(cfg, self.batch, type(optimizer).__name__, size))
+            _warn_unused_lsr_keys(cfg)
 
     @staticmethod
     def amp_dtype(cfg) -> Optional[torch.dtype]:
@@ -194,6 +197,16 @@ class Trainer(DefaultTrainer):
         loader.seek(self.data_position, self.data_seed)
         self._trainer.reset_data_loader(lambda: loader)
         logger.info("Data stream resumes after %d images (seed %d)", self.data_position, self.data_seed)
+
+
+def _warn_unused_lsr_keys(cfg) -> None:
+    lsr, default = cfg.SOLVER.LSR, add_largedet_config(get_cfg()).SOLVER.LSR
+    if not lsr.ENABLED and (lsr.REFERENCE_BATCH, lsr.REFERENCE_LR) != (default.REFERENCE_BATCH, default.REFERENCE_LR):
+        logger.warning(
+            "SOLVER.LSR.REFERENCE_BATCH / REFERENCE_LR are set but SOLVER.LSR.ENABLED is false: "
+            "the LR is SOLVER.BASE_LR (%g); set SOLVER.LSR.ENABLED True to scale the reference LR",
+            cfg.SOLVER.BASE_LR,
+        )
 
 
 def describe_run(cfg, batch: BatchPlan, optimizer_name: str, dataset_size: Optional[int] = None) -> str:

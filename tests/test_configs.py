@@ -1,0 +1,76 @@
+"""Every yaml under configs/ loads into largedet's config, and its numbers add up."""
+
+import glob
+import os
+
+import pytest
+
+import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
+from detectron2.config import get_cfg
+from largedet.config import add_largedet_config
+from largedet.engine import batch_plan
+from largedet.solver import lr_scaling
+
+CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "configs")
+CONFIGS = sorted(
+    os.path.relpath(p, CONFIG_DIR) for p in glob.glob(os.path.join(CONFIG_DIR, "**", "*.yaml"), recursive=True)
+)
+
+
+def load(name):
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_file(os.path.join(CONFIG_DIR, name))
+    return cfg
+
+
+def test_configs_are_found():
+    assert "r50_fpn_bs1056.yaml" in CONFIGS and "shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml" in CONFIGS
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_loads_and_its_batch_and_schedule_are_consistent(name):
+    cfg = load(name)
+    solver = cfg.SOLVER
+    # the global batch splits into whole micro-batches on one device, and on as many
+    # devices as give one micro-batch per step
+    single = batch_plan(cfg, 1)
+    assert single.global_batch == solver.IMS_PER_BATCH
+    if solver.IMS_PER_DEVICE:
+        devices = solver.IMS_PER_BATCH // solver.IMS_PER_DEVICE
+        assert batch_plan(cfg, devices).accumulation == 1
+    assert lr_scaling(cfg).lr > 0
+    steps = list(solver.STEPS)
+    assert steps == sorted(steps) and all(0 < s < solver.MAX_ITER for s in steps)
+    assert 0 <= solver.WARMUP_ITERS < solver.MAX_ITER
+    assert solver.CHECKPOINT_PERIOD > 0
+
+
+# (config, global batch, devices, accumulation steps on them, peak LR, images trained)
+EXPECTED = [
+    ("r50_fpn_bs16_sgd.yaml", 16, 8, 1, 0.02, 90000 * 16),
+    ("r50_fpn_bs256_sgd_lsr.yaml", 256, 8, 4, 0.32, 5625 * 256),
+    ("r50_fpn_bs1056.yaml", 1056, 8, 33, 0.0066, 1364 * 1056),
+    ("mask_rcnn_r50_fpn_bs1056.yaml", 1056, 132, 2, 0.0066, 1364 * 1056),
+    ("shapes/faster_rcnn_R18_FPN_pmdlamb_bs64.yaml", 64, 1, 8, 0.04, 75 * 64),
+    ("shapes/faster_rcnn_R18_FPN_syncbn_sgd_bs16_lsr.yaml", 16, 2, 2, 0.04, 300 * 16),
+]
+
+
+@pytest.mark.parametrize("name, batch, devices, accumulation, lr, images", EXPECTED)
+def test_large_batch_configs(name, batch, devices, accumulation, lr, images):
+    cfg = load(name)
+    plan = batch_plan(cfg, devices)
+    assert (plan.global_batch, plan.accumulation) == (batch, accumulation)
+    assert lr_scaling(cfg).lr == pytest.approx(lr, rel=1e-12)
+    assert cfg.SOLVER.MAX_ITER * cfg.SOLVER.IMS_PER_BATCH == images
+    if cfg.DATASETS.TRAIN == ("coco_2017_train",):
+        # the 1x schedule's 1,440,000 images, to within one step
+        assert abs(images - 90000 * 16) < cfg.SOLVER.IMS_PER_BATCH
+
+
+def test_bs1056_configs_use_the_three_ingredients():
+    for name in ("r50_fpn_bs1056.yaml", "mask_rcnn_r50_fpn_bs1056.yaml"):
+        cfg = load(name)
+        assert cfg.SOLVER.OPTIMIZER == "PMD_LAMB" and cfg.SOLVER.LSR.ENABLED and cfg.SOLVER.WARMUP_ITERS > 0
+        assert cfg.MODEL.RESNETS.NORM == "SyncBN" and cfg.MODEL.FPN.NORM == "SyncBN"
+    assert load("mask_rcnn_r50_fpn_bs1056.yaml").MODEL.MASK_ON and not load("r50_fpn_bs1056.yaml").MODEL.MASK_ON
