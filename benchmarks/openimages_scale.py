@@ -81,7 +81,9 @@ def generate(workdir: str, rows: int, num_detections: int, seed: int = 0) -> Non
     y = np.sort(rng.random((rows, 2)), axis=1)
     flags = (rng.random((rows, 5)) < [0.3, 0.2, GROUP_OF_FRACTION, 0.05, 0.01]).astype(int)
     with open(os.path.join(workdir, "boxes.csv"), "w") as f:
-        f.write("ImageID,Source,LabelName,Confidence,XMin,XMax,YMin,YMax,IsOccluded,IsTruncated,IsGroupOf,IsDepiction,IsInside\n")
+        f.write(
+            "ImageID,Source,LabelName,Confidence,XMin,XMax,YMin,YMax,IsOccluded,IsTruncated,IsGroupOf,IsDepiction,IsInside\n"
+        )
         f.writelines(
             f"{ids[i]},xclick,{labels[c]},1,{x0:.6f},{x1:.6f},{y0:.6f},{y1:.6f},{a},{b},{g},{d},{e}\n"
             for i, c, (x0, x1), (y0, y1), (a, b, g, d, e) in zip(
@@ -94,8 +96,11 @@ def generate(workdir: str, rows: int, num_detections: int, seed: int = 0) -> Non
         f.write("ImageID,Source,LabelName,Confidence\n")
         f.writelines(
             f"{ids[i]},verification,{labels[c]},{p}\n"
-            for i, c, p in zip(label_image.tolist(), (rng.zipf(1.3, num_labels) % NUM_CLASSES).tolist(),
-                               (rng.random(num_labels) < 0.7).astype(int).tolist())
+            for i, c, p in zip(
+                label_image.tolist(),
+                (rng.zipf(1.3, num_labels) % NUM_CLASSES).tolist(),
+                (rng.random(num_labels) < 0.7).astype(int).tolist(),
+            )
         )
     images = os.path.join(workdir, "images")
     os.makedirs(images, exist_ok=True)
@@ -113,21 +118,35 @@ def generate(workdir: str, rows: int, num_detections: int, seed: int = 0) -> Non
     jitter = rng.normal(0, 0.03, (near, 4))
     corner = rng.random((far, 2)) * 0.7
     size = 0.05 + rng.random((far, 2)) * 0.25
-    dx = np.concatenate([np.sort(np.clip(x[src] + jitter[:, :2], 0, 1), axis=1),
-                         np.stack([corner[:, 0], corner[:, 0] + size[:, 0]], axis=1)])
-    dy = np.concatenate([np.sort(np.clip(y[src] + jitter[:, 2:], 0, 1), axis=1),
-                         np.stack([corner[:, 1], corner[:, 1] + size[:, 1]], axis=1)])
+    dx = np.concatenate(
+        [
+            np.sort(np.clip(x[src] + jitter[:, :2], 0, 1), axis=1),
+            np.stack([corner[:, 0], corner[:, 0] + size[:, 0]], axis=1),
+        ]
+    )
+    dy = np.concatenate(
+        [
+            np.sort(np.clip(y[src] + jitter[:, 2:], 0, 1), axis=1),
+            np.stack([corner[:, 1], corner[:, 1] + size[:, 1]], axis=1),
+        ]
+    )
     det_image = np.concatenate([box_image[src], rng.integers(0, num_images, far)])
-    det_label = np.concatenate([
-        np.where(rng.random(near) < 0.7, box_label[src], rng.integers(0, NUM_CLASSES, near)),
-        rng.integers(0, NUM_CLASSES, far),
-    ])
+    det_label = np.concatenate(
+        [
+            np.where(rng.random(near) < 0.7, box_label[src], rng.integers(0, NUM_CLASSES, near)),
+            rng.integers(0, NUM_CLASSES, far),
+        ]
+    )
     with open(os.path.join(workdir, "detections.csv"), "w") as f:
         f.write("ImageID,LabelName,Score,XMin,XMax,YMin,YMax\n")
         f.writelines(
             f"{ids[i]},{labels[c]},{s:.6f},{x0:.6f},{x1:.6f},{y0:.6f},{y1:.6f}\n"
             for i, c, s, (x0, x1), (y0, y1) in zip(
-                det_image.tolist(), det_label.tolist(), rng.random(num_detections).tolist(), dx.tolist(), dy.tolist()
+                det_image.tolist(),
+                det_label.tolist(),
+                rng.random(num_detections).tolist(),
+                dx.tolist(),
+                dy.tolist(),
             )
         )
 
@@ -137,40 +156,80 @@ def run_phase(phase: str, workdir: str) -> dict:
     import largedet  # noqa: F401  (before detectron2)
     from detectron2.data import DatasetCatalog
 
-    from largedet.data.openimages import load_hierarchy, load_openimages_annotations, register_openimages
-    from largedet.evaluation.oid_evaluation import OIDGroundTruth, evaluate_detections, read_detections_csv
+    from largedet.data.openimages import (
+        load_hierarchy,
+        load_openimages_annotations,
+        register_openimages,
+    )
+    from largedet.evaluation.oid_evaluation import (
+        OIDGroundTruth,
+        evaluate_detections,
+        read_detections_csv,
+    )
 
-    paths = {k: os.path.join(workdir, f) for k, f in (
-        ("boxes", "boxes.csv"), ("classes", "classes.csv"), ("labels", "labels.csv"),
-        ("hierarchy", "hierarchy.json"), ("detections", "detections.csv"), ("cache", "cache"),
-    )}
+    paths = {
+        k: os.path.join(workdir, f)
+        for k, f in (
+            ("boxes", "boxes.csv"),
+            ("classes", "classes.csv"),
+            ("labels", "labels.csv"),
+            ("hierarchy", "hierarchy.json"),
+            ("detections", "detections.csv"),
+            ("cache", "cache"),
+        )
+    }
     base = _rss_mb()
     start = time.perf_counter()
     info = {}
     if phase in ("parse", "cached"):
-        ann = load_openimages_annotations(paths["boxes"], paths["classes"], paths["labels"], cache_dir=paths["cache"])
+        ann = load_openimages_annotations(
+            paths["boxes"], paths["classes"], paths["labels"], cache_dir=paths["cache"]
+        )
         info = {"boxes": len(ann.boxes), "images": ann.num_images, "labels": len(ann.label_classes)}
         if phase == "parse":
-            info["cache_mb"] = sum(
-                os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(paths["cache"]) for f in fs
-            ) / 2**20
+            info["cache_mb"] = (
+                sum(
+                    os.path.getsize(os.path.join(r, f))
+                    for r, _, fs in os.walk(paths["cache"])
+                    for f in fs
+                )
+                / 2**20
+            )
     elif phase == "register":
-        register_openimages("bench_oi", paths["boxes"], os.path.join(workdir, "images"), paths["classes"],
-                            paths["labels"], paths["hierarchy"], cache_dir=paths["cache"])
+        register_openimages(
+            "bench_oi",
+            paths["boxes"],
+            os.path.join(workdir, "images"),
+            paths["classes"],
+            paths["labels"],
+            paths["hierarchy"],
+            cache_dir=paths["cache"],
+        )
         dataset = DatasetCatalog.get("bench_oi")
         loaded = time.perf_counter()
         annotations = sum(len(d["annotations"]) for d in dataset)
-        info = {"images": len(dataset), "annotations": annotations,
-                "load_s": loaded - start, "dicts_s": time.perf_counter() - loaded}
+        info = {
+            "images": len(dataset),
+            "annotations": annotations,
+            "load_s": loaded - start,
+            "dicts_s": time.perf_counter() - loaded,
+        }
     elif phase == "evaluate":
-        ann = load_openimages_annotations(paths["boxes"], paths["classes"], paths["labels"], cache_dir=paths["cache"])
+        ann = load_openimages_annotations(
+            paths["boxes"], paths["classes"], paths["labels"], cache_dir=paths["cache"]
+        )
         hierarchy = load_hierarchy(paths["hierarchy"], ann.label_names)
         t0 = time.perf_counter()
         det = read_detections_csv(paths["detections"], ann.label_names, ann.image_ids)
         t1 = time.perf_counter()
         result = evaluate_detections(OIDGroundTruth.from_annotations(ann), det, hierarchy=hierarchy)
-        info = {"detections": len(det.scores), "read_s": t1 - t0, "evaluate_s": time.perf_counter() - t1,
-                "mAP": result.mean_ap, "classes": int((result.num_ground_truth > 0).sum())}
+        info = {
+            "detections": len(det.scores),
+            "read_s": t1 - t0,
+            "evaluate_s": time.perf_counter() - t1,
+            "mAP": result.mean_ap,
+            "classes": int((result.num_ground_truth > 0).sum()),
+        }
     return {"seconds": time.perf_counter() - start, "peak_mb": _peak_mb(), "base_mb": base, **info}
 
 
@@ -178,7 +237,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--detections", type=int, default=1_000_000)
-    parser.add_argument("--workdir", help="keep the generated files here (default: a temporary folder)")
+    parser.add_argument(
+        "--workdir", help="keep the generated files here (default: a temporary folder)"
+    )
     parser.add_argument("--phase", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase:
@@ -190,18 +251,31 @@ def main() -> None:
     try:
         t = time.perf_counter()
         generate(workdir, args.rows, args.detections)
-        print(f"generated {args.rows} box rows, {args.detections} detections in {time.perf_counter() - t:.1f} s")
+        print(
+            f"generated {args.rows} box rows, {args.detections} detections in {time.perf_counter() - t:.1f} s"
+        )
         shutil.rmtree(os.path.join(workdir, "cache"), ignore_errors=True)
         for phase in ("parse", "cached", "register", "evaluate"):
-            out = subprocess.run(
-                [sys.executable, __file__, "--phase", phase, "--workdir", workdir],
-                check=True, capture_output=True, text=True,
-            ).stdout.strip().splitlines()[-1]
+            out = (
+                subprocess.run(
+                    [sys.executable, __file__, "--phase", phase, "--workdir", workdir],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             r = json.loads(out)
-            extra = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                              for k, v in r.items() if k not in ("seconds", "peak_mb", "base_mb"))
-            print(f"{phase:9s} {r['seconds']:7.2f} s  peak RSS {r['peak_mb']:7.0f} MB "
-                  f"(+{r['peak_mb'] - r['base_mb']:.0f} MB over imports)  {extra}")
+            extra = ", ".join(
+                f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in r.items()
+                if k not in ("seconds", "peak_mb", "base_mb")
+            )
+            print(
+                f"{phase:9s} {r['seconds']:7.2f} s  peak RSS {r['peak_mb']:7.0f} MB "
+                f"(+{r['peak_mb'] - r['base_mb']:.0f} MB over imports)  {extra}"
+            )
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)

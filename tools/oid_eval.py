@@ -21,11 +21,21 @@ from largedet.evaluation.oid_evaluation import evaluate_files, write_per_class_c
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--boxes", required=True, help="ground-truth boxes (*-annotations-bbox.csv)")
-    parser.add_argument("--image-labels", help="image-level labels (*-annotations-human-imagelabels-boxable.csv)")
+    parser.add_argument(
+        "--boxes", required=True, help="ground-truth boxes (*-annotations-bbox.csv)"
+    )
+    parser.add_argument(
+        "--image-labels", help="image-level labels (*-annotations-human-imagelabels-boxable.csv)"
+    )
     parser.add_argument("--hierarchy", help="class hierarchy JSON (bbox_labels_600_hierarchy.json)")
-    parser.add_argument("--class-descriptions", required=True, help="LabelName,DisplayName CSV: the evaluated classes")
-    parser.add_argument("--detections", required=True, help="ImageID,LabelName,Score,XMin,XMax,YMin,YMax CSV")
+    parser.add_argument(
+        "--class-descriptions",
+        required=True,
+        help="LabelName,DisplayName CSV: the evaluated classes",
+    )
+    parser.add_argument(
+        "--detections", required=True, help="ImageID,LabelName,Score,XMin,XMax,YMin,YMax CSV"
+    )
     parser.add_argument("--per-class", metavar="OUT.csv", help="write the per-class APs here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
@@ -38,7 +48,9 @@ def main(argv=None) -> int:
         return 1
     if args.per_class:
         write_per_class_csv(args.per_class, result, ann.label_names, ann.display_names)
-    print(f"classes with ground truth: {int((result.num_ground_truth > 0).sum())} of {len(result.class_indices)}")
+    print(
+        f"classes with ground truth: {int((result.num_ground_truth > 0).sum())} of {len(result.class_indices)}"
+    )
     print(f"mAP@0.5: {result.mean_ap:.6f}")
     return 0
 

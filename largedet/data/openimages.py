@@ -148,7 +148,9 @@ class OpenImagesFormatError(ValueError):
 
 def default_openimages_root() -> str:
     """``$LARGEDET_DATASETS/openimages``, or ``~/.cache/largedet/datasets/openimages``."""
-    base = os.environ.get("LARGEDET_DATASETS") or os.path.join("~", ".cache", "largedet", "datasets")
+    base = os.environ.get("LARGEDET_DATASETS") or os.path.join(
+        "~", ".cache", "largedet", "datasets"
+    )
     return os.path.join(os.path.expanduser(base), "openimages")
 
 
@@ -165,7 +167,9 @@ def concat_ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     total = int(counts.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(total, dtype=np.int64)
+    return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(
+        total, dtype=np.int64
+    )
 
 
 # ------------------------------------------------------------------------- CSV reading
@@ -187,11 +191,15 @@ class ChunkedCsvReader:
             header_line = self._file.readline()
             header = [h.strip() for h in next(csv.reader([header_line.decode("utf-8-sig")]), [])]
             if not any(header):
-                raise OpenImagesFormatError(self.path, 1, None, "empty file: expected a header line")
+                raise OpenImagesFormatError(
+                    self.path, 1, None, "empty file: expected a header line"
+                )
             missing = [c for c in required if c not in header]
             if missing:
                 raise OpenImagesFormatError(
-                    self.path, 1, missing[0],
+                    self.path,
+                    1,
+                    missing[0],
                     f"missing column(s) {', '.join(missing)}; the header has {', '.join(header)}",
                 )
         except BaseException:
@@ -228,7 +236,9 @@ class ChunkedCsvReader:
         buf = np.frombuffer(data, dtype=np.uint8)
         line_ends = np.flatnonzero(buf == ord("\n"))
         commas = np.searchsorted(np.flatnonzero(buf == ord(",")), line_ends)
-        if len(line_ends) != len(lines) or not np.all(np.diff(commas, prepend=0) == self._num_fields - 1):
+        if len(line_ends) != len(lines) or not np.all(
+            np.diff(commas, prepend=0) == self._num_fields - 1
+        ):
             return None
         n, k = len(lines), self._num_fields
         fields = data.replace(b"\n", b",").split(b",")
@@ -240,14 +250,21 @@ class ChunkedCsvReader:
         try:
             text = io.StringIO(b"".join(lines).decode("utf-8"), newline="")
         except UnicodeDecodeError as e:
-            raise OpenImagesFormatError(self.path, None, None, f"not UTF-8 text (lines {first} to {first + len(lines) - 1}): {e}") from None
+            raise OpenImagesFormatError(
+                self.path,
+                None,
+                None,
+                f"not UTF-8 text (lines {first} to {first + len(lines) - 1}): {e}",
+            ) from None
         reader = csv.reader(text)
         for row in reader:
             if any(field.strip() for field in row):
                 line = first + reader.line_num - 1
                 if len(row) != self._num_fields:
                     raise OpenImagesFormatError(
-                        self.path, line, None,
+                        self.path,
+                        line,
+                        None,
                         f"expected {self._num_fields} fields (as in the header), found {len(row)}",
                     )
                 numbers.append(line)
@@ -272,19 +289,29 @@ def parse_floats(values: list, path: str, lines: np.ndarray, column: str) -> np.
         except ValueError:
             ok = False
         if not ok:
-            raise OpenImagesFormatError(path, int(lines[i]), column, f"expected a number, found {v.decode()!r}")
+            raise OpenImagesFormatError(
+                path, int(lines[i]), column, f"expected a number, found {v.decode()!r}"
+            )
     raise AssertionError("unreachable")
 
 
-def parse_indices(values: list, table: Mapping[bytes, int], path: str, lines: np.ndarray,
-                   column: str, problem: str) -> np.ndarray:
+def parse_indices(
+    values: list,
+    table: Mapping[bytes, int],
+    path: str,
+    lines: np.ndarray,
+    column: str,
+    problem: str,
+) -> np.ndarray:
     """Values looked up in ``table`` (int32, values >= 0); the error for the first
     unknown value says ``problem.format(value=...)``."""
     out = np.fromiter(map(table.get, values, repeat(-1)), dtype=np.int32, count=len(values))
     bad = np.flatnonzero(out < 0)
     if bad.size:
         i = int(bad[0])
-        raise OpenImagesFormatError(path, int(lines[i]), column, problem.format(value=values[i].decode()))
+        raise OpenImagesFormatError(
+            path, int(lines[i]), column, problem.format(value=values[i].decode())
+        )
     return out
 
 
@@ -299,11 +326,15 @@ def parse_flags(values: list, path: str, lines: np.ndarray, column: str) -> np.n
     bad = np.flatnonzero(out == 2)
     if bad.size:
         i = int(bad[0])
-        raise OpenImagesFormatError(path, int(lines[i]), column, f"expected 0, 1 or -1, found {values[i].decode()!r}")
+        raise OpenImagesFormatError(
+            path, int(lines[i]), column, f"expected 0, 1 or -1, found {values[i].decode()!r}"
+        )
     return out
 
 
-def _intern_image_ids(values: list, table: Dict[bytes, int], path: str, lines: np.ndarray) -> np.ndarray:
+def _intern_image_ids(
+    values: list, table: Dict[bytes, int], path: str, lines: np.ndarray
+) -> np.ndarray:
     """Index of each ImageID in ``table``, adding new ones in order of first appearance.
 
     Official files list an image's rows together, so only the first of each run of
@@ -317,7 +348,9 @@ def _intern_image_ids(values: list, table: Dict[bytes, int], path: str, lines: n
     if b"" in heads:
         i = values.index(b"")
         raise OpenImagesFormatError(path, int(lines[i]), "ImageID", "empty ImageID")
-    head_index = np.fromiter((table.setdefault(v, len(table)) for v in heads), dtype=np.int64, count=len(heads))
+    head_index = np.fromiter(
+        (table.setdefault(v, len(table)) for v in heads), dtype=np.int64, count=len(heads)
+    )
     return np.repeat(head_index, np.diff(np.append(starts, len(values))))
 
 
@@ -327,13 +360,18 @@ def check_box_coordinates(xmin, xmax, ymin, ymax, path: str, lines: np.ndarray) 
         bad = np.flatnonzero((v < 0) | (v > 1))
         if bad.size:
             i = int(bad[0])
-            raise OpenImagesFormatError(path, int(lines[i]), name, f"{name} = {v[i]:g} is outside [0, 1]")
+            raise OpenImagesFormatError(
+                path, int(lines[i]), name, f"{name} = {v[i]:g} is outside [0, 1]"
+            )
     for lo_name, lo, hi_name, hi in (("XMin", xmin, "XMax", xmax), ("YMin", ymin, "YMax", ymax)):
         bad = np.flatnonzero(lo > hi)
         if bad.size:
             i = int(bad[0])
             raise OpenImagesFormatError(
-                path, int(lines[i]), lo_name, f"{lo_name} = {lo[i]:g} is greater than {hi_name} = {hi[i]:g}"
+                path,
+                int(lines[i]),
+                lo_name,
+                f"{lo_name} = {lo[i]:g} is greater than {hi_name} = {hi[i]:g}",
             )
 
 
@@ -357,12 +395,16 @@ def read_class_descriptions(path: str) -> Tuple[List[str], List[str]]:
             if [c.strip() for c in row] == ["LabelName", "DisplayName"] and not label_names:
                 continue
             if len(row) != 2:
-                raise OpenImagesFormatError(path, line, None, f"expected 2 fields (LabelName,DisplayName), found {len(row)}")
+                raise OpenImagesFormatError(
+                    path, line, None, f"expected 2 fields (LabelName,DisplayName), found {len(row)}"
+                )
             label = row[0].strip()
             if not label:
                 raise OpenImagesFormatError(path, line, "LabelName", "empty LabelName")
             if label in seen:
-                raise OpenImagesFormatError(path, line, "LabelName", f"{label!r} already defined on line {seen[label]}")
+                raise OpenImagesFormatError(
+                    path, line, "LabelName", f"{label!r} already defined on line {seen[label]}"
+                )
             seen[label] = line
             label_names.append(label)
             display_names.append(row[1].strip())
@@ -389,7 +431,13 @@ class ClassHierarchy:
         parents: LabelName -> LabelNames of its direct parents.
     """
 
-    def __init__(self, label_names: Sequence[str], parents: Mapping[str, Sequence[str]], *, source: str = "<hierarchy>"):
+    def __init__(
+        self,
+        label_names: Sequence[str],
+        parents: Mapping[str, Sequence[str]],
+        *,
+        source: str = "<hierarchy>",
+    ):
         self.label_names = tuple(label_names)
         index = {name: k for k, name in enumerate(self.label_names)}
         memo: Dict[str, frozenset] = {}
@@ -398,7 +446,9 @@ class ClassHierarchy:
             if node in memo:
                 return memo[node]
             if node in stack:
-                raise OpenImagesFormatError(source, None, None, f"cycle in the hierarchy: {' -> '.join(stack + (node,))}")
+                raise OpenImagesFormatError(
+                    source, None, None, f"cycle in the hierarchy: {' -> '.join(stack + (node,))}"
+                )
             result = set()
             for p in parents.get(node, ()):
                 result.add(p)
@@ -427,19 +477,28 @@ class ClassHierarchy:
         return ptr, idx
 
     @classmethod
-    def from_json_tree(cls, tree: Mapping, label_names: Sequence[str], *, source: str = "<hierarchy>") -> "ClassHierarchy":
+    def from_json_tree(
+        cls, tree: Mapping, label_names: Sequence[str], *, source: str = "<hierarchy>"
+    ) -> "ClassHierarchy":
         """Build from the parsed JSON tree (its root is skipped as an ancestor)."""
         parents: Dict[str, set] = {}
 
         def walk(node, where: str, parent: Optional[str]) -> None:
             if not isinstance(node, Mapping) or not isinstance(node.get("LabelName"), str):
-                raise OpenImagesFormatError(source, None, None, f"node at {where} is not an object with a string 'LabelName'")
+                raise OpenImagesFormatError(
+                    source,
+                    None,
+                    None,
+                    f"node at {where} is not an object with a string 'LabelName'",
+                )
             name = node["LabelName"]
             if parent is not None:
                 parents.setdefault(name, set()).add(parent)
             children = node.get("Subcategory", [])
             if not isinstance(children, list):
-                raise OpenImagesFormatError(source, None, None, f"'Subcategory' of {name!r} at {where} is not a list")
+                raise OpenImagesFormatError(
+                    source, None, None, f"'Subcategory' of {name!r} at {where} is not a list"
+                )
             for i, child in enumerate(children):
                 walk(child, f"{where}.Subcategory[{i}]", name)
 
@@ -473,7 +532,9 @@ class ClassHierarchy:
         return self._expand(self._down, labels)
 
     @staticmethod
-    def _expand(csr: Tuple[np.ndarray, np.ndarray], labels: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    def _expand(
+        csr: Tuple[np.ndarray, np.ndarray], labels: np.ndarray
+    ) -> Tuple[np.ndarray, np.ndarray]:
         ptr, idx = csr
         labels = np.asarray(labels, dtype=np.int64)
         counts = ptr[labels + 1] - ptr[labels]
@@ -516,8 +577,14 @@ class OpenImagesAnnotations:
     label_confidence: np.ndarray  # (M,) int8: 1 verified present, 0 verified absent
 
     _ARRAYS = (
-        "image_ids", "box_offsets", "boxes", "box_labels", "box_flags",
-        "label_offsets", "label_classes", "label_confidence",
+        "image_ids",
+        "box_offsets",
+        "boxes",
+        "box_labels",
+        "box_flags",
+        "label_offsets",
+        "label_classes",
+        "label_confidence",
     )
 
     @property
@@ -580,9 +647,14 @@ def parse_openimages_annotations(
     with ChunkedCsvReader(boxes_csv, _BOX_COLUMNS, BOX_FLAG_COLUMNS) as reader:
         for lines, cols in reader:
             box_img.append(_intern_image_ids(cols["ImageID"], images, reader.path, lines))
-            box_lab.append(parse_indices(cols["LabelName"], label_table, reader.path, lines, "LabelName", unknown))
+            box_lab.append(
+                parse_indices(
+                    cols["LabelName"], label_table, reader.path, lines, "LabelName", unknown
+                )
+            )
             xmin, xmax, ymin, ymax = (
-                parse_floats(cols[c], reader.path, lines, c) for c in ("XMin", "XMax", "YMin", "YMax")
+                parse_floats(cols[c], reader.path, lines, c)
+                for c in ("XMin", "XMax", "YMin", "YMax")
             )
             check_box_coordinates(xmin, xmax, ymin, ymax, reader.path, lines)
             boxes.append(np.stack([xmin, ymin, xmax, ymax], axis=1).astype(np.float32))
@@ -598,12 +670,18 @@ def parse_openimages_annotations(
         with ChunkedCsvReader(image_labels_csv, _LABEL_COLUMNS) as reader:
             for lines, cols in reader:
                 lab_img.append(_intern_image_ids(cols["ImageID"], images, reader.path, lines))
-                lab_cls.append(parse_indices(cols["LabelName"], label_table, reader.path, lines, "LabelName", unknown))
+                lab_cls.append(
+                    parse_indices(
+                        cols["LabelName"], label_table, reader.path, lines, "LabelName", unknown
+                    )
+                )
                 conf = parse_floats(cols["Confidence"], reader.path, lines, "Confidence")
                 bad = np.flatnonzero((conf != 0) & (conf != 1))
                 if bad.size:
                     raise OpenImagesFormatError(
-                        reader.path, int(lines[bad[0]]), "Confidence",
+                        reader.path,
+                        int(lines[bad[0]]),
+                        "Confidence",
                         f"expected 0 (verified absent) or 1 (verified present), found {conf[bad[0]]:g}",
                     )
                 lab_conf.append(conf.astype(np.int8))
@@ -613,16 +691,25 @@ def parse_openimages_annotations(
     rank = np.empty(len(ids), dtype=np.int64)
     rank[order] = np.arange(len(ids))
     box_offsets, boxes_a, box_lab_a, flags_a = _group_by_image(
-        rank[_concat(box_img, np.int64)], len(ids),
-        _concat(boxes, np.float32, (4,)), _concat(box_lab, np.int32),
+        rank[_concat(box_img, np.int64)],
+        len(ids),
+        _concat(boxes, np.float32, (4,)),
+        _concat(box_lab, np.int32),
         _concat(flags, np.int8, (len(BOX_FLAG_COLUMNS),)),
     )
     label_offsets, lab_cls_a, lab_conf_a = _group_by_image(
-        rank[_concat(lab_img, np.int64)], len(ids), _concat(lab_cls, np.int32), _concat(lab_conf, np.int8)
+        rank[_concat(lab_img, np.int64)],
+        len(ids),
+        _concat(lab_cls, np.int32),
+        _concat(lab_conf, np.int8),
     )
     logger.info(
         "Parsed %s: %d boxes, %d image-level labels, %d images, %d classes",
-        boxes_csv, num_boxes, len(lab_cls_a), len(ids), len(label_names),
+        boxes_csv,
+        num_boxes,
+        len(lab_cls_a),
+        len(ids),
+        len(label_names),
     )
     return OpenImagesAnnotations(
         label_names=tuple(label_names),
@@ -721,7 +808,9 @@ def load_openimages_annotations(
         arrays = {n: getattr(ann, n) for n in OpenImagesAnnotations._ARRAYS}
         return arrays, {"label_names": ann.label_names, "display_names": ann.display_names}
 
-    arrays, meta = _through_cache(cache_dir or default_cache_dir(), _cache_key("annotations", files), build)
+    arrays, meta = _through_cache(
+        cache_dir or default_cache_dir(), _cache_key("annotations", files), build
+    )
     return OpenImagesAnnotations(
         label_names=tuple(meta["label_names"]), display_names=tuple(meta["display_names"]), **arrays
     )
@@ -756,12 +845,14 @@ def read_image_sizes(paths: Sequence[str], num_threads: int = 16) -> np.ndarray:
 
 
 def _cached_image_sizes(images_dir: str, image_ids: np.ndarray, cache_dir: str) -> np.ndarray:
-    """:func:`read_image_sizes` of ``<images_dir>/<ImageID>.jpg``, cached on the folder and the IDs."""
+    """:func:`read_image_sizes` of ``<images_dir>/<ImageID>.jpg``, cached on folder and IDs."""
     digest = hashlib.sha1(np.ascontiguousarray(image_ids).tobytes()).hexdigest()
     key = _cache_key("sizes", [], [os.path.abspath(images_dir), image_ids.dtype.str, digest])
 
     def build():
-        logger.info("Reading the sizes of %d images in %s (once, then cached)", len(image_ids), images_dir)
+        logger.info(
+            "Reading the sizes of %d images in %s (once, then cached)", len(image_ids), images_dir
+        )
         paths = [os.path.join(images_dir, i.decode() + ".jpg") for i in image_ids]
         return {"sizes": read_image_sizes(paths)}, {}
 
@@ -808,7 +899,9 @@ class OpenImagesDataset(torchdata.Dataset):
         self.images_dir = images_dir
         self.image_indices = np.asarray(image_indices, dtype=np.int64)
         self.image_sizes = np.asarray(image_sizes, dtype=np.int64)
-        self._ptr, self._idx = _category_table(len(annotations.label_names), class_indices, hierarchy)
+        self._ptr, self._idx = _category_table(
+            len(annotations.label_names), class_indices, hierarchy
+        )
 
     def __len__(self) -> int:
         return len(self.image_indices)
@@ -824,7 +917,12 @@ class OpenImagesDataset(torchdata.Dataset):
         rows = np.repeat(np.arange(hi - lo), counts)
         categories = self._idx[concat_ranges(self._ptr[labels], counts)]
         height, width = (int(v) for v in self.image_sizes[i])
-        boxes = np.asarray(ann.boxes[lo:hi], dtype=np.float64)[rows] * (width, height, width, height)
+        boxes = np.asarray(ann.boxes[lo:hi], dtype=np.float64)[rows] * (
+            width,
+            height,
+            width,
+            height,
+        )
         group_of = np.asarray(ann.box_flags[lo:hi, _GROUP_OF])[rows] == 1
         image_id = ann.image_ids[k].decode()
         return {
@@ -842,7 +940,9 @@ class OpenImagesDataset(torchdata.Dataset):
         return (self[i] for i in range(len(self)))
 
 
-def _category_table(num_labels: int, class_indices: Sequence[int], hierarchy: Optional[ClassHierarchy]):
+def _category_table(
+    num_labels: int, class_indices: Sequence[int], hierarchy: Optional[ClassHierarchy]
+):
     """CSR table: vocabulary index -> contiguous ids its box is annotated as."""
     contiguous = np.full(num_labels, -1, dtype=np.int64)
     contiguous[np.asarray(class_indices, dtype=np.int64)] = np.arange(len(class_indices))
@@ -856,7 +956,9 @@ def _category_table(num_labels: int, class_indices: Sequence[int], hierarchy: Op
     return ptr, contiguous[related[keep]]
 
 
-def read_class_subset(label_names: Sequence[str], class_subset_csv: Optional[str]) -> Tuple[List[int], Optional[List[str]]]:
+def read_class_subset(
+    label_names: Sequence[str], class_subset_csv: Optional[str]
+) -> Tuple[List[int], Optional[List[str]]]:
     """Vocabulary indices and display names of the classes of a class-descriptions
     file (e.g. the challenge's 500), in its order; ``(all indices, None)`` for None."""
     if class_subset_csv is None:
@@ -865,7 +967,9 @@ def read_class_subset(label_names: Sequence[str], class_subset_csv: Optional[str
     index = {n: k for k, n in enumerate(label_names)}
     unknown = [n for n in names if n not in index]
     if unknown:
-        raise OpenImagesFormatError(class_subset_csv, None, "LabelName", f"{unknown[0]!r} is not in the class descriptions")
+        raise OpenImagesFormatError(
+            class_subset_csv, None, "LabelName", f"{unknown[0]!r} is not in the class descriptions"
+        )
     return [index[n] for n in names], display
 
 
@@ -883,7 +987,9 @@ def load_openimages_dataset(
 ) -> OpenImagesDataset:
     """The :class:`OpenImagesDataset` of one split (see :func:`register_openimages`)."""
     cache_dir = cache_dir or default_cache_dir()
-    ann = load_openimages_annotations(boxes_csv, class_descriptions_csv, image_labels_csv, cache_dir=cache_dir)
+    ann = load_openimages_annotations(
+        boxes_csv, class_descriptions_csv, image_labels_csv, cache_dir=cache_dir
+    )
     class_indices, _ = read_class_subset(ann.label_names, class_subset_csv)
     hierarchy = None
     if expand_hierarchy:
@@ -893,34 +999,55 @@ def load_openimages_dataset(
     if filter_empty:
         ptr, _ = _category_table(len(ann.label_names), class_indices, hierarchy)
         labels = np.asarray(ann.box_labels, dtype=np.int64)
-        per_image = np.bincount(ann.box_images(), weights=ptr[labels + 1] - ptr[labels], minlength=ann.num_images)
+        per_image = np.bincount(
+            ann.box_images(), weights=ptr[labels + 1] - ptr[labels], minlength=ann.num_images
+        )
         image_indices = np.flatnonzero(per_image > 0)
     else:
         image_indices = np.arange(ann.num_images)
     sizes = _cached_image_sizes(images_dir, ann.image_ids[image_indices], cache_dir)
     logger.info(
         "OpenImages %s: %d images (%d with boxes before filtering), %d classes%s",
-        boxes_csv, len(image_indices), int(np.count_nonzero(np.diff(ann.box_offsets))), len(class_indices),
+        boxes_csv,
+        len(image_indices),
+        int(np.count_nonzero(np.diff(ann.box_offsets))),
+        len(class_indices),
         ", boxes expanded to ancestor classes" if hierarchy is not None else "",
     )
     return OpenImagesDataset(ann, images_dir, image_indices, sizes, class_indices, hierarchy)
 
 
-def _load_and_describe(name: str, prepare: Optional[Callable[[], object]], **kwargs) -> OpenImagesDataset:
+def _load_and_describe(
+    name: str, prepare: Optional[Callable[[], object]], **kwargs
+) -> OpenImagesDataset:
     if prepare is not None:
         prepare()
     dataset = load_openimages_dataset(**kwargs)
-    _set_class_metadata(name, dataset.annotations.label_names, dataset.annotations.display_names, kwargs.get("class_subset_csv"))
+    _set_class_metadata(
+        name,
+        dataset.annotations.label_names,
+        dataset.annotations.display_names,
+        kwargs.get("class_subset_csv"),
+    )
     return dataset
 
 
-def _set_class_metadata(name: str, label_names: Sequence[str], display_names: Sequence[str], class_subset_csv: Optional[str]) -> None:
+def _set_class_metadata(
+    name: str,
+    label_names: Sequence[str],
+    display_names: Sequence[str],
+    class_subset_csv: Optional[str],
+) -> None:
     meta = MetadataCatalog.get(name)
     if "thing_classes" in meta.as_dict():
         return
     indices, subset_display = read_class_subset(label_names, class_subset_csv)
     meta.set(
-        thing_classes=list(subset_display) if subset_display is not None else [display_names[k] for k in indices],
+        thing_classes=(
+            list(subset_display)
+            if subset_display is not None
+            else [display_names[k] for k in indices]
+        ),
         label_names=[label_names[k] for k in indices],
     )
 
@@ -965,9 +1092,15 @@ def register_openimages(
     :class:`largedet.evaluation.OIDEvaluator`.
     """
     kwargs = dict(
-        boxes_csv=boxes_csv, images_dir=images_dir, class_descriptions_csv=class_descriptions_csv,
-        image_labels_csv=image_labels_csv, hierarchy_json=hierarchy_json, class_subset_csv=class_subset_csv,
-        expand_hierarchy=expand_hierarchy, filter_empty=filter_empty, cache_dir=cache_dir,
+        boxes_csv=boxes_csv,
+        images_dir=images_dir,
+        class_descriptions_csv=class_descriptions_csv,
+        image_labels_csv=image_labels_csv,
+        hierarchy_json=hierarchy_json,
+        class_subset_csv=class_subset_csv,
+        expand_hierarchy=expand_hierarchy,
+        filter_empty=filter_empty,
+        cache_dir=cache_dir,
     )
     if name in DatasetCatalog.list():
         DatasetCatalog.remove(name)
@@ -984,7 +1117,9 @@ def register_openimages(
         class_subset_csv=class_subset_csv,
         cache_dir=cache_dir,
     )
-    if os.path.isfile(class_descriptions_csv) and (class_subset_csv is None or os.path.isfile(class_subset_csv)):
+    if os.path.isfile(class_descriptions_csv) and (
+        class_subset_csv is None or os.path.isfile(class_subset_csv)
+    ):
         try:
             labels, display = read_class_descriptions(class_descriptions_csv)
             _set_class_metadata(name, labels, display, class_subset_csv)

@@ -60,7 +60,17 @@ FIXTURE_CLASSES: Tuple[Tuple[str, str, Optional[str]], ...] = (
 CHALLENGE_SUBSET = ("/m/0fx01", "/m/0fx02", "/m/0fx03", "/m/0fx05")
 _LEAVES = ("/m/0fx03", "/m/0fx04", "/m/0fx05", "/m/0fx06")
 _ROUND = "/m/0fx02"
-_BOX_HEADER = ["ImageID", "Source", "LabelName", "Confidence", "XMin", "XMax", "YMin", "YMax", *BOX_FLAG_COLUMNS]
+_BOX_HEADER = [
+    "ImageID",
+    "Source",
+    "LabelName",
+    "Confidence",
+    "XMin",
+    "XMax",
+    "YMin",
+    "YMax",
+    *BOX_FLAG_COLUMNS,
+]
 _LABEL_HEADER = ["ImageID", "Source", "LabelName", "Confidence"]
 _STAMP = ".largedet-fixture.json"
 
@@ -73,7 +83,10 @@ def _hierarchy_tree(labels: Sequence[str]) -> dict:
             out["Subcategory"] = [node(c) for c in children]
         return out
 
-    return {"LabelName": ROOT_LABEL, "Subcategory": [node(c) for c, _, p in FIXTURE_CLASSES if p is None and c in labels]}
+    return {
+        "LabelName": ROOT_LABEL,
+        "Subcategory": [node(c) for c, _, p in FIXTURE_CLASSES if p is None and c in labels],
+    }
 
 
 def _draw_image(rng: np.random.Generator, width: int, height: int):
@@ -103,14 +116,18 @@ def _draw_image(rng: np.random.Generator, width: int, height: int):
     if rng.random() < 0.3:  # a cluster of small discs, annotated as one group-of Circle box
         r = max(3, side // 24)
         cx, cy = int(rng.integers(4 * r, width - 4 * r)), int(rng.integers(4 * r, height - 4 * r))
-        centers = [(cx + dx * 2 * r, cy + dy * 2 * r) for dx, dy in ((-1, -1), (1, -1), (-1, 1), (1, 1))]
+        centers = [
+            (cx + dx * 2 * r, cy + dy * 2 * r) for dx, dy in ((-1, -1), (1, -1), (-1, 1), (1, 1))
+        ]
         for x, y in centers:
             draw.ellipse([x - r, y - r, x + r - 1, y + r - 1], fill=(250, 250, 250))
         boxes.append(("/m/0fx03", (cx - 3 * r, cy - 3 * r, cx + 3 * r, cy + 3 * r), True))
     return image, boxes
 
 
-def _write_split(root: str, split: str, num_images: int, image_size: Tuple[int, int], rng: np.random.Generator) -> None:
+def _write_split(
+    root: str, split: str, num_images: int, image_size: Tuple[int, int], rng: np.random.Generator
+) -> None:
     files = V6_SPLITS[split]
     images_dir = os.path.join(root, files.images_dir)
     os.makedirs(images_dir, exist_ok=True)
@@ -123,10 +140,19 @@ def _write_split(root: str, split: str, num_images: int, image_size: Tuple[int, 
         image.save(os.path.join(images_dir, image_id + ".jpg"), quality=90)
         for label, (x0, y0, x1, y1), group_of in boxes:
             flags = [int(rng.random() < 0.2), int(x0 == 0 or y0 == 0), int(group_of), 0, 0]
-            box_rows.append([
-                image_id, "xclick", label, 1,
-                f"{x0 / width:.6f}", f"{x1 / width:.6f}", f"{y0 / height:.6f}", f"{y1 / height:.6f}", *flags,
-            ])
+            box_rows.append(
+                [
+                    image_id,
+                    "xclick",
+                    label,
+                    1,
+                    f"{x0 / width:.6f}",
+                    f"{x1 / width:.6f}",
+                    f"{y0 / height:.6f}",
+                    f"{y1 / height:.6f}",
+                    *flags,
+                ]
+            )
         present = sorted({label for label, _, _ in boxes})
         label_rows += [[image_id, "verification", label, 1] for label in present]
         absent = [label for label in _LEAVES if label not in present]
@@ -135,7 +161,10 @@ def _write_split(root: str, split: str, num_images: int, image_size: Tuple[int, 
         else:
             for label in rng.permutation(absent)[: int(rng.integers(1, 3))].tolist():
                 label_rows.append([image_id, "verification", label, 0])
-    for name, header, rows in ((files.boxes_csv, _BOX_HEADER, box_rows), (files.image_labels_csv, _LABEL_HEADER, label_rows)):
+    for name, header, rows in (
+        (files.boxes_csv, _BOX_HEADER, box_rows),
+        (files.image_labels_csv, _LABEL_HEADER, label_rows),
+    ):
         with open(os.path.join(root, name), "w", newline="") as f:
             writer = csv.writer(f, lineterminator="\n")
             writer.writerow(header)
@@ -160,7 +189,13 @@ def write_openimages_fixture(
             portrait (height, width).
         seed: the same seed writes the same files.
     """
-    params = {"num_train": num_train, "num_val": num_val, "image_size": list(image_size), "seed": seed, "version": 1}
+    params = {
+        "num_train": num_train,
+        "num_val": num_val,
+        "image_size": list(image_size),
+        "seed": seed,
+        "version": 1,
+    }
     stamp = os.path.join(root, _STAMP)
     if os.path.isfile(stamp):
         with open(stamp) as f:
@@ -169,29 +204,40 @@ def write_openimages_fixture(
     os.makedirs(root, exist_ok=True)
     rng = np.random.default_rng(seed)
     with open(os.path.join(root, CLASS_DESCRIPTIONS_CSV), "w", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerows([label, name] for label, name, _ in FIXTURE_CLASSES)
+        csv.writer(f, lineterminator="\n").writerows(
+            [label, name] for label, name, _ in FIXTURE_CLASSES
+        )
     with open(os.path.join(root, CHALLENGE500_CLASSES_CSV), "w", newline="") as f:
         csv.writer(f, lineterminator="\n").writerows(
             [label, name] for label, name, _ in FIXTURE_CLASSES if label in CHALLENGE_SUBSET
         )
-    for name, labels in ((HIERARCHY_JSON, [c for c, _, _ in FIXTURE_CLASSES]), (CHALLENGE500_HIERARCHY_JSON, CHALLENGE_SUBSET)):
+    for name, labels in (
+        (HIERARCHY_JSON, [c for c, _, _ in FIXTURE_CLASSES]),
+        (CHALLENGE500_HIERARCHY_JSON, CHALLENGE_SUBSET),
+    ):
         with open(os.path.join(root, name), "w") as f:
             json.dump(_hierarchy_tree(labels), f, indent=1)
     _write_split(root, "train", num_train, image_size, rng)
     _write_split(root, "val", num_val, image_size, rng)
     with open(stamp, "w") as f:
         json.dump(params, f)
-    logger.info("Wrote the OpenImages fixture (%d train, %d val images) in %s", num_train, num_val, root)
+    logger.info(
+        "Wrote the OpenImages fixture (%d train, %d val images) in %s", num_train, num_val, root
+    )
     return root
 
 
 def default_fixture_root() -> str:
     """``$LARGEDET_DATASETS/openimages_fixture``, or ``~/.cache/largedet/datasets/openimages_fixture``."""
-    base = os.environ.get("LARGEDET_DATASETS") or os.path.join("~", ".cache", "largedet", "datasets")
+    base = os.environ.get("LARGEDET_DATASETS") or os.path.join(
+        "~", ".cache", "largedet", "datasets"
+    )
     return os.path.join(os.path.expanduser(base), "openimages_fixture")
 
 
-def register_openimages_fixture(root: Optional[str] = None, *, cache_dir: Optional[str] = None) -> List[str]:
+def register_openimages_fixture(
+    root: Optional[str] = None, *, cache_dir: Optional[str] = None
+) -> List[str]:
     """Register ``openimages_fixture_train`` and ``openimages_fixture_val`` (all six
     classes), written under ``root`` (default :func:`default_fixture_root`) on first use."""
     root = root or default_fixture_root()
@@ -212,6 +258,9 @@ def register_openimages_fixture(root: Optional[str] = None, *, cache_dir: Option
         )
         meta = MetadataCatalog.get(name)
         if "thing_classes" not in meta.as_dict():
-            meta.set(thing_classes=[n for _, n, _ in FIXTURE_CLASSES], label_names=[c for c, _, _ in FIXTURE_CLASSES])
+            meta.set(
+                thing_classes=[n for _, n, _ in FIXTURE_CLASSES],
+                label_names=[c for c, _, _ in FIXTURE_CLASSES],
+            )
         names.append(name)
     return names

@@ -109,7 +109,7 @@ class OIDGroundTruth:
     def from_annotations(
         cls, ann: OpenImagesAnnotations, image_indices: Optional[np.ndarray] = None
     ) -> "OIDGroundTruth":
-        """The ground truth of ``ann``'s images ``image_indices`` (default all), renumbered 0..L-1."""
+        """The ground truth of ``ann``'s images ``image_indices`` (default all), as 0..L-1."""
         if image_indices is None:
             image_indices = np.arange(ann.num_images)
         image_indices = np.asarray(image_indices, dtype=np.int64)
@@ -160,7 +160,9 @@ class OIDResult:
 def expand_ground_truth(gt: OIDGroundTruth, hierarchy: ClassHierarchy) -> OIDGroundTruth:
     """Rule (a): boxes and positive labels copied to ancestors, negatives to descendants."""
     if hierarchy.num_classes != gt.num_classes:
-        raise ValueError(f"the hierarchy has {hierarchy.num_classes} classes, the ground truth {gt.num_classes}")
+        raise ValueError(
+            f"the hierarchy has {hierarchy.num_classes} classes, the ground truth {gt.num_classes}"
+        )
     rows, box_labels = hierarchy.expand_up(gt.box_labels)
     pos = np.flatnonzero(gt.label_is_positive)
     neg = np.flatnonzero(~gt.label_is_positive)
@@ -172,9 +174,13 @@ def expand_ground_truth(gt: OIDGroundTruth, hierarchy: ClassHierarchy) -> OIDGro
         boxes=gt.boxes[rows],
         box_labels=box_labels,
         box_is_group_of=gt.box_is_group_of[rows],
-        label_images=np.concatenate([gt.label_images[pos][pos_rows], gt.label_images[neg][neg_rows]]),
+        label_images=np.concatenate(
+            [gt.label_images[pos][pos_rows], gt.label_images[neg][neg_rows]]
+        ),
         label_classes=np.concatenate([pos_labels, neg_labels]),
-        label_is_positive=np.concatenate([np.ones(len(pos_rows), bool), np.zeros(len(neg_rows), bool)]),
+        label_is_positive=np.concatenate(
+            [np.ones(len(pos_rows), bool), np.zeros(len(neg_rows), bool)]
+        ),
         num_classes=gt.num_classes,
     )
 
@@ -277,7 +283,9 @@ def _match(
     # Rule (d): rounds over the rank of a detection inside its (image, class) group.
     regular = np.flatnonzero(~gt_group_of)
     regular = regular[np.argsort(gt_keys[regular], kind="stable")]
-    pair_d, pair_g, pair_iou = _candidate_pairs(keys, boxes, gt_keys[regular], gt_boxes[regular], _iou, threshold)
+    pair_d, pair_g, pair_iou = _candidate_pairs(
+        keys, boxes, gt_keys[regular], gt_boxes[regular], _iou, threshold
+    )
     is_tp = np.zeros(num_det, dtype=bool)
     if len(pair_d):
         rank = (np.arange(num_det) - np.searchsorted(keys, keys, side="left"))[pair_d]
@@ -298,7 +306,9 @@ def _match(
     group = np.flatnonzero(gt_group_of)
     group = group[np.argsort(gt_keys[group], kind="stable")]
     rest = np.flatnonzero(~is_tp)
-    pair_d, pair_g, pair_ioa = _candidate_pairs(keys[rest], boxes[rest], gt_keys[group], gt_boxes[group], _ioa, threshold)
+    pair_d, pair_g, pair_ioa = _candidate_pairs(
+        keys[rest], boxes[rest], gt_keys[group], gt_boxes[group], _ioa, threshold
+    )
     pair_d = rest[pair_d]
     o = np.lexsort((pair_g, -pair_ioa, pair_d))
     pair_d, pair_g = pair_d[o], pair_g[o]
@@ -375,7 +385,9 @@ def evaluate_detections(
             group-of match.
     """
     num_classes = gt.num_classes
-    if len(detections.labels) and not (0 <= detections.labels.min() and detections.labels.max() < num_classes):
+    if len(detections.labels) and not (
+        0 <= detections.labels.min() and detections.labels.max() < num_classes
+    ):
         raise ValueError(f"detection labels must be class indices in [0, {num_classes})")
     if hierarchy is not None:
         gt = expand_ground_truth(gt, hierarchy)
@@ -388,16 +400,24 @@ def evaluate_detections(
     keep = evaluated[gt.box_labels]
     gt_labels = gt.box_labels[keep]
     gt_keys = gt.box_images[keep] * num_classes + gt_labels
-    verified = _sorted_unique(np.concatenate([gt.label_images * num_classes + gt.label_classes, gt_keys]))
+    verified = _sorted_unique(
+        np.concatenate([gt.label_images * num_classes + gt.label_classes, gt_keys])
+    )
 
     det_keys = detections.images * num_classes + detections.labels
-    valid = (detections.images >= 0) & evaluated[detections.labels] & _isin_sorted(det_keys, verified)
+    valid = (
+        (detections.images >= 0) & evaluated[detections.labels] & _isin_sorted(det_keys, verified)
+    )
     valid = np.flatnonzero(valid)
     det_labels = detections.labels[valid]
     det_scores = np.asarray(detections.scores, dtype=np.float64)[valid]
     status, group_score = _match(
-        gt_keys, np.asarray(gt.boxes, dtype=np.float64)[keep], gt.box_is_group_of[keep],
-        det_keys[valid], np.asarray(detections.boxes, dtype=np.float64)[valid], det_scores,
+        gt_keys,
+        np.asarray(gt.boxes, dtype=np.float64)[keep],
+        gt.box_is_group_of[keep],
+        det_keys[valid],
+        np.asarray(detections.boxes, dtype=np.float64)[valid],
+        det_scores,
         iou_threshold,
     )
     scored = status >= 0
@@ -412,20 +432,28 @@ def evaluate_detections(
     labels, is_tp = labels[order], is_tp[order]
     starts = np.searchsorted(labels, class_indices, side="left")
     stops = np.searchsorted(labels, class_indices, side="right")
-    ap = np.array([
-        _average_precision_sorted(is_tp[s:e], int(num_gt[c])) if num_gt[c] else np.nan
-        for c, s, e in zip(class_indices.tolist(), starts.tolist(), stops.tolist())
-    ], dtype=np.float64)
+    ap = np.array(
+        [
+            _average_precision_sorted(is_tp[s:e], int(num_gt[c])) if num_gt[c] else np.nan
+            for c, s, e in zip(class_indices.tolist(), starts.tolist(), stops.tolist())
+        ],
+        dtype=np.float64,
+    )
     logger.info(
         "Open Images metric: %d of %d detections scored (%d on unverified classes or unknown "
         "images ignored, %d absorbed by group-of boxes), %d classes with ground truth",
-        int(scored.sum()), len(detections.labels), len(detections.labels) - len(valid),
-        int((status == -1).sum()), int(np.count_nonzero(num_gt[class_indices])),
+        int(scored.sum()),
+        len(detections.labels),
+        len(detections.labels) - len(valid),
+        int((status == -1).sum()),
+        int(np.count_nonzero(num_gt[class_indices])),
     )
     return OIDResult(class_indices, ap, num_gt[class_indices], num_det[class_indices])
 
 
-def read_detections_csv(path: str, label_names: Sequence[str], image_ids: np.ndarray) -> OIDDetections:
+def read_detections_csv(
+    path: str, label_names: Sequence[str], image_ids: np.ndarray
+) -> OIDDetections:
     """Read detections (columns :data:`DETECTION_COLUMNS`, by header name).
 
     Args:
@@ -439,51 +467,86 @@ def read_detections_csv(path: str, label_names: Sequence[str], image_ids: np.nda
             YMin > YMax, naming the file, line and column.
     """
     label_table = {name.encode(): k for k, name in enumerate(label_names)}
-    image_table = {i if isinstance(i, bytes) else str(i).encode(): k for k, i in enumerate(np.asarray(image_ids).tolist())}
+    image_table = {
+        i if isinstance(i, bytes) else str(i).encode(): k
+        for k, i in enumerate(np.asarray(image_ids).tolist())
+    }
     parts = []
     with ChunkedCsvReader(path, DETECTION_COLUMNS) as reader:
         for lines, cols in reader:
-            labels = parse_indices(cols["LabelName"], label_table, reader.path, lines, "LabelName",
-                                   "unknown LabelName {value!r}: not in the class descriptions")
+            labels = parse_indices(
+                cols["LabelName"],
+                label_table,
+                reader.path,
+                lines,
+                "LabelName",
+                "unknown LabelName {value!r}: not in the class descriptions",
+            )
             scores = parse_floats(cols["Score"], reader.path, lines, "Score")
-            xmin, xmax, ymin, ymax = (parse_floats(cols[c], reader.path, lines, c) for c in ("XMin", "XMax", "YMin", "YMax"))
+            xmin, xmax, ymin, ymax = (
+                parse_floats(cols[c], reader.path, lines, c)
+                for c in ("XMin", "XMax", "YMin", "YMax")
+            )
             check_box_coordinates(xmin, xmax, ymin, ymax, reader.path, lines)
-            images = np.fromiter(map(image_table.get, cols["ImageID"], repeat(-1)), np.int64, len(lines))
-            parts.append((images, np.stack([xmin, ymin, xmax, ymax], axis=1), scores, labels.astype(np.int64)))
+            images = np.fromiter(
+                map(image_table.get, cols["ImageID"], repeat(-1)), np.int64, len(lines)
+            )
+            parts.append(
+                (
+                    images,
+                    np.stack([xmin, ymin, xmax, ymax], axis=1),
+                    scores,
+                    labels.astype(np.int64),
+                )
+            )
     if not parts:
-        return OIDDetections(np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64))
+        return OIDDetections(
+            np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64)
+        )
     det = OIDDetections(*(np.concatenate(p) for p in zip(*parts)))
     unknown = int((det.images < 0).sum())
     if unknown:
-        logger.warning("%s: %d detections on images without ground truth are ignored", path, unknown)
+        logger.warning(
+            "%s: %d detections on images without ground truth are ignored", path, unknown
+        )
     return det
 
 
-def write_detections_csv(path: str, detections: OIDDetections, image_ids: np.ndarray, label_names: Sequence[str]) -> None:
-    """Write detections in the :data:`DETECTION_COLUMNS` format (readable by :func:`read_detections_csv`)."""
+def write_detections_csv(
+    path: str, detections: OIDDetections, image_ids: np.ndarray, label_names: Sequence[str]
+) -> None:
+    """Write detections in the :data:`DETECTION_COLUMNS` format (see :func:`read_detections_csv`)."""
     ids = [i.decode() if isinstance(i, bytes) else str(i) for i in np.asarray(image_ids).tolist()]
     with open(path, "w", newline="") as f:
         f.write(",".join(DETECTION_COLUMNS) + "\n")
         f.writelines(
             f"{ids[i]},{label_names[c]},{s:.6g},{b[0]:.6f},{b[2]:.6f},{b[1]:.6f},{b[3]:.6f}\n"
             for i, c, s, b in zip(
-                detections.images.tolist(), detections.labels.tolist(),
-                detections.scores.tolist(), detections.boxes.tolist(),
+                detections.images.tolist(),
+                detections.labels.tolist(),
+                detections.scores.tolist(),
+                detections.boxes.tolist(),
             )
         )
 
 
-def write_per_class_csv(path: str, result: OIDResult, label_names: Sequence[str], display_names: Sequence[str]) -> None:
+def write_per_class_csv(
+    path: str, result: OIDResult, label_names: Sequence[str], display_names: Sequence[str]
+) -> None:
     """One row per evaluated class: LabelName, DisplayName, AP (empty without ground
     truth), NumGroundTruth, NumDetections."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["LabelName", "DisplayName", "AP", "NumGroundTruth", "NumDetections"])
         for c, ap, n_gt, n_det in zip(
-            result.class_indices.tolist(), result.average_precision.tolist(),
-            result.num_ground_truth.tolist(), result.num_detections.tolist(),
+            result.class_indices.tolist(),
+            result.average_precision.tolist(),
+            result.num_ground_truth.tolist(),
+            result.num_detections.tolist(),
         ):
-            writer.writerow([label_names[c], display_names[c], "" if np.isnan(ap) else f"{ap:.6f}", n_gt, n_det])
+            writer.writerow(
+                [label_names[c], display_names[c], "" if np.isnan(ap) else f"{ap:.6f}", n_gt, n_det]
+            )
 
 
 def evaluate_files(
@@ -501,5 +564,7 @@ def evaluate_files(
     ann = parse_openimages_annotations(boxes_csv, class_descriptions_csv, image_labels_csv)
     hierarchy = load_hierarchy(hierarchy_json, ann.label_names) if hierarchy_json else None
     detections = read_detections_csv(detections_csv, ann.label_names, ann.image_ids)
-    result = evaluate_detections(OIDGroundTruth.from_annotations(ann), detections, hierarchy=hierarchy)
+    result = evaluate_detections(
+        OIDGroundTruth.from_annotations(ann), detections, hierarchy=hierarchy
+    )
     return result, ann

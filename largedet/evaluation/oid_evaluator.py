@@ -73,9 +73,13 @@ class OIDEvaluator(DatasetEvaluator):
         """
         meta = MetadataCatalog.get(dataset_name)
         if getattr(meta, "evaluator_type", None) != "openimages":
-            raise ValueError(f"{dataset_name!r} is not an OpenImages dataset (register it with register_openimages)")
+            raise ValueError(
+                f"{dataset_name!r} is not an OpenImages dataset (register it with register_openimages)"
+            )
         if expand_detections and not meta.hierarchy_json:
-            raise ValueError(f"expand_detections needs a hierarchy_json, and {dataset_name!r} has none")
+            raise ValueError(
+                f"expand_detections needs a hierarchy_json, and {dataset_name!r} has none"
+            )
         self._dataset_name = dataset_name
         self._meta = meta
         self._distributed = distributed
@@ -100,13 +104,20 @@ class OIDEvaluator(DatasetEvaluator):
         for inp, out in zip(inputs, outputs):
             instances = out["instances"].to("cpu")
             height, width = instances.image_size
-            boxes = instances.pred_boxes.tensor.numpy().astype(np.float64) / (width, height, width, height)
-            self._predictions.append((
-                str(inp["image_id"]),
-                np.clip(boxes, 0.0, 1.0).astype(np.float32),
-                instances.scores.numpy().astype(np.float32),
-                instances.pred_classes.numpy().astype(np.int32),
-            ))
+            boxes = instances.pred_boxes.tensor.numpy().astype(np.float64) / (
+                width,
+                height,
+                width,
+                height,
+            )
+            self._predictions.append(
+                (
+                    str(inp["image_id"]),
+                    np.clip(boxes, 0.0, 1.0).astype(np.float32),
+                    instances.scores.numpy().astype(np.float32),
+                    instances.pred_classes.numpy().astype(np.int32),
+                )
+            )
 
     def evaluate(self):
         if self._distributed:
@@ -123,10 +134,17 @@ class OIDEvaluator(DatasetEvaluator):
 
         meta = self._meta
         ann = load_openimages_annotations(
-            meta.boxes_csv, meta.class_descriptions_csv, meta.image_labels_csv, cache_dir=meta.cache_dir
+            meta.boxes_csv,
+            meta.class_descriptions_csv,
+            meta.image_labels_csv,
+            cache_dir=meta.cache_dir,
         )
-        class_indices = np.asarray(read_class_subset(ann.label_names, meta.class_subset_csv)[0], dtype=np.int64)
-        hierarchy = load_hierarchy(meta.hierarchy_json, ann.label_names) if meta.hierarchy_json else None
+        class_indices = np.asarray(
+            read_class_subset(ann.label_names, meta.class_subset_csv)[0], dtype=np.int64
+        )
+        hierarchy = (
+            load_hierarchy(meta.hierarchy_json, ann.label_names) if meta.hierarchy_json else None
+        )
 
         image_index = ann.image_index([p[0] for p in predictions])
         if (image_index < 0).any():
@@ -145,20 +163,31 @@ class OIDEvaluator(DatasetEvaluator):
         if self._expand_detections:
             detections = expand_detections(detections, hierarchy)
         gt = OIDGroundTruth.from_annotations(ann, images)
-        result = evaluate_detections(gt, detections, hierarchy=hierarchy, class_indices=class_indices)
+        result = evaluate_detections(
+            gt, detections, hierarchy=hierarchy, class_indices=class_indices
+        )
 
         if self._output_dir:
             PathManager.mkdirs(self._output_dir)
             write_detections_csv(
-                os.path.join(self._output_dir, "oid_detections.csv"), detections, gt.image_ids, ann.label_names
+                os.path.join(self._output_dir, "oid_detections.csv"),
+                detections,
+                gt.image_ids,
+                ann.label_names,
             )
             write_per_class_csv(
-                os.path.join(self._output_dir, "oid_per_class_ap.csv"), result, ann.label_names, ann.display_names
+                os.path.join(self._output_dir, "oid_per_class_ap.csv"),
+                result,
+                ann.label_names,
+                ann.display_names,
             )
 
         logger.info(
             "Open Images mAP@0.5 of %s: %.4f over %d classes with ground truth (%d images)",
-            self._dataset_name, result.mean_ap, int((result.num_ground_truth > 0).sum()), len(images),
+            self._dataset_name,
+            result.mean_ap,
+            int((result.num_ground_truth > 0).sum()),
+            len(images),
         )
         metrics = OrderedDict(AP50=100.0 * result.mean_ap)
         for c, ap in zip(result.class_indices.tolist(), result.average_precision.tolist()):

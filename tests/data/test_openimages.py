@@ -26,7 +26,11 @@ from largedet.data.openimages import (
     register_all_openimages,
     register_openimages,
 )
-from largedet.data.openimages_fixture import FIXTURE_CLASSES, register_openimages_fixture, write_openimages_fixture
+from largedet.data.openimages_fixture import (
+    FIXTURE_CLASSES,
+    register_openimages_fixture,
+    write_openimages_fixture,
+)
 
 HEADER = "ImageID,Source,LabelName,Confidence,XMin,XMax,YMin,YMax,IsOccluded,IsTruncated,IsGroupOf,IsDepiction,IsInside\n"
 CLASSES = '/m/animal,Animal\n/m/dog,Dog\n/m/cat,"Cat, domestic"\n/m/car,Car\n'
@@ -34,7 +38,10 @@ CLASSES = '/m/animal,Animal\n/m/dog,Dog\n/m/cat,"Cat, domestic"\n/m/car,Car\n'
 HIERARCHY = {
     "LabelName": "/m/0bl9f",
     "Subcategory": [
-        {"LabelName": "/m/animal", "Subcategory": [{"LabelName": "/m/dog"}, {"LabelName": "/m/cat"}]},
+        {
+            "LabelName": "/m/animal",
+            "Subcategory": [{"LabelName": "/m/dog"}, {"LabelName": "/m/cat"}],
+        },
         {"LabelName": "/m/vehicle", "Subcategory": [{"LabelName": "/m/car"}]},
     ],
 }
@@ -70,7 +77,9 @@ def test_parse_arrays(files):
     assert ann.image_ids.tolist() == [b"img_a", b"img_b", b"img_c"]
     assert ann.box_offsets.tolist() == [0, 2, 3, 3]
     # Stored as XMin, YMin, XMax, YMax (the file's order is XMin, XMax, YMin, YMax).
-    np.testing.assert_allclose(ann.boxes, [[0.1, 0.2, 0.5, 0.6], [0.0, 0.0, 1.0, 0.5], [0.5, 0.25, 1.0, 0.75]])
+    np.testing.assert_allclose(
+        ann.boxes, [[0.1, 0.2, 0.5, 0.6], [0.0, 0.0, 1.0, 0.5], [0.5, 0.25, 1.0, 0.75]]
+    )
     assert ann.box_labels.tolist() == [1, 2, 3]
     assert ann.box_flags.tolist() == [[1, 0, 0, 0, 0], [0, 0, 1, 1, 0], [0, 1, 0, 0, 0]]
     assert ann.box_is_group_of.tolist() == [False, True, False]
@@ -84,11 +93,11 @@ def test_parse_variants_give_the_same_arrays(tmp_path, files):
     """Any column order, extra columns, absent optional flags, CRLF, quotes, blank lines."""
     ref = parse_openimages_annotations(files["boxes"], files["classes"])
     text = (
-        'XMax,ImageID,LabelName,XMin,YMin,YMax,IsGroupOf,XClick1X,IsOccluded,IsTruncated,IsDepiction,IsInside\r\n'
-        '1.0,img_b,/m/car,0.5,0.25,0.75,0,-1,0,1,0,0\r\n'
-        '\r\n'
+        "XMax,ImageID,LabelName,XMin,YMin,YMax,IsGroupOf,XClick1X,IsOccluded,IsTruncated,IsDepiction,IsInside\r\n"
+        "1.0,img_b,/m/car,0.5,0.25,0.75,0,-1,0,1,0,0\r\n"
+        "\r\n"
         '0.5,"img_a",/m/dog,0.1,0.2,0.6,0,0.3,1,0,0,0\r\n'
-        '1.0,img_a,/m/cat,0.0,0.0,0.5,1,0.2,0,0,1,0'
+        "1.0,img_a,/m/cat,0.0,0.0,0.5,1,0.2,0,0,1,0"
     )
     other = parse_openimages_annotations(write(tmp_path / "b2.csv", text), files["classes"])
     for name in ("image_ids", "box_offsets", "boxes", "box_labels", "box_flags"):
@@ -104,16 +113,36 @@ BAD_BOXES = [
     (HEADER.replace(",IsGroupOf", ""), 1, "IsGroupOf", "missing column"),
     (HEADER.replace("XMin,", ""), 1, "XMin", "missing column"),
     (HEADER + "img_a,xclick,/m/dog,1,0.1,0.5,0.2,0.6,0,0,0,0\n", 2, None, "expected 13 fields"),
-    (HEADER + "img_a,xclick,/m/dog,1,0.1,0.5,0.2,0.6,0,0,0,0,0\nimg_a,xclick,/m/bird,1,0.1,0.5,0.2,0.6,0,0,0,0,0\n",
-     3, "LabelName", "unknown LabelName"),
-    (HEADER + "img_a,xclick,/m/dog,1,0.1,abc,0.2,0.6,0,0,0,0,0\n", 2, "XMax", "expected a number, found 'abc'"),
+    (
+        HEADER
+        + "img_a,xclick,/m/dog,1,0.1,0.5,0.2,0.6,0,0,0,0,0\nimg_a,xclick,/m/bird,1,0.1,0.5,0.2,0.6,0,0,0,0,0\n",
+        3,
+        "LabelName",
+        "unknown LabelName",
+    ),
+    (
+        HEADER + "img_a,xclick,/m/dog,1,0.1,abc,0.2,0.6,0,0,0,0,0\n",
+        2,
+        "XMax",
+        "expected a number, found 'abc'",
+    ),
     (HEADER + "img_a,xclick,/m/dog,1,0.1,0.5,0.2,,0,0,0,0,0\n", 2, "YMax", "expected a number"),
     (HEADER + "img_a,xclick,/m/dog,1,0.1,0.5,0.2,nan,0,0,0,0,0\n", 2, "YMax", "expected a number"),
     (HEADER + "img_a,xclick,/m/dog,1,0.1,1.5,0.2,0.6,0,0,0,0,0\n", 2, "XMax", "outside [0, 1]"),
     (HEADER + "img_a,xclick,/m/dog,1,-0.1,0.5,0.2,0.6,0,0,0,0,0\n", 2, "XMin", "outside [0, 1]"),
-    (HEADER + "img_a,xclick,/m/dog,1,0.6,0.5,0.2,0.6,0,0,0,0,0\n", 2, "XMin", "XMin = 0.6 is greater than XMax = 0.5"),
+    (
+        HEADER + "img_a,xclick,/m/dog,1,0.6,0.5,0.2,0.6,0,0,0,0,0\n",
+        2,
+        "XMin",
+        "XMin = 0.6 is greater than XMax = 0.5",
+    ),
     (HEADER + "img_a,xclick,/m/dog,1,0.1,0.5,0.7,0.6,0,0,0,0,0\n", 2, "YMin", "greater than YMax"),
-    (HEADER + "img_a,xclick,/m/dog,1,0.1,0.5,0.2,0.6,0,0,2,0,0\n", 2, "IsGroupOf", "expected 0, 1 or -1"),
+    (
+        HEADER + "img_a,xclick,/m/dog,1,0.1,0.5,0.2,0.6,0,0,2,0,0\n",
+        2,
+        "IsGroupOf",
+        "expected 0, 1 or -1",
+    ),
     (HEADER + ",xclick,/m/dog,1,0.1,0.5,0.2,0.6,0,0,0,0,0\n", 2, "ImageID", "empty ImageID"),
     ("", 1, None, "empty file"),
 ]
@@ -143,20 +172,44 @@ def test_error_line_numbers_across_chunks(tmp_path, files, monkeypatch):
 
 
 def test_other_file_errors(tmp_path, files):
-    with pytest.raises(OpenImagesFormatError, match=r"labels.csv, line 3, column 'Confidence': expected 0 .* found 0.5"):
+    with pytest.raises(
+        OpenImagesFormatError,
+        match=r"labels.csv, line 3, column 'Confidence': expected 0 .* found 0.5",
+    ):
         parse_openimages_annotations(
-            files["boxes"], files["classes"],
-            write(tmp_path / "labels.csv", "ImageID,Source,LabelName,Confidence\na,s,/m/dog,1\nb,s,/m/dog,0.5\n"),
+            files["boxes"],
+            files["classes"],
+            write(
+                tmp_path / "labels.csv",
+                "ImageID,Source,LabelName,Confidence\na,s,/m/dog,1\nb,s,/m/dog,0.5\n",
+            ),
         )
-    with pytest.raises(OpenImagesFormatError, match=r"l2.csv, line 1, column 'Confidence': missing column"):
-        parse_openimages_annotations(files["boxes"], files["classes"], write(tmp_path / "l2.csv", "ImageID,Source,LabelName\n"))
-    with pytest.raises(OpenImagesFormatError, match=r"c.csv, line 3, column 'LabelName': '/m/a' already defined on line 1"):
+    with pytest.raises(
+        OpenImagesFormatError, match=r"l2.csv, line 1, column 'Confidence': missing column"
+    ):
+        parse_openimages_annotations(
+            files["boxes"],
+            files["classes"],
+            write(tmp_path / "l2.csv", "ImageID,Source,LabelName\n"),
+        )
+    with pytest.raises(
+        OpenImagesFormatError,
+        match=r"c.csv, line 3, column 'LabelName': '/m/a' already defined on line 1",
+    ):
         read_class_descriptions(write(tmp_path / "c.csv", "/m/a,A\n/m/b,B\n/m/a,C\n"))
     with pytest.raises(OpenImagesFormatError, match=r"c2.csv, line 2: expected 2 fields"):
         read_class_descriptions(write(tmp_path / "c2.csv", "/m/a,A\n/m/b\n"))
-    assert read_class_descriptions(write(tmp_path / "c3.csv", "LabelName,DisplayName\n/m/a,A\n")) == (["/m/a"], ["A"])
-    bad_tree = {"LabelName": "/m/0bl9f", "Subcategory": [{"LabelName": "/m/dog", "Subcategory": {"LabelName": "/m/cat"}}]}
-    with pytest.raises(OpenImagesFormatError, match=r"h.json: 'Subcategory' of '/m/dog' at \$.Subcategory\[0\] is not a list"):
+    assert read_class_descriptions(
+        write(tmp_path / "c3.csv", "LabelName,DisplayName\n/m/a,A\n")
+    ) == (["/m/a"], ["A"])
+    bad_tree = {
+        "LabelName": "/m/0bl9f",
+        "Subcategory": [{"LabelName": "/m/dog", "Subcategory": {"LabelName": "/m/cat"}}],
+    }
+    with pytest.raises(
+        OpenImagesFormatError,
+        match=r"h.json: 'Subcategory' of '/m/dog' at \$.Subcategory\[0\] is not a list",
+    ):
         load_hierarchy(write(tmp_path / "h.json", json.dumps(bad_tree)), ["/m/dog"])
     with pytest.raises(OpenImagesFormatError, match=r"h2.json, line 1: invalid JSON"):
         load_hierarchy(write(tmp_path / "h2.json", "{"), ["/m/dog"])
@@ -185,11 +238,15 @@ def test_hierarchy(files):
 
 def test_cache_is_reused_and_invalidated(tmp_path, files, monkeypatch):
     cache = str(tmp_path / "cache")
-    first = load_openimages_annotations(files["boxes"], files["classes"], files["labels"], cache_dir=cache)
+    first = load_openimages_annotations(
+        files["boxes"], files["classes"], files["labels"], cache_dir=cache
+    )
     calls = []
     real = oi.parse_openimages_annotations
     monkeypatch.setattr(oi, "parse_openimages_annotations", lambda *a: calls.append(a) or real(*a))
-    second = load_openimages_annotations(files["boxes"], files["classes"], files["labels"], cache_dir=cache)
+    second = load_openimages_annotations(
+        files["boxes"], files["classes"], files["labels"], cache_dir=cache
+    )
     assert calls == []  # not parsed again
     assert isinstance(second.boxes, np.memmap)
     for name in oi.OpenImagesAnnotations._ARRAYS:
@@ -198,7 +255,9 @@ def test_cache_is_reused_and_invalidated(tmp_path, files, monkeypatch):
     # A changed file (size and modification time) is parsed again.
     with open(files["boxes"], "a") as f:
         f.write("img_d,xclick,/m/dog,1,0.1,0.5,0.2,0.6,0,0,0,0,0\n")
-    third = load_openimages_annotations(files["boxes"], files["classes"], files["labels"], cache_dir=cache)
+    third = load_openimages_annotations(
+        files["boxes"], files["classes"], files["labels"], cache_dir=cache
+    )
     assert len(calls) == 1 and len(third.boxes) == 4
     with pytest.raises(FileNotFoundError, match="nope.csv"):
         load_openimages_annotations(str(tmp_path / "nope.csv"), files["classes"], cache_dir=cache)
@@ -217,9 +276,21 @@ def test_register_and_dataset_dicts(tmp_path, files):
     subset = write(tmp_path / "subset.csv", "/m/car,Car\n/m/animal,Animal\n/m/dog,Dog\n")
     cache = str(tmp_path / "cache")
 
-    register_openimages("oi_test_all", files["boxes"], str(images), files["classes"], files["labels"],
-                        files["hierarchy"], cache_dir=cache)
-    assert MetadataCatalog.get("oi_test_all").thing_classes == ["Animal", "Dog", "Cat, domestic", "Car"]
+    register_openimages(
+        "oi_test_all",
+        files["boxes"],
+        str(images),
+        files["classes"],
+        files["labels"],
+        files["hierarchy"],
+        cache_dir=cache,
+    )
+    assert MetadataCatalog.get("oi_test_all").thing_classes == [
+        "Animal",
+        "Dog",
+        "Cat, domestic",
+        "Car",
+    ]
     assert MetadataCatalog.get("oi_test_all").evaluator_type == "openimages"
     ds = DatasetCatalog.get("oi_test_all")
     assert len(ds) == 3
@@ -227,8 +298,18 @@ def test_register_and_dataset_dicts(tmp_path, files):
     assert (a["image_id"], a["width"], a["height"]) == ("img_a", 200, 100)
     assert a["file_name"] == str(images / "img_a.jpg")
     assert a["annotations"] == [
-        {"bbox": pytest.approx([20, 20, 100, 60]), "bbox_mode": BoxMode.XYXY_ABS, "category_id": 1, "is_group_of": False},
-        {"bbox": pytest.approx([0, 0, 200, 50]), "bbox_mode": BoxMode.XYXY_ABS, "category_id": 2, "is_group_of": True},
+        {
+            "bbox": pytest.approx([20, 20, 100, 60]),
+            "bbox_mode": BoxMode.XYXY_ABS,
+            "category_id": 1,
+            "is_group_of": False,
+        },
+        {
+            "bbox": pytest.approx([0, 0, 200, 50]),
+            "bbox_mode": BoxMode.XYXY_ABS,
+            "category_id": 2,
+            "is_group_of": True,
+        },
     ]
     assert (b["width"], b["height"]) == (80, 100)
     assert b["annotations"][0]["bbox"] == pytest.approx([40, 25, 80, 75])
@@ -236,31 +317,51 @@ def test_register_and_dataset_dicts(tmp_path, files):
 
     # A class subset (contiguous ids in the subset's order), hierarchy expansion and
     # filtering of images without boxes.
-    register_openimages("oi_test_sub", files["boxes"], str(images), files["classes"], files["labels"],
-                        files["hierarchy"], class_subset_csv=subset, expand_hierarchy=True,
-                        filter_empty=True, cache_dir=cache)
+    register_openimages(
+        "oi_test_sub",
+        files["boxes"],
+        str(images),
+        files["classes"],
+        files["labels"],
+        files["hierarchy"],
+        class_subset_csv=subset,
+        expand_hierarchy=True,
+        filter_empty=True,
+        cache_dir=cache,
+    )
     assert MetadataCatalog.get("oi_test_sub").thing_classes == ["Car", "Animal", "Dog"]
     assert MetadataCatalog.get("oi_test_sub").label_names == ["/m/car", "/m/animal", "/m/dog"]
     ds = DatasetCatalog.get("oi_test_sub")
     assert [d["image_id"] for d in ds] == ["img_a", "img_b"]
     anns = ds[0]["annotations"]
     # Dog box -> Dog (2) and its Animal copy (1); the group-of Cat box -> Animal only.
-    assert [(x["category_id"], x["is_group_of"]) for x in anns] == [(2, False), (1, False), (1, True)]
+    assert [(x["category_id"], x["is_group_of"]) for x in anns] == [
+        (2, False),
+        (1, False),
+        (1, True),
+    ]
     assert anns[0]["bbox"] == anns[1]["bbox"]
     assert [x["category_id"] for x in ds[1]["annotations"]] == [0]
     with pytest.raises(IndexError):
         ds[2]
 
     # Registering a name again replaces it.
-    register_openimages("oi_test_sub", files["boxes"], str(images), files["classes"], cache_dir=cache)
+    register_openimages(
+        "oi_test_sub", files["boxes"], str(images), files["classes"], cache_dir=cache
+    )
     assert len(DatasetCatalog.get("oi_test_sub")) == 2
     DatasetCatalog.remove("oi_test_all")
     DatasetCatalog.remove("oi_test_sub")
 
 
 def test_missing_image_is_an_error(tmp_path, files):
-    register_openimages("oi_test_missing", files["boxes"], str(tmp_path / "none"), files["classes"],
-                        cache_dir=str(tmp_path / "cache"))
+    register_openimages(
+        "oi_test_missing",
+        files["boxes"],
+        str(tmp_path / "none"),
+        files["classes"],
+        cache_dir=str(tmp_path / "cache"),
+    )
     with pytest.raises(FileNotFoundError, match="img_a.jpg"):
         DatasetCatalog.get("oi_test_missing")
     DatasetCatalog.remove("oi_test_missing")
@@ -278,7 +379,12 @@ def test_builtin_names_on_the_official_layout(fixture_root, tmp_path, monkeypatc
     names = register_all_openimages(fixture_root)
     assert "openimages_v6_train" in names and "openimages_v6_challenge500_val" in names
     assert len(MetadataCatalog.get("openimages_v6_val").thing_classes) == len(FIXTURE_CLASSES)
-    assert MetadataCatalog.get("openimages_v6_challenge500_val").thing_classes == ["Shape", "Round", "Circle", "Square"]
+    assert MetadataCatalog.get("openimages_v6_challenge500_val").thing_classes == [
+        "Shape",
+        "Round",
+        "Circle",
+        "Square",
+    ]
     train = DatasetCatalog.get("openimages_v6_train")
     val = DatasetCatalog.get("openimages_v6_val")
     assert len(val) == 6 and 0 < len(train) <= 12
@@ -293,7 +399,9 @@ def test_builtin_names_on_the_official_layout(fixture_root, tmp_path, monkeypatc
     # Re-registering with the default root (from $LARGEDET_DATASETS) is lazy: no file needed.
     monkeypatch.setenv("LARGEDET_DATASETS", str(tmp_path / "nothing_here"))
     register_all_openimages()
-    assert MetadataCatalog.get("openimages_v6_val").boxes_csv.startswith(str(tmp_path / "nothing_here"))
+    assert MetadataCatalog.get("openimages_v6_val").boxes_csv.startswith(
+        str(tmp_path / "nothing_here")
+    )
     with pytest.raises(FileNotFoundError, match="validation-annotations-bbox.csv"):
         DatasetCatalog.get("openimages_v6_val")
 

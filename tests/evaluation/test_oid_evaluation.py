@@ -51,13 +51,17 @@ def ap_of(result, cls):
 def test_regular_matching_and_all_points_interpolation():
     # One image, three Car boxes A, B, C; C is never detected.
     A, B, C = (0, 0, 0.2, 0.2), (0.5, 0.5, 0.7, 0.7), (0.8, 0.8, 1.0, 1.0)
-    gt = ground_truth(1, [(0, CAR, A, False), (0, CAR, B, False), (0, CAR, C, False)], [(0, CAR, True)])
-    det = detections([
-        (0, CAR, 0.9, A),                     # TP (A)
-        (0, CAR, 0.8, (0.3, 0.3, 0.4, 0.4)),  # FP: overlaps nothing
-        (0, CAR, 0.7, A),                     # FP: A already taken, no other box
-        (0, CAR, 0.6, B),                     # TP (B)
-    ])
+    gt = ground_truth(
+        1, [(0, CAR, A, False), (0, CAR, B, False), (0, CAR, C, False)], [(0, CAR, True)]
+    )
+    det = detections(
+        [
+            (0, CAR, 0.9, A),  # TP (A)
+            (0, CAR, 0.8, (0.3, 0.3, 0.4, 0.4)),  # FP: overlaps nothing
+            (0, CAR, 0.7, A),  # FP: A already taken, no other box
+            (0, CAR, 0.6, B),  # TP (B)
+        ]
+    )
     result = evaluate_detections(gt, det, class_indices=[CAR])
     # Ranks TP FP FP TP: precision 1, 1/2, 1/3, 2/4; monotone envelope at the two
     # TPs: max(1, .5, .333, .5) = 1 and .5. AP = (1 + 0.5) / 3 boxes = 0.5.
@@ -116,11 +120,13 @@ def test_detections_of_unverified_classes_are_ignored():
         [(0, CAR, box, False)],
         [(0, CAR, True), (2, CAR, False)],  # image 1: no label for Car at all
     )
-    det = detections([
-        (0, CAR, 0.5, box),  # TP
-        (1, CAR, 0.9, box),  # ignored: Car neither verified present nor absent on image 1
-        (2, CAR, 0.8, box),  # FP: Car verified absent on image 2
-    ])
+    det = detections(
+        [
+            (0, CAR, 0.5, box),  # TP
+            (1, CAR, 0.9, box),  # ignored: Car neither verified present nor absent on image 1
+            (2, CAR, 0.8, box),  # FP: Car verified absent on image 2
+        ]
+    )
     result = evaluate_detections(gt, det)
     # Scored: 0.8 FP, 0.5 TP -> precision 0, 1/2; AP = 0.5 / 1 box = 0.5.
     # (Were the 0.9 detection an FP: FP FP TP, AP = 1/3.)
@@ -143,16 +149,18 @@ def test_verified_negatives_go_down_and_positives_up():
         [(1, DOG, D, False)],
         [
             (0, ANIMAL, False),  # -> Dog and Cat verified absent on image 0
-            (1, DOG, True),      # -> Animal verified present on image 1 (and the box copy)
-            (2, CAT, True),      # -> Animal verified present on image 2; no box at all
+            (1, DOG, True),  # -> Animal verified present on image 1 (and the box copy)
+            (2, CAT, True),  # -> Animal verified present on image 2; no box at all
         ],
     )
-    det = detections([
-        (0, DOG, 0.9, D),                         # FP (Dog absent via Animal)
-        (1, DOG, 0.8, D),                         # TP
-        (2, ANIMAL, 0.95, (0.6, 0.6, 0.9, 0.9)),  # FP (Animal present via Cat, no Animal box)
-        (1, ANIMAL, 0.6, D),                      # TP (the Dog box copied to Animal)
-    ])
+    det = detections(
+        [
+            (0, DOG, 0.9, D),  # FP (Dog absent via Animal)
+            (1, DOG, 0.8, D),  # TP
+            (2, ANIMAL, 0.95, (0.6, 0.6, 0.9, 0.9)),  # FP (Animal present via Cat, no Animal box)
+            (1, ANIMAL, 0.6, D),  # TP (the Dog box copied to Animal)
+        ]
+    )
     result = evaluate_detections(gt, det, hierarchy=HIERARCHY)
     # Dog: 0.9 FP, 0.8 TP -> AP = (1/2) / 1 = 0.5 (ignored without the downward
     # propagation: AP 1). Animal: 0.95 FP, 0.6 TP -> AP 0.5 (ignored without the
@@ -170,12 +178,14 @@ def test_group_of_boxes():
         [(0, CAR, G, True), (0, CAR, R, False), (1, CAR, H, True)],  # H is never detected
         [(0, CAR, True), (1, CAR, True)],
     )
-    det = detections([
-        (0, CAR, 0.9, (0.05, 0.05, 0.2, 0.2)),  # inside G (IoA 1): absorbed
-        (0, CAR, 0.7, (0.1, 0.1, 0.3, 0.3)),    # inside G: absorbed
-        (0, CAR, 0.4, (0.3, 0.3, 0.6, 0.6)),    # IoA with G = 0.04 / 0.09 = 0.44 < 0.5: FP
-        (0, CAR, 0.5, R),                       # TP
-    ])
+    det = detections(
+        [
+            (0, CAR, 0.9, (0.05, 0.05, 0.2, 0.2)),  # inside G (IoA 1): absorbed
+            (0, CAR, 0.7, (0.1, 0.1, 0.3, 0.3)),  # inside G: absorbed
+            (0, CAR, 0.4, (0.3, 0.3, 0.6, 0.6)),  # IoA with G = 0.04 / 0.09 = 0.44 < 0.5: FP
+            (0, CAR, 0.5, R),  # TP
+        ]
+    )
     result = evaluate_detections(gt, det)
     # Scored: G as one TP with its best score 0.9, R's TP 0.5, the FP 0.4;
     # boxes: G, R, H = 3. Precision 1, 1, 2/3 -> AP = (1 + 1) / 3 = 2/3.
@@ -187,11 +197,13 @@ def test_group_of_boxes():
 def test_group_of_only_after_regular_matching():
     R, G = (0, 0, 0.4, 0.4), (0, 0, 1, 1)
     gt = ground_truth(1, [(0, CAR, R, False), (0, CAR, G, True)], [(0, CAR, True)])
-    det = detections([
-        (0, CAR, 0.9, R),                     # TP on R, though inside G too
-        (0, CAR, 0.8, R),                     # R taken: inside G, absorbed -> G hit at 0.8
-        (0, CAR, 0.3, (0.6, 0.6, 0.8, 0.8)),  # inside G: absorbed
-    ])
+    det = detections(
+        [
+            (0, CAR, 0.9, R),  # TP on R, though inside G too
+            (0, CAR, 0.8, R),  # R taken: inside G, absorbed -> G hit at 0.8
+            (0, CAR, 0.3, (0.6, 0.6, 0.8, 0.8)),  # inside G: absorbed
+        ]
+    )
     # Scored: 0.9 TP (R), 0.8 TP (G); two boxes -> AP = 1.
     result = evaluate_detections(gt, det)
     assert ap_of(result, CAR) == pytest.approx(1.0)
@@ -210,7 +222,9 @@ def test_a_detection_is_absorbed_by_one_group_of_box_only():
 def test_hierarchy_copies_group_of_boxes_with_their_flag():
     G = (0, 0, 0.5, 0.5)
     gt = ground_truth(1, [(0, DOG, G, True)], [(0, DOG, True)])
-    det = detections([(0, ANIMAL, 0.9, (0.0, 0.0, 0.1, 0.1)), (0, ANIMAL, 0.8, (0.1, 0.1, 0.2, 0.2))])
+    det = detections(
+        [(0, ANIMAL, 0.9, (0.0, 0.0, 0.1, 0.1)), (0, ANIMAL, 0.8, (0.1, 0.1, 0.2, 0.2))]
+    )
     # The Animal copy of the group-of Dog box absorbs both: one TP of one box.
     result = evaluate_detections(gt, det, hierarchy=HIERARCHY)
     assert ap_of(result, ANIMAL) == 1.0
@@ -219,7 +233,9 @@ def test_hierarchy_copies_group_of_boxes_with_their_flag():
 
 def test_unknown_images_and_class_subset():
     box = (0.2, 0.2, 0.6, 0.6)
-    gt = ground_truth(1, [(0, CAR, box, False), (0, DOG, box, False)], [(0, CAR, True), (0, DOG, True)])
+    gt = ground_truth(
+        1, [(0, CAR, box, False), (0, DOG, box, False)], [(0, CAR, True), (0, DOG, True)]
+    )
     det = detections([(-1, CAR, 0.9, box), (0, CAR, 0.5, box), (0, DOG, 0.9, (0.7, 0.7, 0.8, 0.8))])
     result = evaluate_detections(gt, det, class_indices=[CAR])
     # Only Car is evaluated; the detection on an unknown image (-1) is ignored.
@@ -232,7 +248,9 @@ def test_unknown_images_and_class_subset():
 def test_average_precision_function():
     # Scores unsorted on purpose: sorted, TP FP TP -> precision 1, 1/2, 2/3;
     # envelope at the TPs 1 and 2/3; 4 boxes: AP = (1 + 2/3) / 4 = 5/12.
-    assert average_precision(np.array([0.2, 0.9, 0.5]), np.array([True, True, False]), 4) == pytest.approx(5 / 12)
+    assert average_precision(
+        np.array([0.2, 0.9, 0.5]), np.array([True, True, False]), 4
+    ) == pytest.approx(5 / 12)
     assert average_precision(np.array([]), np.array([], dtype=bool), 2) == 0.0
     assert math.isnan(average_precision(np.array([0.5]), np.array([False]), 0))
 
@@ -325,7 +343,13 @@ def _reference(gt_boxes, gt_labels, dets, parents, num_images, num_classes):
         precision.append(0.0)
         for j in range(len(precision) - 2, -1, -1):
             precision[j] = max(precision[j], precision[j + 1])
-        aps.append(sum((recall[j] - recall[j - 1]) * precision[j] for j in range(1, len(recall)) if recall[j] != recall[j - 1]))
+        aps.append(
+            sum(
+                (recall[j] - recall[j - 1]) * precision[j]
+                for j in range(1, len(recall))
+                if recall[j] != recall[j - 1]
+            )
+        )
     return aps
 
 
@@ -343,8 +367,19 @@ def _random_case(rng, num_images=40, num_classes=6):
                 gt_boxes.append((i, c, (x0 + 0.02, y0, x0 + w + 0.02, y0 + h), False))
             for _ in range(int(rng.integers(0, 4))):  # detections around the box
                 j = rng.normal(0, 0.05, 4)
-                dets.append((i, c if rng.random() < 0.8 else int(rng.integers(num_classes)), 0.0,
-                             (box[0] + j[0], box[1] + j[1], box[0] + j[0] + w * (1 + j[2]), box[1] + j[1] + h * (1 + j[3]))))
+                dets.append(
+                    (
+                        i,
+                        c if rng.random() < 0.8 else int(rng.integers(num_classes)),
+                        0.0,
+                        (
+                            box[0] + j[0],
+                            box[1] + j[1],
+                            box[0] + j[0] + w * (1 + j[2]),
+                            box[1] + j[1] + h * (1 + j[3]),
+                        ),
+                    )
+                )
         for c in range(num_classes):
             if rng.random() < 0.3:
                 gt_labels.append((i, c, bool(rng.random() < 0.5)))
@@ -362,7 +397,9 @@ def test_matches_a_plain_loop_implementation(seed):
     num_images, num_classes = 40, 6
     parents, gt_boxes, gt_labels, dets = _random_case(rng, num_images, num_classes)
     names = [f"/m/c{k}" for k in range(num_classes)]
-    hierarchy = ClassHierarchy(names, {names[c]: [names[p] for p in ps] for c, ps in parents.items()})
+    hierarchy = ClassHierarchy(
+        names, {names[c]: [names[p] for p in ps] for c, ps in parents.items()}
+    )
     gt = OIDGroundTruth(
         image_ids=np.array([f"i{k}".encode() for k in range(num_images)]),
         box_images=np.array([b[0] for b in gt_boxes]),

@@ -38,20 +38,35 @@ LABELS = (
 CLASSES = "/m/animal,Animal\n/m/dog,Dog\n/m/cat,Cat\n"
 HIERARCHY = {
     "LabelName": "/m/0bl9f",
-    "Subcategory": [{"LabelName": "/m/animal", "Subcategory": [{"LabelName": "/m/dog"}, {"LabelName": "/m/cat"}]}],
+    "Subcategory": [
+        {
+            "LabelName": "/m/animal",
+            "Subcategory": [{"LabelName": "/m/dog"}, {"LabelName": "/m/cat"}],
+        }
+    ],
 }
 # Model outputs, in pixels: (image, width, height, [(class, score, box)]).
 OUTPUTS = [
-    ("img0", 200, 100, [
-        (DOG, 0.9, (20, 10, 100, 50)),    # the Dog box: TP
-        (CAT, 0.8, (110, 60, 150, 90)),   # inside the group-of Cat box: absorbed
-        (CAT, 0.6, (160, 55, 190, 95)),   # inside the group-of Cat box: absorbed
-    ]),
-    ("img1", 100, 200, [
-        (CAT, 0.95, (10, 150, 40, 190)),  # Cat verified absent: FP
-        (DOG, 0.7, (0, 0, 50, 100)),      # the Dog box: TP
-        (DOG, 0.4, (60, 120, 90, 190)),   # overlaps nothing: FP
-    ]),
+    (
+        "img0",
+        200,
+        100,
+        [
+            (DOG, 0.9, (20, 10, 100, 50)),  # the Dog box: TP
+            (CAT, 0.8, (110, 60, 150, 90)),  # inside the group-of Cat box: absorbed
+            (CAT, 0.6, (160, 55, 190, 95)),  # inside the group-of Cat box: absorbed
+        ],
+    ),
+    (
+        "img1",
+        100,
+        200,
+        [
+            (CAT, 0.95, (10, 150, 40, 190)),  # Cat verified absent: FP
+            (DOG, 0.7, (0, 0, 50, 100)),  # the Dog box: TP
+            (DOG, 0.4, (60, 120, 90, 190)),  # overlaps nothing: FP
+        ],
+    ),
 ]
 # Dog:    0.9 TP, 0.7 TP, 0.4 FP over 2 boxes -> AP = (1 + 1) / 2 = 1.
 # Cat:    0.95 FP, 0.8 TP (the group-of box, its best score) over 1 box -> AP = 0.5.
@@ -64,15 +79,27 @@ OUTPUTS = [
 @pytest.fixture
 def dataset(tmp_path):
     paths = {}
-    for key, name, text in (("boxes", "boxes.csv", BOXES), ("labels", "labels.csv", LABELS),
-                            ("classes", "classes.csv", CLASSES), ("hierarchy", "h.json", json.dumps(HIERARCHY))):
+    for key, name, text in (
+        ("boxes", "boxes.csv", BOXES),
+        ("labels", "labels.csv", LABELS),
+        ("classes", "classes.csv", CLASSES),
+        ("hierarchy", "h.json", json.dumps(HIERARCHY)),
+    ):
         paths[key] = str(tmp_path / name)
         with open(paths[key], "w") as f:
             f.write(text)
-    register_openimages("oid_eval_test", paths["boxes"], str(tmp_path / "images"), paths["classes"],
-                        paths["labels"], paths["hierarchy"], cache_dir=str(tmp_path / "cache"))
+    register_openimages(
+        "oid_eval_test",
+        paths["boxes"],
+        str(tmp_path / "images"),
+        paths["classes"],
+        paths["labels"],
+        paths["hierarchy"],
+        cache_dir=str(tmp_path / "cache"),
+    )
     yield paths
     from detectron2.data import DatasetCatalog
+
     DatasetCatalog.remove("oid_eval_test")
 
 
@@ -85,12 +112,16 @@ def run_evaluator(evaluator, images=("img0", "img1")):
         inst.pred_boxes = Boxes(torch.tensor([d[2] for d in dets], dtype=torch.float32))
         inst.scores = torch.tensor([d[1] for d in dets])
         inst.pred_classes = torch.tensor([d[0] for d in dets])
-        evaluator.process([{"image_id": image_id, "height": height, "width": width}], [{"instances": inst}])
+        evaluator.process(
+            [{"image_id": image_id, "height": height, "width": width}], [{"instances": inst}]
+        )
     return evaluator.evaluate()["bbox"]
 
 
 def test_evaluator_reproduces_the_hand_computed_metric(dataset, tmp_path):
-    results = run_evaluator(OIDEvaluator("oid_eval_test", distributed=True, expand_detections=False))
+    results = run_evaluator(
+        OIDEvaluator("oid_eval_test", distributed=True, expand_detections=False)
+    )
     assert results["AP50"] == pytest.approx(50.0)
     assert results["AP50-Dog"] == pytest.approx(100.0)
     assert results["AP50-Cat"] == pytest.approx(50.0)
@@ -103,7 +134,9 @@ def test_evaluator_reproduces_the_hand_computed_metric(dataset, tmp_path):
     with open(os.path.join(out, "oid_per_class_ap.csv")) as f:
         rows = list(csv.DictReader(f))
     assert [(r["DisplayName"], float(r["AP"]), int(r["NumGroundTruth"])) for r in rows] == [
-        ("Animal", 0.75, 3), ("Dog", 1.0, 2), ("Cat", 0.5, 1),
+        ("Animal", 0.75, 3),
+        ("Dog", 1.0, 2),
+        ("Cat", 0.5, 1),
     ]
     # The written detections (6 + their 6 Animal copies) score the same through the CLI.
     with open(os.path.join(out, "oid_detections.csv")) as f:
@@ -115,7 +148,9 @@ def test_evaluator_reproduces_the_hand_computed_metric(dataset, tmp_path):
 def test_evaluator_scores_only_the_processed_images(dataset):
     # img0 only: Dog 0.9 TP of 1 box -> 1; Cat group-of TP of 1 box -> 1; Animal 2
     # boxes, no detection -> 0. mAP = 2/3.
-    results = run_evaluator(OIDEvaluator("oid_eval_test", expand_detections=False), images=("img0",))
+    results = run_evaluator(
+        OIDEvaluator("oid_eval_test", expand_detections=False), images=("img0",)
+    )
     assert results["AP50"] == pytest.approx(200 / 3)
 
 
@@ -126,7 +161,19 @@ def test_evaluator_from_config_and_errors(dataset):
     assert run_evaluator(OIDEvaluator(cfg, "oid_eval_test"))["AP50"] == pytest.approx(75.0)
     evaluator = OIDEvaluator("oid_eval_test")
     evaluator.reset()
-    evaluator.process([{"image_id": "img9", "height": 10, "width": 10}], [{"instances": Instances((10, 10), pred_boxes=Boxes(torch.zeros(0, 4)), scores=torch.zeros(0), pred_classes=torch.zeros(0, dtype=torch.long))}])
+    evaluator.process(
+        [{"image_id": "img9", "height": 10, "width": 10}],
+        [
+            {
+                "instances": Instances(
+                    (10, 10),
+                    pred_boxes=Boxes(torch.zeros(0, 4)),
+                    scores=torch.zeros(0),
+                    pred_classes=torch.zeros(0, dtype=torch.long),
+                )
+            }
+        ],
+    )
     with pytest.raises(ValueError, match="'img9'"):
         evaluator.evaluate()
     with pytest.raises(ValueError, match="not an OpenImages dataset"):
@@ -137,7 +184,9 @@ def test_evaluator_from_config_and_errors(dataset):
 
 
 def _cli():
-    spec = importlib.util.spec_from_file_location("oid_eval_cli", os.path.join(ROOT, "tools", "oid_eval.py"))
+    spec = importlib.util.spec_from_file_location(
+        "oid_eval_cli", os.path.join(ROOT, "tools", "oid_eval.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main
@@ -149,10 +198,21 @@ def run_cli(paths, detections, *extra, expect_rc=0, capsys=None):
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = _cli()([
-            "--boxes", paths["boxes"], "--image-labels", paths["labels"], "--hierarchy", paths["hierarchy"],
-            "--class-descriptions", paths["classes"], "--detections", detections, *extra,
-        ])
+        rc = _cli()(
+            [
+                "--boxes",
+                paths["boxes"],
+                "--image-labels",
+                paths["labels"],
+                "--hierarchy",
+                paths["hierarchy"],
+                "--class-descriptions",
+                paths["classes"],
+                "--detections",
+                detections,
+                *extra,
+            ]
+        )
     assert rc == expect_rc, err.getvalue()
     return (out.getvalue() if rc == 0 else err.getvalue()).splitlines()
 
@@ -185,18 +245,31 @@ def test_cli_prints_the_metric_and_per_class_file(dataset, tmp_path):
     ]
 
 
-@pytest.mark.parametrize("text,message", [
-    ("ImageID,LabelName,XMin,XMax,YMin,YMax\nimg0,/m/dog,0,1,0,1\n",
-     "det.csv, line 1, column 'Score': missing column(s) Score"),
-    ("ImageID,LabelName,Score,XMin,XMax,YMin,YMax\nimg0,/m/dog,0.5,0,1,0,1\nimg0,/m/bird,0.5,0,1,0,1\n",
-     "det.csv, line 3, column 'LabelName': unknown LabelName '/m/bird': not in the class descriptions"),
-    ("ImageID,LabelName,Score,XMin,XMax,YMin,YMax\nimg0,/m/dog,high,0,1,0,1\n",
-     "det.csv, line 2, column 'Score': expected a number, found 'high'"),
-    ("ImageID,LabelName,Score,XMin,XMax,YMin,YMax\nimg0,/m/dog,0.5,0,1,0,1.2\n",
-     "det.csv, line 2, column 'YMax': YMax = 1.2 is outside [0, 1]"),
-    ("ImageID,LabelName,Score,XMin,XMax,YMin,YMax\nimg0,/m/dog,0.5,0.7,0.6,0,1\n",
-     "det.csv, line 2, column 'XMin': XMin = 0.7 is greater than XMax = 0.6"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            "ImageID,LabelName,XMin,XMax,YMin,YMax\nimg0,/m/dog,0,1,0,1\n",
+            "det.csv, line 1, column 'Score': missing column(s) Score",
+        ),
+        (
+            "ImageID,LabelName,Score,XMin,XMax,YMin,YMax\nimg0,/m/dog,0.5,0,1,0,1\nimg0,/m/bird,0.5,0,1,0,1\n",
+            "det.csv, line 3, column 'LabelName': unknown LabelName '/m/bird': not in the class descriptions",
+        ),
+        (
+            "ImageID,LabelName,Score,XMin,XMax,YMin,YMax\nimg0,/m/dog,high,0,1,0,1\n",
+            "det.csv, line 2, column 'Score': expected a number, found 'high'",
+        ),
+        (
+            "ImageID,LabelName,Score,XMin,XMax,YMin,YMax\nimg0,/m/dog,0.5,0,1,0,1.2\n",
+            "det.csv, line 2, column 'YMax': YMax = 1.2 is outside [0, 1]",
+        ),
+        (
+            "ImageID,LabelName,Score,XMin,XMax,YMin,YMax\nimg0,/m/dog,0.5,0.7,0.6,0,1\n",
+            "det.csv, line 2, column 'XMin': XMin = 0.7 is greater than XMax = 0.6",
+        ),
+    ],
+)
 def test_cli_errors(dataset, tmp_path, text, message):
     det = tmp_path / "det.csv"
     det.write_text(text)
