@@ -89,11 +89,14 @@ class OIDEvaluator(DatasetEvaluator):
 
     @classmethod
     def from_config(cls, cfg, dataset_name: str, output_dir: Optional[str] = None):
+        # TEST.OPENIMAGES.EXPAND_DETECTIONS applies to datasets with a hierarchy; a
+        # dataset registered without one has no ancestors to copy detections to.
+        has_hierarchy = bool(MetadataCatalog.get(dataset_name).get("hierarchy_json"))
         return {
             "dataset_name": dataset_name,
             "distributed": True,
             "output_dir": output_dir,
-            "expand_detections": cfg.TEST.OPENIMAGES.EXPAND_DETECTIONS,
+            "expand_detections": cfg.TEST.OPENIMAGES.EXPAND_DETECTIONS and has_hierarchy,
         }
 
     def reset(self) -> None:

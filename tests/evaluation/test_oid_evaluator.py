@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from detectron2.config import get_cfg
+from detectron2.data import DatasetCatalog
 from detectron2.structures import Boxes, Instances
 
 from largedet.config import add_largedet_config
@@ -97,10 +98,11 @@ def dataset(tmp_path):
         paths["hierarchy"],
         cache_dir=str(tmp_path / "cache"),
     )
+    paths["cache"] = str(tmp_path / "cache")
     yield paths
-    from detectron2.data import DatasetCatalog
-
-    DatasetCatalog.remove("oid_eval_test")
+    for name in ("oid_eval_test", "oid_eval_test_flat"):
+        if name in DatasetCatalog.list():
+            DatasetCatalog.remove(name)
 
 
 def run_evaluator(evaluator, images=("img0", "img1")):
@@ -178,6 +180,17 @@ def test_evaluator_from_config_and_errors(dataset):
         evaluator.evaluate()
     with pytest.raises(ValueError, match="not an OpenImages dataset"):
         OIDEvaluator("coco_2017_val")
+
+    # Without a hierarchy: nothing expanded, Animal has no box (left out);
+    # mAP = (Dog 1 + Cat 0.5) / 2 = 0.75. Expansion asked explicitly is an error.
+    register_openimages(
+        "oid_eval_test_flat", dataset["boxes"], "unused", dataset["classes"], dataset["labels"],
+        cache_dir=dataset["cache"],
+    )  # fmt: skip
+    results = run_evaluator(OIDEvaluator(cfg, "oid_eval_test_flat"))
+    assert results["AP50"] == pytest.approx(75.0) and "AP50-Animal" not in results
+    with pytest.raises(ValueError, match="needs a hierarchy_json"):
+        OIDEvaluator("oid_eval_test_flat", expand_detections=True)
 
 
 # ------------------------------------------------------------------------------ CLI
