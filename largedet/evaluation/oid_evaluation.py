@@ -9,16 +9,21 @@ a. Hierarchy. Every ground-truth box also counts for each ancestor of its class;
 b. Verified classes. A class is evaluated on an image only if the image has a
    positive or verified-negative image-level label for it (after propagation) or
    a ground-truth box of it; other detections of it on that image are ignored.
-c. Group-of boxes. A detection that is not a true positive of a regular box and
-   lies inside a group-of box of its class (intersection over the detection's
-   area >= 0.5; the group-of box of largest such ratio) is absorbed by that box.
-   Each group-of box with at least one detection absorbed is one true positive,
-   scored with the highest absorbed score; the absorbed detections are otherwise
-   ignored. An undetected group-of box is a false negative.
-d. Regular matching. Per image and class, detections in descending score order;
-   each takes the not yet matched regular (not group-of) box of highest IoU, if
-   that IoU >= 0.5 (true positive); otherwise rule (c) applies, else it is a false
-   positive. Group-of boxes are matched only through rule (c).
+c. Regular matching. Per image and class, detections in descending score order
+   (ties in input order). Each takes the regular (not group-of) box of highest
+   IoU among all of them, matched or not (ties: the earlier box). If that IoU
+   >= 0.5 and the box is not yet matched, the detection is a true positive and
+   the box matched; if the box is already matched, the detection is not a true
+   positive, even when another unmatched box overlaps it by IoU >= 0.5.
+d. Group-of boxes. Every detection that is not a true positive of rule (c) (a
+   duplicate included) takes the group-of box of its class with the largest
+   intersection over the detection's area (ties: the earlier box); if that ratio
+   is >= 0.5, the detection is absorbed by the box: removed, neither true nor
+   false positive. A group-of box's score is the highest score absorbed by it,
+   starting at 0; a box of score > 0 is one true positive with that score (so a
+   box that absorbed only detections of score 0 counts nothing). Every group-of
+   box counts as ground truth: an undetected one is a false negative.
+e. Every other detection (not a true positive, not absorbed) is a false positive.
 
 Per class, all images together: detections and group-of true positives sorted by
 descending score (ties keep their input order), precision and recall at every
@@ -34,10 +39,11 @@ Boxes are ``(XMin, YMin, XMax, YMax)`` in normalised coordinates; areas are
 continuous (no +1).
 
 The implementation is vectorised: pairwise overlaps are computed for all
-(detection, box) pairs of the same image and class at once (in bounded blocks),
-and the greedy matching of rule (d) runs one round per rank: round r matches the
-r-th detection of every (image, class) group together, since groups do not
-interact. One million detections take seconds.
+(detection, box) pairs of the same image and class at once (in bounded blocks).
+Since a detection's box in rule (c) does not depend on earlier matches, rule (c)
+needs no loop: a regular box is matched by the first detection, in score order,
+whose best box it is, and that detection alone is a true positive of it. One
+million detections take seconds.
 """
 
 from __future__ import annotations
@@ -268,60 +274,60 @@ def _match(
     det_scores: np.ndarray,
     threshold: float,
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """Rules (c) and (d) on detections and boxes keyed by (image, class).
+    """Rules (c) to (e) on detections and boxes keyed by (image, class).
 
     Returns:
         det_status: (D,) int8: 1 true positive, 0 false positive, -1 absorbed by a
             group-of box.
-        group_score: (G,) float64: for a group-of box with absorbed detections, the
-            highest of their scores; -inf otherwise (and for regular boxes).
+        group_score: (N,) float64: for a group-of box, the highest score absorbed by
+            it, 0 if none (and for regular boxes); it is a true positive if > 0.
     """
     num_det = len(det_keys)
+    # Sorted by (image, class), then descending score, then input order: within a
+    # key, a smaller index is an earlier detection.
     order = np.lexsort((np.arange(num_det), -det_scores, det_keys))
     keys, boxes, scores = det_keys[order], det_boxes[order], det_scores[order]
 
-    # Rule (d): rounds over the rank of a detection inside its (image, class) group.
+    # Rule (c). Only pairs of IoU >= threshold are kept: the highest of them is the
+    # detection's best box over all regular boxes whenever that best IoU counts.
     regular = np.flatnonzero(~gt_group_of)
     regular = regular[np.argsort(gt_keys[regular], kind="stable")]
-    pair_d, pair_g, pair_iou = _candidate_pairs(
-        keys, boxes, gt_keys[regular], gt_boxes[regular], _iou, threshold
+    best_d, best_g = _best_box(
+        *_candidate_pairs(keys, boxes, gt_keys[regular], gt_boxes[regular], _iou, threshold)
     )
+    # best_d is ascending: the first detection of each best box, in score order,
+    # matches it; the later ones are not true positives.
+    o = np.argsort(best_g, kind="stable")
     is_tp = np.zeros(num_det, dtype=bool)
-    if len(pair_d):
-        rank = (np.arange(num_det) - np.searchsorted(keys, keys, side="left"))[pair_d]
-        # Within a round: by detection, then highest IoU, then the earlier box.
-        o = np.lexsort((pair_g, -pair_iou, pair_d, rank))
-        pair_d, pair_g, rank = pair_d[o], pair_g[o], rank[o]
-        taken = np.zeros(len(regular), dtype=bool)
-        bounds = np.flatnonzero(_first_of_runs(rank)).tolist() + [len(rank)]
-        for start, stop in zip(bounds[:-1], bounds[1:]):
-            d, g = pair_d[start:stop], pair_g[start:stop]
-            free = ~taken[g]
-            d, g = d[free], g[free]
-            first = _first_of_runs(d)
-            is_tp[d[first]] = True
-            taken[g[first]] = True
+    is_tp[best_d[o][_first_of_runs(best_g[o])]] = True
 
-    # Rule (c): every other detection, against the group-of boxes.
+    # Rule (d): every other detection, against the group-of boxes.
     group = np.flatnonzero(gt_group_of)
     group = group[np.argsort(gt_keys[group], kind="stable")]
     rest = np.flatnonzero(~is_tp)
-    pair_d, pair_g, pair_ioa = _candidate_pairs(
-        keys[rest], boxes[rest], gt_keys[group], gt_boxes[group], _ioa, threshold
+    absorbed_d, absorbed_g = _best_box(
+        *_candidate_pairs(keys[rest], boxes[rest], gt_keys[group], gt_boxes[group], _ioa, threshold)
     )
-    pair_d = rest[pair_d]
-    o = np.lexsort((pair_g, -pair_ioa, pair_d))
-    pair_d, pair_g = pair_d[o], pair_g[o]
-    first = _first_of_runs(pair_d)
-    absorbed_d, absorbed_g = pair_d[first], pair_g[first]
-    group_score = np.full(len(gt_keys), -np.inf)
+    absorbed_d = rest[absorbed_d]
+    group_score = np.zeros(len(gt_keys))
     np.maximum.at(group_score, group[absorbed_g], scores[absorbed_d])
 
-    status = np.where(is_tp, 1, 0).astype(np.int8)
+    status = is_tp.astype(np.int8)
     status[absorbed_d] = -1
     det_status = np.empty(num_det, dtype=np.int8)
     det_status[order] = status
     return det_status, group_score
+
+
+def _best_box(
+    pair_d: np.ndarray, pair_g: np.ndarray, overlap: np.ndarray
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Each detection's box of largest overlap among its pairs (ties: the smaller
+    box index). Returns (detection, box), by ascending detection."""
+    o = np.lexsort((pair_g, -overlap, pair_d))
+    pair_d, pair_g = pair_d[o], pair_g[o]
+    first = _first_of_runs(pair_d)
+    return pair_d[first], pair_g[first]
 
 
 def average_precision(scores: np.ndarray, is_tp: np.ndarray, num_ground_truth: int) -> float:
@@ -421,7 +427,7 @@ def evaluate_detections(
         iou_threshold,
     )
     scored = status >= 0
-    hit = np.isfinite(group_score)
+    hit = group_score > 0
     labels = np.concatenate([det_labels[scored], gt_labels[hit]])
     scores = np.concatenate([det_scores[scored], group_score[hit]])
     is_tp = np.concatenate([status[scored] == 1, np.ones(int(hit.sum()), dtype=bool)])

@@ -71,15 +71,20 @@ def test_regular_matching_and_all_points_interpolation():
     assert result.mean_ap == pytest.approx(0.5)
 
 
-def test_match_takes_the_unmatched_box_of_highest_iou():
+def test_a_detection_whose_best_box_is_taken_is_a_false_positive():
     G1, G2 = (0, 0, 0.4, 0.4), (0, 0.1, 0.4, 0.5)
     gt = ground_truth(1, [(0, CAR, G1, False), (0, CAR, G2, False)], [(0, CAR, True)])
-    # Both detections are G1: IoU 1 with G1 and 0.12 / (0.16 + 0.16 - 0.12) = 0.6
-    # with G2. The first takes G1; the second's best box G1 is taken, so it takes
-    # the unmatched G2 (0.6 >= 0.5): two TPs of two boxes, AP = 1 (a rule taking
-    # the best box even when matched would make it an FP: AP 0.5).
-    det = detections([(0, CAR, 0.9, G1), (0, CAR, 0.8, G1)])
-    assert ap_of(evaluate_detections(gt, det, class_indices=[CAR]), CAR) == pytest.approx(1.0)
+    # IoU(G1, G2) = 0.12 / (0.16 + 0.16 - 0.12) = 0.6. The first two detections are
+    # G1: IoU 1 with G1, 0.6 with G2. The first matches G1. The second's best box
+    # is G1, already matched: an FP, though the unmatched G2 overlaps it by 0.6.
+    # The third is G2 (IoU 1 with G2, 0.6 with G1): G2 is still unmatched, a TP.
+    det = detections([(0, CAR, 0.9, G1), (0, CAR, 0.8, G1), (0, CAR, 0.7, G2)])
+    result = evaluate_detections(gt, det, class_indices=[CAR])
+    # Ranks TP FP TP: precision 1, 1/2, 2/3; envelope at the TPs 1 and 2/3;
+    # AP = (1 + 2/3) / 2 boxes = 5/6. (Falling back to the unmatched G2 would give
+    # TP TP FP: AP = (1 + 1) / 2 = 1.)
+    assert ap_of(result, CAR) == pytest.approx(5 / 6)
+    assert result.num_detections.tolist() == [3]
 
 
 def test_iou_threshold_is_inclusive():
@@ -210,6 +215,47 @@ def test_group_of_only_after_regular_matching():
     assert result.num_detections[CAR] == 1
 
 
+def test_a_duplicate_inside_a_group_of_box_is_absorbed():
+    R1, R2, G = (0, 0, 0.4, 0.4), (0, 0.1, 0.4, 0.5), (0, 0, 0.6, 0.6)
+    gt = ground_truth(
+        1, [(0, CAR, R1, False), (0, CAR, R2, False), (0, CAR, G, True)], [(0, CAR, True)]
+    )
+    det = detections(
+        [
+            (0, CAR, 0.9, R1),  # TP (R1)
+            # Best box R1, taken: not a TP (though IoU 0.6 with the free R2); inside
+            # G (IoA 1): absorbed, not an FP -> G scored 0.8.
+            (0, CAR, 0.8, R1),
+            (0, CAR, 0.3, (0.7, 0.7, 0.9, 0.9)),  # outside every box: FP
+        ]
+    )
+    result = evaluate_detections(gt, det)
+    # Scored: 0.9 TP (R1), 0.8 TP (G), 0.3 FP; boxes R1, R2, G = 3. Precision 1, 1,
+    # 2/3 -> AP = (1 + 1) / 3 = 2/3. (Were the duplicate an FP and G undetected:
+    # TP FP FP, AP = 1/3.)
+    assert ap_of(result, CAR) == pytest.approx(2 / 3)
+    assert result.num_ground_truth[CAR] == 3
+    assert result.num_detections[CAR] == 2  # 0.9 and 0.3; the duplicate is absorbed
+
+
+def test_a_group_of_box_hit_only_at_score_0_counts_nothing():
+    R, G = (0.6, 0.6, 0.9, 0.9), (0, 0, 0.5, 0.5)
+    gt = ground_truth(1, [(0, CAR, R, False), (0, CAR, G, True)], [(0, CAR, True)])
+    det = detections(
+        [
+            (0, CAR, 0.9, R),  # TP (R)
+            (0, CAR, 0.0, (0.1, 0.1, 0.2, 0.2)),  # inside G: absorbed, G's score stays 0
+            (0, CAR, 0.0, (0.2, 0.2, 0.3, 0.3)),  # inside G: absorbed, G's score stays 0
+        ]
+    )
+    result = evaluate_detections(gt, det)
+    # G has score 0: no TP, yet it is ground truth. Scored: 0.9 TP over 2 boxes:
+    # AP = 1 / 2 = 0.5. (A TP for G at score 0 would give AP = (1 + 1) / 2 = 1.)
+    assert ap_of(result, CAR) == pytest.approx(0.5)
+    assert result.num_ground_truth[CAR] == 2
+    assert result.num_detections[CAR] == 1
+
+
 def test_a_detection_is_absorbed_by_one_group_of_box_only():
     G1, G2 = (0, 0, 0.5, 0.5), (0.2, 0.2, 1, 1)
     gt = ground_truth(1, [(0, CAR, G1, True), (0, CAR, G2, True)], [(0, CAR, True)])
@@ -262,7 +308,8 @@ def _reference(gt_boxes, gt_labels, dets, parents, num_images, num_classes):
     """The rules written as directly as possible: loops over images, classes, detections.
 
     gt_boxes: (image, class, box, group_of); gt_labels: (image, class, present);
-    dets: (image, class, score, box).
+    dets: (image, class, score, box). Returns (per-class APs, counts of the events
+    that tell the official rules from others).
     """
 
     def ancestors(c):
@@ -293,6 +340,9 @@ def _reference(gt_boxes, gt_labels, dets, parents, num_images, num_classes):
         return iw * ih / area if area > 0 else 0.0
 
     records = {c: [] for c in range(num_classes)}
+    events = dict.fromkeys(
+        ["duplicate", "duplicate, another box free", "absorbed", "duplicate absorbed"], 0
+    )
     num_gt = [0] * num_classes
     for _, k, _, _ in boxes:
         num_gt[k] += 1
@@ -303,28 +353,37 @@ def _reference(gt_boxes, gt_labels, dets, parents, num_images, num_classes):
             regular = [b for j, k, b, g in boxes if j == i and k == c and not g]
             groups = [b for j, k, b, g in boxes if j == i and k == c and g]
             mine = sorted([d for d in dets if d[0] == i and d[1] == c], key=lambda d: -d[2])
-            taken = [False] * len(regular)
-            group_best = [None] * len(groups)
-            for _, _, score, box in mine:
-                best, at = 0.5, None
-                for j, g in enumerate(regular):
-                    v = iou(box, g)
-                    if not taken[j] and v >= best and (at is None or v > best):
-                        best, at = v, j
-                if at is not None:
-                    taken[at] = True
+            # Non-group-of pass: the best box over all regular boxes, matched or not.
+            detected = [False] * len(regular)
+            is_tp = [False] * len(mine)
+            duplicate = [False] * len(mine)  # best box already detected
+            for n, (_, _, _, box) in enumerate(mine):
+                if not regular:
+                    break
+                ious = [iou(box, g) for g in regular]
+                j = ious.index(max(ious))
+                if ious[j] >= 0.5 and not detected[j]:
+                    detected[j] = is_tp[n] = True
+                elif ious[j] >= 0.5:
+                    duplicate[n] = True
+                    events["duplicate"] += 1
+                    if any(v >= 0.5 and not detected[k] for k, v in enumerate(ious)):
+                        events["duplicate, another box free"] += 1
+            # Group-of pass: the other detections, against the best group-of box.
+            group_score = [0.0] * len(groups)
+            for n, (_, _, score, box) in enumerate(mine):
+                if is_tp[n]:
                     records[c].append((score, True))
                     continue
-                best, at = 0.5, None
-                for j, g in enumerate(groups):
-                    v = ioa(box, g)
-                    if v >= best and (at is None or v > best):
-                        best, at = v, j
-                if at is not None:
-                    group_best[at] = score if group_best[at] is None else max(group_best[at], score)
+                ioas = [ioa(box, g) for g in groups]
+                if ioas and max(ioas) >= 0.5:
+                    j = ioas.index(max(ioas))
+                    group_score[j] = max(group_score[j], score)
+                    events["absorbed"] += 1
+                    events["duplicate absorbed"] += duplicate[n]
                 else:
                     records[c].append((score, False))
-            records[c] += [(s, True) for s in group_best if s is not None]
+            records[c] += [(s, True) for s in group_score if s > 0]
 
     aps = []
     for c in range(num_classes):
@@ -334,9 +393,9 @@ def _reference(gt_boxes, gt_labels, dets, parents, num_images, num_classes):
         recs = sorted(records[c], key=lambda r: -r[0])
         tp = fp = 0
         recall, precision = [0.0], [0.0]
-        for _, is_tp in recs:
-            tp += is_tp
-            fp += not is_tp
+        for _, hit in recs:
+            tp += hit
+            fp += not hit
             recall.append(tp / num_gt[c])
             precision.append(tp / (tp + fp))
         recall.append(1.0)
@@ -350,7 +409,7 @@ def _reference(gt_boxes, gt_labels, dets, parents, num_images, num_classes):
                 if recall[j] != recall[j - 1]
             )
         )
-    return aps
+    return aps, events
 
 
 def _random_case(rng, num_images=40, num_classes=6):
@@ -412,7 +471,9 @@ def test_matches_a_plain_loop_implementation(seed):
         num_classes=num_classes,
     )
     result = evaluate_detections(gt, detections(dets), hierarchy=hierarchy)
-    expected = _reference(gt_boxes, gt_labels, dets, parents, num_images, num_classes)
+    expected, events = _reference(gt_boxes, gt_labels, dets, parents, num_images, num_classes)
     np.testing.assert_allclose(result.average_precision, expected, rtol=1e-12, atol=1e-12)
-    # The case exercises every path: group-of absorption, duplicate matches, ignored detections.
+    # The case exercises every path: group-of absorption, duplicates (with another
+    # free box), ignored detections.
     assert np.isfinite(result.average_precision).sum() >= 4
+    assert min(events.values()) > 0, events
