@@ -13,7 +13,8 @@ from largedet.solver import lr_scaling
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "configs")
 CONFIGS = sorted(
-    os.path.relpath(p, CONFIG_DIR) for p in glob.glob(os.path.join(CONFIG_DIR, "**", "*.yaml"), recursive=True)
+    os.path.relpath(p, CONFIG_DIR)
+    for p in glob.glob(os.path.join(CONFIG_DIR, "**", "*.yaml"), recursive=True)
 )
 
 
@@ -71,6 +72,13 @@ def test_large_batch_configs(name, batch, devices, accumulation, lr, images):
 def test_bs1056_configs_use_the_three_ingredients():
     for name in ("r50_fpn_bs1056.yaml", "mask_rcnn_r50_fpn_bs1056.yaml"):
         cfg = load(name)
-        assert cfg.SOLVER.OPTIMIZER == "PMD_LAMB" and cfg.SOLVER.LSR.ENABLED and cfg.SOLVER.WARMUP_ITERS > 0
+        assert (
+            cfg.SOLVER.OPTIMIZER == "PMD_LAMB"
+            and cfg.SOLVER.LSR.ENABLED
+            and cfg.SOLVER.WARMUP_ITERS > 0
+        )
         assert cfg.MODEL.RESNETS.NORM == "SyncBN" and cfg.MODEL.FPN.NORM == "SyncBN"
-    assert load("mask_rcnn_r50_fpn_bs1056.yaml").MODEL.MASK_ON and not load("r50_fpn_bs1056.yaml").MODEL.MASK_ON
+    assert (
+        load("mask_rcnn_r50_fpn_bs1056.yaml").MODEL.MASK_ON
+        and not load("r50_fpn_bs1056.yaml").MODEL.MASK_ON
+    )

@@ -18,7 +18,13 @@ from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.engine import launch
 from detectron2.utils import comm
 
-from largedet.engine import BatchArithmeticError, Trainer, check_batch_arithmetic, largedet_argument_parser, setup_cfg
+from largedet.engine import (
+    BatchArithmeticError,
+    Trainer,
+    check_batch_arithmetic,
+    largedet_argument_parser,
+    setup_cfg,
+)
 
 
 def main(args):

@@ -66,5 +66,6 @@ class AtomicCheckpointer(DetectionCheckpointer):
         if not self._is_local():
             return super().tag_last_checkpoint(last_filename_basename)
         _write_atomically(
-            os.path.join(self.save_dir, "last_checkpoint"), lambda f: f.write(last_filename_basename.encode())
+            os.path.join(self.save_dir, "last_checkpoint"),
+            lambda f: f.write(last_filename_basename.encode()),
         )

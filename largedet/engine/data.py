@@ -36,7 +36,9 @@ class ResumableTrainingSampler(TrainingSampler):
             images already trained on.
     """
 
-    def __init__(self, size: int, shuffle: bool = True, seed: Optional[int] = None, position: int = 0):
+    def __init__(
+        self, size: int, shuffle: bool = True, seed: Optional[int] = None, position: int = 0
+    ):
         super().__init__(size, shuffle=shuffle, seed=seed)
         self.seek(position)
 
@@ -88,7 +90,9 @@ class ResumableLoader:
         self.sampler.seek(position, seed)
 
 
-def build_train_loader(cfg: CfgNode, images_per_device: int, mapper: Optional[Callable] = None) -> Iterable:
+def build_train_loader(
+    cfg: CfgNode, images_per_device: int, mapper: Optional[Callable] = None
+) -> Iterable:
     """Detectron2's detection training loader yielding ``images_per_device`` images per batch.
 
     With ``DATALOADER.SAMPLER_TRAIN`` "TrainingSampler" (the default) it is a
@@ -106,7 +110,9 @@ def build_train_loader(cfg: CfgNode, images_per_device: int, mapper: Optional[Ca
     dataset = get_detection_dataset_dicts(
         cfg.DATASETS.TRAIN,
         filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS,
-        min_keypoints=cfg.MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE if cfg.MODEL.KEYPOINT_ON else 0,
+        min_keypoints=(
+            cfg.MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE if cfg.MODEL.KEYPOINT_ON else 0
+        ),
         proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
     )
     sampler = ResumableTrainingSampler(len(dataset))

@@ -21,7 +21,9 @@ logger = logging.getLogger(__name__)
 def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentParser:
     """Detectron2's training CLI, with ``--config`` accepted for ``--config-file``."""
     parser = default_argument_parser(epilog)
-    parser.add_argument("--config", dest="config_file", metavar="FILE", help="alias of --config-file")
+    parser.add_argument(
+        "--config", dest="config_file", metavar="FILE", help="alias of --config-file"
+    )
     return parser
 
 

@@ -137,7 +137,9 @@ class DivergenceGuard(HookBase):
     def _roll_back(self, path: str) -> None:
         trainer = self.trainer
         extra = trainer.checkpointer.load(path, checkpointables=[])  # the model's weights
-        inner_state: Dict = extra["trainer"]["_trainer"]  # Detectron2's DefaultTrainer.state_dict layout
+        inner_state: Dict = extra["trainer"][
+            "_trainer"
+        ]  # Detectron2's DefaultTrainer.state_dict layout
         trainer.optimizer.load_state_dict(inner_state["optimizer"])
         grad_scaler = getattr(trainer._trainer, "grad_scaler", None)
         if grad_scaler is not None and "grad_scaler" in inner_state:

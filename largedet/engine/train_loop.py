@@ -55,7 +55,9 @@ class AccumulationTrainer(SimpleTrainer):
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
         if amp_dtype not in (None, torch.float16, torch.bfloat16):
-            raise ValueError(f"amp_dtype must be None, torch.float16 or torch.bfloat16, got {amp_dtype}")
+            raise ValueError(
+                f"amp_dtype must be None, torch.float16 or torch.bfloat16, got {amp_dtype}"
+            )
         self.accumulation_steps = accumulation_steps
         self.amp_dtype = amp_dtype
         self.device_type = next(model.parameters()).device.type
@@ -102,7 +104,9 @@ class AccumulationTrainer(SimpleTrainer):
 
         if self.grad_scaler is not None:
             self.grad_scaler.unscale_(self.optimizer)
-            get_event_storage().put_scalar("grad_scaler", self.grad_scaler.get_scale(), smoothing_hint=False)
+            get_event_storage().put_scalar(
+                "grad_scaler", self.grad_scaler.get_scale(), smoothing_hint=False
+            )
         self.after_backward()
         self._write_metrics(step_losses, data_time)
         if self.grad_scaler is not None:
@@ -112,7 +116,11 @@ class AccumulationTrainer(SimpleTrainer):
             self.optimizer.step()
 
     def _write_metrics(
-        self, loss_dict: Mapping[str, torch.Tensor], data_time: float, prefix: str = "", iter: Optional[int] = None
+        self,
+        loss_dict: Mapping[str, torch.Tensor],
+        data_time: float,
+        prefix: str = "",
+        iter: Optional[int] = None,
     ) -> None:
         """Record the step's losses, averaged over ranks, on every rank (:attr:`last_losses`)
         and in the event storage of the main process; data_time is the slowest rank's.

@@ -75,10 +75,14 @@ class Trainer(DefaultTrainer):
         optimizer = self.build_optimizer(cfg, model)
         data_loader = self.build_train_loader(cfg)
         if not isinstance(data_loader, ResumableLoader):
-            logger.warning("The training loader is not a ResumableLoader: its position is not restored on resume")
+            logger.warning(
+                "The training loader is not a ResumableLoader: its position is not restored on resume"
+            )
 
         cpu = next(model.parameters()).device.type != "cuda"
-        model = create_ddp_model(model, broadcast_buffers=False, **({"device_ids": None} if cpu else {}))
+        model = create_ddp_model(
+            model, broadcast_buffers=False, **({"device_ids": None} if cpu else {})
+        )
         self._trainer = AccumulationTrainer(
             model,
             data_loader,
@@ -91,7 +95,9 @@ class Trainer(DefaultTrainer):
         self.start_iter = 0
         self.max_iter = cfg.SOLVER.MAX_ITER
         self.cfg = cfg
-        self.data_seed = data_loader.sampler.seed if isinstance(data_loader, ResumableLoader) else None
+        self.data_seed = (
+            data_loader.sampler.seed if isinstance(data_loader, ResumableLoader) else None
+        )
         self.data_position = 0  # images of the global stream trained on so far
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
@@ -105,7 +111,9 @@ class Trainer(DefaultTrainer):
         if not cfg.SOLVER.AMP.ENABLED:
             return None
         if cfg.SOLVER.AMP.PRECISION not in _AMP_DTYPES:
-            raise ValueError(f"SOLVER.AMP.PRECISION must be one of {sorted(_AMP_DTYPES)}, got {cfg.SOLVER.AMP.PRECISION!r}")
+            raise ValueError(
+                f"SOLVER.AMP.PRECISION must be one of {sorted(_AMP_DTYPES)}, got {cfg.SOLVER.AMP.PRECISION!r}"
+            )
         return _AMP_DTYPES[cfg.SOLVER.AMP.PRECISION]
 
     # --- builders -----------------------------------------------------------------------
@@ -141,7 +149,9 @@ class Trainer(DefaultTrainer):
             return COCOEvaluator(
                 dataset_name, output_dir=output_folder, use_fast_impl=HAS_COMPILED_D2_OPS
             )
-        raise ValueError(f"No evaluator for dataset {dataset_name!r} (evaluator_type={evaluator_type!r})")
+        raise ValueError(
+            f"No evaluator for dataset {dataset_name!r} (evaluator_type={evaluator_type!r})"
+        )
 
     def build_hooks(self):
         """Detectron2's hooks, with per-step seeding (``RESEED_EVERY_ITER``) and the divergence
@@ -196,12 +206,17 @@ class Trainer(DefaultTrainer):
         self.data_seed, self.data_position = data["seed"], data["position"]
         loader.seek(self.data_position, self.data_seed)
         self._trainer.reset_data_loader(lambda: loader)
-        logger.info("Data stream resumes after %d images (seed %d)", self.data_position, self.data_seed)
+        logger.info(
+            "Data stream resumes after %d images (seed %d)", self.data_position, self.data_seed
+        )
 
 
 def _warn_unused_lsr_keys(cfg) -> None:
     lsr, default = cfg.SOLVER.LSR, add_largedet_config(get_cfg()).SOLVER.LSR
-    if not lsr.ENABLED and (lsr.REFERENCE_BATCH, lsr.REFERENCE_LR) != (default.REFERENCE_BATCH, default.REFERENCE_LR):
+    if not lsr.ENABLED and (lsr.REFERENCE_BATCH, lsr.REFERENCE_LR) != (
+        default.REFERENCE_BATCH,
+        default.REFERENCE_LR,
+    ):
         logger.warning(
             "SOLVER.LSR.REFERENCE_BATCH / REFERENCE_LR are set but SOLVER.LSR.ENABLED is false: "
             "the LR is SOLVER.BASE_LR (%g); set SOLVER.LSR.ENABLED True to scale the reference LR",
@@ -209,16 +224,23 @@ def _warn_unused_lsr_keys(cfg) -> None:
         )
 
 
-def describe_run(cfg, batch: BatchPlan, optimizer_name: str, dataset_size: Optional[int] = None) -> str:
+def describe_run(
+    cfg, batch: BatchPlan, optimizer_name: str, dataset_size: Optional[int] = None
+) -> str:
     """The block of derived numbers logged at the start of training."""
     solver = cfg.SOLVER
     scaling = lr_scaling(cfg)
     images = solver.MAX_ITER * batch.global_batch
-    epochs = f"{images / dataset_size:.2f} epochs of {dataset_size} images" if dataset_size else "epochs unknown"
+    epochs = (
+        f"{images / dataset_size:.2f} epochs of {dataset_size} images"
+        if dataset_size
+        else "epochs unknown"
+    )
+    warmup_iters = min(solver.WARMUP_ITERS, solver.MAX_ITER)  # Detectron2 clips it too
     warmup = (
-        f"{solver.WARMUP_METHOD} warmup over {solver.WARMUP_ITERS} iterations from "
+        f"{solver.WARMUP_METHOD} warmup over {warmup_iters} iterations from "
         f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * scaling.lr:g}"
-        if solver.WARMUP_ITERS
+        if warmup_iters
         else "no warmup"
     )
     amp = f"AMP {solver.AMP.PRECISION}" if solver.AMP.ENABLED else "full precision"

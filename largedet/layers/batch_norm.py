@@ -18,7 +18,12 @@ from detectron2.layers import NaiveSyncBatchNorm
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-__all__ = ["NaiveSyncBatchNormNd", "convert_sync_batchnorm", "resolve_sync_batchnorm", "sync_batchnorm_type"]
+__all__ = [
+    "NaiveSyncBatchNormNd",
+    "convert_sync_batchnorm",
+    "resolve_sync_batchnorm",
+    "sync_batchnorm_type",
+]
 
 Device = Union[str, torch.device]
 
@@ -66,7 +71,13 @@ def _device_of(module: nn.Module) -> torch.device:
 
 def _rebuild(bn: _BatchNorm, cls: type) -> nn.Module:
     """A ``cls`` with ``bn``'s hyperparameters, state, device, dtype, mode and requires_grad flags."""
-    new = cls(bn.num_features, eps=bn.eps, momentum=bn.momentum, affine=bn.affine, track_running_stats=bn.track_running_stats)
+    new = cls(
+        bn.num_features,
+        eps=bn.eps,
+        momentum=bn.momentum,
+        affine=bn.affine,
+        track_running_stats=bn.track_running_stats,
+    )
     new.load_state_dict(bn.state_dict())
     reference = next(iter(list(bn.parameters()) + list(bn.buffers())), None)
     if reference is not None:

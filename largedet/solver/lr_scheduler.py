@@ -88,7 +88,9 @@ def with_scaled_lr(cfg: CfgNode) -> CfgNode:
     return scaled
 
 
-def build_lr_scheduler(cfg: CfgNode, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+def build_lr_scheduler(
+    cfg: CfgNode, optimizer: torch.optim.Optimizer
+) -> torch.optim.lr_scheduler.LRScheduler:
     """Detectron2's schedule (``SOLVER.LR_SCHEDULER_NAME``, warmup, steps) around the peak LR.
 
     The returned ``LRMultiplier`` multiplies each parameter group's initial LR (which

@@ -71,7 +71,11 @@ class LargeDetTinyDetector(nn.Module):
         box_t = torch.stack(box_targets).to(self.device)
         cls_t = torch.stack(cls_targets).to(self.device)
         loss_box = F.smooth_l1_loss(out[:, :4].float(), box_t, reduction="none").sum(1).mean()
-        loss_cls = F.binary_cross_entropy_with_logits(out[:, 4:].float(), cls_t, reduction="none").sum(1).mean()
+        loss_cls = (
+            F.binary_cross_entropy_with_logits(out[:, 4:].float(), cls_t, reduction="none")
+            .sum(1)
+            .mean()
+        )
         return {"loss_box": loss_box * self.loss_scale, "loss_cls": loss_cls * self.loss_scale}
 
 
@@ -131,4 +135,8 @@ def weights(model: nn.Module):
 
 def max_abs_diff(a, b) -> float:
     assert a.keys() == b.keys()
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a if a[k].numel()) if a else math.nan
+    return (
+        max((a[k].float() - b[k].float()).abs().max().item() for k in a if a[k].numel())
+        if a
+        else math.nan
+    )

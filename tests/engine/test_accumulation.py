@@ -110,7 +110,9 @@ def test_float16_grad_scaler_unscales_once_per_step_before_the_optimizer():
         return step(*args, **kwargs)
 
     optimizer.step = recording_step
-    trainer = AccumulationTrainer(model, micro, optimizer, 3, amp_dtype=torch.float16, grad_scaler=scaler)
+    trainer = AccumulationTrainer(
+        model, micro, optimizer, 3, amp_dtype=torch.float16, grad_scaler=scaler
+    )
     capture = CaptureGrads()
     trainer.register_hooks([capture])
     with EventStorage(0) as trainer.storage:
@@ -120,13 +122,17 @@ def test_float16_grad_scaler_unscales_once_per_step_before_the_optimizer():
     # hooks and the optimizer see unscaled gradients: those of the unscaled fp16 computation
     expected = reference_amp_grads(tiny_model("GN"), micro, torch.float16)
     for name in expected:
-        torch.testing.assert_close(capture.grads[name], expected[name], rtol=1e-3, atol=1e-5, msg=name)
+        torch.testing.assert_close(
+            capture.grads[name], expected[name], rtol=1e-3, atol=1e-5, msg=name
+        )
         assert torch.equal(seen_at_step[name], capture.grads[name])
 
 
 def test_float16_creates_its_grad_scaler_and_checkpoints_it():
     model = tiny_model("GN")
-    trainer = AccumulationTrainer(model, [], torch.optim.SGD(model.parameters(), lr=0.1), 2, amp_dtype=torch.float16)
+    trainer = AccumulationTrainer(
+        model, [], torch.optim.SGD(model.parameters(), lr=0.1), 2, amp_dtype=torch.float16
+    )
     assert isinstance(trainer.grad_scaler, torch.amp.GradScaler)
     state = trainer.state_dict()
     assert state["grad_scaler"]["scale"] == 2.0**16

@@ -10,7 +10,13 @@ import pytest
 import largedet  # noqa: F401
 from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
-from largedet.engine import BatchArithmeticError, BatchPlan, batch_plan, check_batch_arithmetic, largedet_argument_parser
+from largedet.engine import (
+    BatchArithmeticError,
+    BatchPlan,
+    batch_plan,
+    check_batch_arithmetic,
+    largedet_argument_parser,
+)
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SHAPES_CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml")
@@ -59,10 +65,14 @@ def test_errors_name_the_numbers(ims_per_batch, ims_per_device, world_size, numb
 
 def test_check_from_the_command_line_arguments():
     parser = largedet_argument_parser()
-    args = parser.parse_args(["--config", SHAPES_CONFIG, "--num-gpus", "2", "SOLVER.IMS_PER_DEVICE", "2"])
+    args = parser.parse_args(
+        ["--config", SHAPES_CONFIG, "--num-gpus", "2", "SOLVER.IMS_PER_DEVICE", "2"]
+    )
     assert check_batch_arithmetic(args) == BatchPlan(8, 2, 2, 2)
     args = parser.parse_args(["--config", SHAPES_CONFIG, "--num-gpus", "3", "--num-machines", "2"])
-    with pytest.raises(BatchArithmeticError, match="SOLVER.IMS_PER_BATCH 8 is not divisible by the world size 6"):
+    with pytest.raises(
+        BatchArithmeticError, match="SOLVER.IMS_PER_BATCH 8 is not divisible by the world size 6"
+    ):
         check_batch_arithmetic(args)
 
 
@@ -78,4 +88,7 @@ def test_train_net_errors_before_spawning_workers():
         in proc.stderr
     )
     # nothing was spawned: no worker traceback, no training log
-    assert "ProcessRaisedException" not in proc.stderr and "Starting training" not in proc.stdout + proc.stderr
+    assert (
+        "ProcessRaisedException" not in proc.stderr
+        and "Starting training" not in proc.stdout + proc.stderr
+    )

@@ -38,7 +38,10 @@ def test_a_crash_while_writing_leaves_the_last_checkpoint_intact(tmp_path, monke
         checkpointer.save("model_0000003", iteration=3)
     monkeypatch.undo()
 
-    assert sorted(os.listdir(tmp_path)) == ["last_checkpoint", "model_0000001.pth"]  # no partial file
+    assert sorted(os.listdir(tmp_path)) == [
+        "last_checkpoint",
+        "model_0000001.pth",
+    ]  # no partial file
     assert checkpointer.get_checkpoint_file() == str(tmp_path / "model_0000001.pth")
     fresh = nn.Linear(3, 2)
     AtomicCheckpointer(fresh, str(tmp_path)).resume_or_load("", resume=True)
@@ -51,7 +54,9 @@ def test_the_tag_moves_only_after_the_file_is_in_place(tmp_path, monkeypatch):
 
     def recording_replace(src, dst):
         replaced.append(os.path.basename(dst))
-        assert not os.path.basename(dst) == "last_checkpoint" or os.path.isfile(tmp_path / "model_final.pth")
+        assert not os.path.basename(dst) == "last_checkpoint" or os.path.isfile(
+            tmp_path / "model_final.pth"
+        )
         return real_replace(src, dst)
 
     monkeypatch.setattr(checkpoint_module.os, "replace", recording_replace)

@@ -19,12 +19,16 @@ CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
 
 
 def shapes_rcnn_cfg(output_dir, *opts):
-    """The shapes Faster R-CNN R18-FPN on tiny_shapes resized to 32 px, CPU, single process."""
+    """The shapes Faster R-CNN R18-FPN, cut after res3 (FPN levels p2-p4) to stay small, on
+    tiny_shapes resized to 32 px, CPU, single process."""
     cfg = add_largedet_config(get_cfg())
     cfg.merge_from_file(os.path.join(CONFIGS, "shapes", "Base-Shapes-R18-FPN.yaml"))
     cfg.merge_from_list(
         [
             "MODEL.DEVICE", "cpu",
+            "MODEL.RESNETS.OUT_FEATURES", "['res2', 'res3']", "MODEL.FPN.IN_FEATURES", "['res2', 'res3']",
+            "MODEL.ANCHOR_GENERATOR.SIZES", "[[8], [16], [32]]", "MODEL.RPN.IN_FEATURES", "['p2', 'p3', 'p4']",
+            "MODEL.ROI_HEADS.IN_FEATURES", "['p2', 'p3']", "MODEL.ROI_BOX_HEAD.FC_DIM", "64",
             "DATASETS.TRAIN", "('tiny_shapes_train',)", "DATASETS.TEST", "()",
             "INPUT.MIN_SIZE_TRAIN", "(32,)", "INPUT.MAX_SIZE_TRAIN", "32",
             "DATALOADER.NUM_WORKERS", "0",
@@ -152,7 +156,13 @@ def test_resume_after_a_kill_reaches_the_same_weights(tiny_shapes, tmp_path):
 
     final, reference = weights(resumed.model), weights(straight.model)
     assert [k for k in reference if not torch.equal(final[k], reference[k])] == []
-    assert resumed.optimizer.state_dict()["state"].keys() == straight.optimizer.state_dict()["state"].keys()
+    assert (
+        resumed.optimizer.state_dict()["state"].keys()
+        == straight.optimizer.state_dict()["state"].keys()
+    )
     for key, state in straight.optimizer.state_dict()["state"].items():
         for name, value in state.items():
-            assert torch.equal(torch.as_tensor(resumed.optimizer.state_dict()["state"][key][name]), torch.as_tensor(value))
+            assert torch.equal(
+                torch.as_tensor(resumed.optimizer.state_dict()["state"][key][name]),
+                torch.as_tensor(value),
+            )

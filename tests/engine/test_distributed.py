@@ -94,7 +94,11 @@ def test_one_all_reduce_per_optimizer_step(two_process_result):
 def test_two_processes_equal_one_process_with_the_same_global_batch(two_process_result, tmp_path):
     seed_all_rng(0)
     single = Trainer(tiny_cfg(str(tmp_path), *OPTS))
-    assert (single.batch.world_size, single.batch.accumulation, single.batch.per_device) == (1, 1, 12)
+    assert (single.batch.world_size, single.batch.accumulation, single.batch.per_device) == (
+        1,
+        1,
+        12,
+    )
     assert single.data_seed == two_process_result["data_seed"]
     single.train()
     reference, distributed = weights(single.model), two_process_result["weights"]

@@ -50,7 +50,9 @@ def test_non_finite_loss_stops_with_the_losses_and_the_last_good_checkpoint(tiny
     with pytest.raises(FloatingPointError) as error:
         run(tmp_path)
     message = str(error.value)
-    assert message.startswith("Training diverged at iteration 3: non-finite loss nan; loss_dict = {")
+    assert message.startswith(
+        "Training diverged at iteration 3: non-finite loss nan; loss_dict = {"
+    )
     assert "'loss_box': nan" in message and "'loss_cls': nan" in message
     assert message.endswith(f"Last good checkpoint: {tmp_path / 'model_0000001.pth'}")
     # the guard runs before the checkpointer: the diverged step is never saved
@@ -59,7 +61,10 @@ def test_non_finite_loss_stops_with_the_losses_and_the_last_good_checkpoint(tiny
 
 
 def test_a_spike_stops_the_run(tiny_shapes, tmp_path):
-    with pytest.raises(FloatingPointError, match=r"iteration 3: loss [0-9.e+]+ > 10 x [0-9.]+, the median of the last 2 steps"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"iteration 3: loss [0-9.e+]+ > 10 x [0-9.]+, the median of the last 2 steps",
+    ):
         run(tmp_path, "SOLVER.DIVERGENCE.WINDOW", 2, factor=1000.0)
 
 
@@ -90,5 +95,7 @@ def test_rollback_restores_the_last_good_checkpoint_and_lowers_the_lr(tiny_shape
 
 
 def test_rollback_without_a_checkpoint_stops(tiny_shapes, tmp_path):
-    with pytest.raises(FloatingPointError, match=r"Last good checkpoint: none \(nothing to roll back to\)"):
+    with pytest.raises(
+        FloatingPointError, match=r"Last good checkpoint: none \(nothing to roll back to\)"
+    ):
         run(tmp_path, "SOLVER.DIVERGENCE.ROLLBACK", True, at=0)

@@ -15,7 +15,12 @@ from detectron2.layers import FrozenBatchNorm2d, NaiveSyncBatchNorm
 from detectron2.modeling import build_backbone
 from detectron2.utils import comm
 from largedet.config import add_largedet_config
-from largedet.layers import NaiveSyncBatchNormNd, convert_sync_batchnorm, resolve_sync_batchnorm, sync_batchnorm_type
+from largedet.layers import (
+    NaiveSyncBatchNormNd,
+    convert_sync_batchnorm,
+    resolve_sync_batchnorm,
+    sync_batchnorm_type,
+)
 
 
 def test_class_per_device():
@@ -76,7 +81,10 @@ def test_convert_for_cuda_gives_torch_sync_batchnorm():
     assert type(net.frozen) is FrozenBatchNorm2d
 
 
-@pytest.mark.parametrize("shape, bn", [((6, 4), nn.BatchNorm1d), ((6, 4, 5), nn.BatchNorm1d), ((3, 4, 2, 3, 5), nn.BatchNorm3d)])
+@pytest.mark.parametrize(
+    "shape, bn",
+    [((6, 4), nn.BatchNorm1d), ((6, 4, 5), nn.BatchNorm1d), ((3, 4, 2, 3, 5), nn.BatchNorm3d)],
+)
 def test_any_rank_sync_bn_is_plain_bn_in_one_process(shape, bn):
     torch.manual_seed(1)
     ref = bn(4)
@@ -114,7 +122,10 @@ def _compare_over_two_processes(result_file):
     outputs and gradients are from plain BN on the whole batch in one process."""
     rank = comm.get_rank()
     results = {}
-    for key, shape, bn in (("2d", (8, 4, 5, 5), nn.BatchNorm2d), ("3d", (6, 4, 2, 3, 3), nn.BatchNorm3d)):
+    for key, shape, bn in (
+        ("2d", (8, 4, 5, 5), nn.BatchNorm2d),
+        ("3d", (6, 4, 2, 3, 3), nn.BatchNorm3d),
+    ):
         torch.manual_seed(0)
         ref = bn(4)
         ref.weight.data.uniform_(0.5, 1.5)
@@ -159,11 +170,19 @@ def _free_port():
 
 def test_sync_bn_over_two_gloo_processes_equals_bn_over_the_whole_batch(tmp_path):
     result_file = str(tmp_path / "sync_bn.pth")
-    launch(_compare_over_two_processes, 2, dist_url=f"tcp://127.0.0.1:{_free_port()}", args=(result_file,))
+    launch(
+        _compare_over_two_processes,
+        2,
+        dist_url=f"tcp://127.0.0.1:{_free_port()}",
+        args=(result_file,),
+    )
     results = torch.load(result_file)
     # the reason for the CPU choice: torch's own needs a GPU once there are several processes
     assert "expected input tensor to be on GPU" in results.pop("torch_sync_bn_on_cpu")
-    assert results["2d"]["type"] == "NaiveSyncBatchNorm" and results["3d"]["type"] == "NaiveSyncBatchNormNd"
+    assert (
+        results["2d"]["type"] == "NaiveSyncBatchNorm"
+        and results["3d"]["type"] == "NaiveSyncBatchNormNd"
+    )
     for key, r in results.items():
         assert r["grad_scale"] > 0.1  # gradients are not trivially zero
         for what in ("output", "input_grad", "weight_grad", "bias_grad", "running_mean"):

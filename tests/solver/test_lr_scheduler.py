@@ -48,9 +48,15 @@ def test_linear_rule_with_linear_warmup_and_steps():
     assert [lrs[0] for lrs in lr_sequence(cfg)] == pytest.approx(expected, rel=1e-12)
     scaling = lr_scaling(cfg)
     assert (scaling.lr, scaling.rule, scaling.reference_lr, scaling.reference_batch) == (
-        pytest.approx(0.4), "linear", 0.1, 256
+        pytest.approx(0.4),
+        "linear",
+        0.1,
+        256,
     )
-    assert "0.4 = linear scaling rule: reference LR 0.1 at batch 256 x 1024 / 256" in scaling.describe()
+    assert (
+        "0.4 = linear scaling rule: reference LR 0.1 at batch 256 x 1024 / 256"
+        in scaling.describe()
+    )
 
 
 def test_sqrt_rule_and_bias_lr_factor():

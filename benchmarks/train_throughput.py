@@ -1,0 +1,169 @@
+"""Training throughput (images/s) of Faster R-CNN R50-FPN: SGD vs PMD-LAMB, and gradient
+accumulation K=1 vs K=8, at the same micro-batch.
+
+The model is Detectron2's ``COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml`` as
+``build_model`` makes it (FrozenBN, stem and res2 frozen), trained by largedet's
+``AccumulationTrainer`` with optimizers from ``largedet.solver.build_optimizer``, on the
+GPU when there is one, else the CPU. Inputs are fixed synthetic images (random pixels,
+3-8 random boxes of 80 classes) already in memory, so data loading is not measured.
+Three runs share everything but the optimizer and K:
+
+    sgd        SGD,      K = 1
+    pmdlamb    PMD-LAMB, K = 1
+    pmdlamb_k8 PMD-LAMB, K = 8 (one optimizer step per 8 micro-batches)
+
+Each round gives every run 8 micro-batches (8 steps at K = 1, one step at K = 8); the
+order of the runs rotates every round so that a noisy, shared machine affects all alike.
+Prints the median images/s of each run and the ratios PMD-LAMB / SGD and K=8 / K=1
+(targets: >= 0.97 each). With ``--amp`` on a GPU it also prints the per-GPU images/s next
+to Detectron2's model-zoo figure for this model (0.210 s/iter for 16 images on 8 V100:
+9.5 images/s per GPU, mixed precision off in that measurement's config).
+
+    python benchmarks/train_throughput.py [--rounds 5] [--ims-per-device 2] [--image-size 800]
+        [--device cuda|cpu] [--amp float16|bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import platform
+import statistics
+import time
+from typing import Dict, List
+
+import torch
+
+import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
+from detectron2 import model_zoo
+from detectron2.config import get_cfg
+from detectron2.modeling import build_model
+from detectron2.structures import Boxes, Instances
+from detectron2.utils.events import EventStorage
+from largedet.config import add_largedet_config
+from largedet.engine import AccumulationTrainer
+from largedet.solver import build_optimizer
+
+MICRO_BATCHES_PER_ROUND = 8
+MODEL_ZOO_IMAGES_PER_S_PER_GPU = 16 / 0.210 / 8  # faster_rcnn_R_50_FPN_1x on 8 V100
+RUNS = {"sgd": ("SGD", 1), "pmdlamb": ("PMD_LAMB", 1), "pmdlamb_k8": ("PMD_LAMB", 8)}
+
+
+def synthetic_micro_batches(
+    n: int, ims_per_device: int, size: int, seed: int = 0
+) -> List[List[dict]]:
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n):
+        batch = []
+        for _ in range(ims_per_device):
+            k = int(torch.randint(3, 9, (1,), generator=g))
+            xy = torch.rand(k, 2, generator=g) * size * 0.7
+            wh = torch.rand(k, 2, generator=g) * size * 0.3 + 8
+            inst = Instances((size, size))
+            inst.gt_boxes = Boxes(torch.cat([xy, (xy + wh).clamp(max=size - 1)], dim=1))
+            inst.gt_classes = torch.randint(0, 80, (k,), generator=g)
+            image = torch.randint(0, 256, (3, size, size), generator=g, dtype=torch.uint8)
+            batch.append({"image": image, "instances": inst, "height": size, "width": size})
+        batches.append(batch)
+    return batches
+
+
+def build_run(optimizer_name: str, k: int, device: str, batches, amp_dtype) -> AccumulationTrainer:
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_file(model_zoo.get_config_file("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml"))
+    cfg.MODEL.DEVICE = device
+    cfg.MODEL.WEIGHTS = ""
+    cfg.SOLVER.OPTIMIZER = optimizer_name
+    cfg.SOLVER.BASE_LR = 1e-6  # small: the weights stay in range over all rounds
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    optimizer = build_optimizer(cfg, model)
+    return AccumulationTrainer(model, itertools.cycle(batches), optimizer, k, amp_dtype=amp_dtype)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_round(trainer: AccumulationTrainer, device: str, ims_per_device: int) -> float:
+    """images/s over one round: MICRO_BATCHES_PER_ROUND micro-batches."""
+    steps = MICRO_BATCHES_PER_ROUND // trainer.accumulation_steps
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        trainer.run_step()
+        trainer.iter += 1
+        trainer.storage.iter = trainer.iter
+    sync(device)
+    return MICRO_BATCHES_PER_ROUND * ims_per_device / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup-rounds", type=int, default=1)
+    parser.add_argument("--ims-per-device", type=int, default=2)
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="square images (default: 800 on GPU, 320 on CPU)",
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--amp", choices=["float16", "bfloat16"], default=None)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    size = args.image_size or (800 if args.device.startswith("cuda") else 320)
+    amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, None: None}[args.amp]
+
+    batches = synthetic_micro_batches(MICRO_BATCHES_PER_ROUND, args.ims_per_device, size)
+    runs = {
+        name: build_run(opt, k, args.device, batches, amp_dtype) for name, (opt, k) in RUNS.items()
+    }
+    rates: Dict[str, List[float]] = {name: [] for name in runs}
+    storages = {name: EventStorage(0) for name in runs}
+    for name, trainer in runs.items():
+        trainer.storage = storages[name]
+    names = list(runs)
+    for r in range(args.warmup_rounds + args.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            with storages[name]:
+                torch.manual_seed(r)  # the same proposal sampling for every run in a round
+                rate = time_round(runs[name], args.device, args.ims_per_device)
+            if r >= args.warmup_rounds:
+                rates[name].append(rate)
+
+    device_name = (
+        torch.cuda.get_device_name()
+        if args.device.startswith("cuda")
+        else platform.processor() or "cpu"
+    )
+    print(
+        f"Faster R-CNN R50-FPN training, {args.ims_per_device} images of {size}x{size} per pass, "
+        f"{args.amp or 'fp32'}, {args.device} ({device_name}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} CPU threads); median of {args.rounds} rounds of "
+        f"{MICRO_BATCHES_PER_ROUND} micro-batches"
+    )
+    median = {name: statistics.median(v) for name, v in rates.items()}
+    for name, (opt, k) in RUNS.items():
+        spread = f"{min(rates[name]):.2f}-{max(rates[name]):.2f}"
+        print(f"  {name:<11} {opt:<9} K={k}  {median[name]:8.2f} images/s  (rounds: {spread})")
+    print(
+        f"  PMD-LAMB / SGD (K=1):         {median['pmdlamb'] / median['sgd']:.3f}  (target >= 0.97)"
+    )
+    print(
+        f"  K=8 / K=1 per image (PMD-LAMB): {median['pmdlamb_k8'] / median['pmdlamb']:.3f}  (target >= 0.97)"
+    )
+    if args.device.startswith("cuda") and args.amp:
+        print(
+            f"  per GPU with AMP: {median['pmdlamb_k8']:.1f} images/s (PMD-LAMB, K=8) vs Detectron2 model zoo "
+            f"{MODEL_ZOO_IMAGES_PER_S_PER_GPU:.1f} images/s per V100"
+        )
+
+
+if __name__ == "__main__":
+    main()
