@@ -17,6 +17,8 @@ import logging
 import os
 import sys
 
+import torch
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # largedet_video, uninstalled
 
 import largedet_video  # noqa: E402,F401  (imports largedet first; registers the models)
@@ -43,7 +45,7 @@ from largedet_video.engine import SkippedVideosHook, launch, planned_world_size 
 from largedet_video.evaluation import VideoClassificationEvaluator  # noqa: E402
 
 DEFAULT_CONFIG = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "configs", "tsm_r18_moving_shapes_adamw_bs16.yaml"
+    os.path.dirname(os.path.abspath(__file__)), "configs", "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml"
 )
 logger = logging.getLogger("largedet_video")
 
@@ -87,6 +89,9 @@ def setup(args):
         setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name=name)
     if not args.config_file:
         logger.info("No --config-file given: running the built-in demo %s", DEFAULT_CONFIG)
+    if cfg.CPU_THREADS and cfg.MODEL.DEVICE == "cpu":
+        torch.set_num_threads(cfg.CPU_THREADS)
+        logger.info("CPU_THREADS: %d torch thread(s) per process", cfg.CPU_THREADS)
     register_video_datasets(cfg)
     return cfg
 

@@ -19,6 +19,7 @@ def add_video_config(cfg: CN) -> CN:
     _add_input_config(cfg)
     _add_data_config(cfg)
     _add_test_config(cfg)
+    _add_runtime_config(cfg)
     return cfg
 
 
@@ -138,6 +139,14 @@ def _add_data_config(cfg: CN) -> None:
     # train/ and val/ (flat or one folder per class); "" means
     # $LARGEDET_DATASETS/kinetics400.
     cfg.DATASETS.KINETICS.ROOT = ""
+
+
+def _add_runtime_config(cfg: CN) -> None:
+    # torch's intra-op threads per process on the CPU; 0 keeps torch's default
+    # (one per core). On a small or shared machine, one thread per process
+    # leaves cores to the data loader workers and to other processes, and
+    # avoids threads that spin waiting for a busy core.
+    cfg.CPU_THREADS = 0
 
 
 def _add_test_config(cfg: CN) -> None:

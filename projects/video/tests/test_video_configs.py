@@ -4,9 +4,10 @@ import glob
 import os
 
 import pytest
-import torch
 from detectron2.config import get_cfg
 from detectron2.modeling import build_model
+from largedet.engine import batch_plan
+from largedet.solver import lr_scaling
 
 from largedet_video import add_video_config
 
@@ -23,7 +24,7 @@ def load(path):
 
 def test_there_are_configs():
     names = {os.path.basename(p) for p in CONFIGS}
-    assert {"Base-Video.yaml", "kinetics400_tsm_r50_8f.yaml", "tsm_r18_moving_shapes_adamw_bs16.yaml"} <= names
+    assert {"Base-Video.yaml", "kinetics400_tsm_r50_8f.yaml", "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml"} <= names
 
 
 @pytest.mark.usefixtures("single_thread")
@@ -44,7 +45,8 @@ def test_kinetics_recipe_arithmetic():
     assert s.IMS_PER_BATCH == 1536 * 8
     assert s.MAX_ITER == int(100 * iters_per_epoch)
     assert s.WARMUP_ITERS == round(5 * iters_per_epoch)
-    assert s.BASE_LR == pytest.approx(0.01 * s.IMS_PER_BATCH / 64)
+    assert lr_scaling(cfg).lr == pytest.approx(0.01 * s.IMS_PER_BATCH / 64) == pytest.approx(1.92)
+    assert batch_plan(cfg, 1536).accumulation == 1 and batch_plan(cfg, 8).accumulation == 192
     assert s.LR_SCHEDULER_NAME == "WarmupCosineLR"
     assert (s.WEIGHT_DECAY, s.WEIGHT_DECAY_NORM, s.WEIGHT_DECAY_BIAS) == (1e-4, 0.0, 0.0)
     assert cfg.MODEL.VIDEO.DROPOUT == 0.0 and cfg.INPUT.VIDEO.NUM_FRAMES == 8

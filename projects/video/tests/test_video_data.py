@@ -13,7 +13,6 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from largedet_video.data import (
     ClipShape,
-    FrameSampling,
     MovingShapesSpec,
     TestViews,
     TrainAugmentation,

@@ -51,7 +51,8 @@ def run_train(args, datasets_root):
 def test_two_gloo_processes_train_and_evaluate(tiny_shapes, tiny_shapes_spec, tmp_path):
     out = str(tmp_path / "ddp")
     log = run_train(
-        ["--num-gpus", "2", *tiny_overrides(tiny_shapes_spec, out), "MODEL.VIDEO.NORM", "SyncBN"],
+        ["--num-gpus", "2", "--dist-url", "auto", *tiny_overrides(tiny_shapes_spec, out)]
+        + ["MODEL.VIDEO.NORM", "SyncBN"],
         os.path.dirname(tiny_shapes),
     )
     assert "world size 2; global batch 4 (SOLVER.IMS_PER_BATCH); 2 image(s) per device" in log

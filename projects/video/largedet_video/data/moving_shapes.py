@@ -75,7 +75,7 @@ class MovingShapesSpec:
     height: int = 72
     seed: int = 0
     fps: int = 25
-    speed: tuple = (1.5, 2.5)
+    speed: tuple = (3.0, 4.0)
     radius: tuple = (5.0, 9.0)
 
     @property
