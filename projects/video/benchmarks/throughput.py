@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Training throughput of TSM vs TSN vs I3D, and decoding throughput of PyAV vs OpenCV.
+
+    python projects/video/benchmarks/throughput.py                    # CPU: 8 x 112px clips
+    python projects/video/benchmarks/throughput.py --device cuda      # GPU: 8 x 224px clips
+
+1. Training clips/s (forward, backward and SGD step on random clips, all models
+   given the same input: 8 frames of --size pixels) for TSM, TSN (the same
+   ResNet-50 without the shift), TSM with a naive shift (slice assignments into
+   a zero tensor, for comparison) and the two I3D ResNet-50 baselines. Models
+   are timed in interleaved rounds (every round times each model once) and the
+   median round is reported, so that load changes on a shared machine hit all
+   models alike. On the CPU, process CPU time per clip is reported too, and
+   torch runs one thread by default (--threads): on a shared machine, threads
+   waiting for busy cores would dominate the timings. FLOPs per clip (fvcore)
+   and parameter counts are printed beside.
+2. Decoding clips/s of one worker (the process pinned to one core where the OS
+   allows): open a video and read 8 TSN-sampled frames, with PyAV and OpenCV,
+   on a generated 340x256, 10 s, 25 fps H.264 video (Kinetics' usual size).
+
+Ratios printed: TSM / I3D 3x3x3 and TSM / I3D 3x1x1 (the TSM paper: 1.6x and
+2.9x), the shift's cost against TSN (goal: <= 3%), PyAV / OpenCV.
+"""
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import largedet_video  # noqa: E402,F401  (imports largedet first)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from detectron2.config import get_cfg  # noqa: E402
+from detectron2.modeling import build_model  # noqa: E402
+from detectron2.utils.events import EventStorage  # noqa: E402
+from fvcore.nn import FlopCountAnalysis  # noqa: E402
+
+from largedet_video import add_video_config  # noqa: E402
+from largedet_video.data import open_video  # noqa: E402
+from largedet_video.data.moving_shapes import MovingShapesSpec, render_moving_shape, write_mp4  # noqa: E402
+from largedet_video.data.sampling import segment_train_indices  # noqa: E402
+from largedet_video.modeling.backbone import RESNET_LAYERS, resnet  # noqa: E402
+
+MODELS = {
+    # name: (backbone, I3D variant)
+    "TSN": ("TSNResNet", ""),
+    "TSM": ("TSMResNet", ""),
+    "TSM (naive shift)": ("TSMResNet", ""),
+    "I3D 3x3x3": ("I3DResNet", "3x3x3"),
+    "I3D 3x1x1": ("I3DResNet", "3x1x1"),
+}
+
+
+def naive_shift(x, num_segments, fold_div=8):
+    """The straightforward shift: a zero tensor and slice assignments into it
+    (autograd then copies the whole gradient once per assignment)."""
+    nt, c, h, w = x.shape
+    x = x.view(nt // num_segments, num_segments, c, h, w)
+    fold = c // fold_div
+    out = torch.zeros_like(x)
+    out[:, :-1, :fold] = x[:, 1:, :fold]
+    out[:, 1:, fold : 2 * fold] = x[:, :-1, fold : 2 * fold]
+    out[:, :, 2 * fold :] = x[:, :, 2 * fold :]
+    return out.view(nt, c, h, w)
+
+
+@contextlib.contextmanager
+def shift_function(fn):
+    saved = resnet.temporal_shift
+    resnet.temporal_shift = fn
+    try:
+        yield
+    finally:
+        resnet.temporal_shift = saved
+
+
+def build(backbone, variant, depth, device):
+    cfg = get_cfg()
+    add_video_config(cfg)
+    cfg.MODEL.DEVICE = device
+    cfg.MODEL.VIDEO.BACKBONE = backbone
+    cfg.MODEL.VIDEO.I3D.VARIANT = variant or "3x3x3"
+    cfg.MODEL.VIDEO.RESNET.DEPTH = depth
+    cfg.MODEL.VIDEO.NUM_CLASSES = 400
+    return build_model(cfg).train()
+
+
+def sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def train_steps(model, opt, batch, steps, device, naive):
+    sync(device)
+    wall, cpu = time.perf_counter(), time.process_time()
+    with shift_function(naive_shift) if naive else contextlib.nullcontext():
+        for _ in range(steps):
+            loss = model(batch)["loss_cls"]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    sync(device)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def bench_training(args, names):
+    device = args.device
+    clip = torch.randint(0, 256, (args.batch, args.frames, 3, args.size, args.size), dtype=torch.uint8)
+    batch = {"clip": clip.to(device), "label": torch.randint(0, 400, (args.batch,), device=device)}
+    models = {}
+    for name in names:
+        backbone, variant = MODELS[name]
+        torch.manual_seed(0)
+        model = build(backbone, variant, args.depth, device)
+        models[name] = (model, torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9))
+    wall = {name: [] for name in models}
+    cpu = {name: [] for name in models}
+    with EventStorage():
+        for name, (model, opt) in models.items():
+            train_steps(model, opt, batch, args.warmup, device, "naive" in name)
+        for _ in range(args.rounds):
+            for name, (model, opt) in models.items():
+                w, c = train_steps(model, opt, batch, args.steps, device, "naive" in name)
+                wall[name].append(args.steps * args.batch / w)
+                cpu[name].append(args.steps * args.batch / c)
+    flops = {}
+    for name, (model, _) in models.items():
+        model.eval()
+        x = model.preprocess(clip[:1].to(device))
+        counter = FlopCountAnalysis(model.backbone, x).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        flops[name] = counter.total()
+    params = {name: sum(p.numel() for p in model.parameters()) for name, (model, _) in models.items()}
+    median = statistics.median
+    return (
+        {n: median(v) for n, v in wall.items()},
+        {n: median(v) for n, v in cpu.items()},
+        flops,
+        params,
+    )
+
+
+def make_video(path, frames, width, height):
+    spec = MovingShapesSpec(num_frames=frames, width=width, height=height, radius=(20, 40), speed=(3, 6))
+    write_mp4(path, render_moving_shape(np.random.default_rng(0), "right", spec), fps=25)
+
+
+def bench_decoding(path, seconds):
+    rng = np.random.default_rng(0)
+    result = {}
+    for decoder in ("pyav", "opencv"):
+        clips, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            with open_video(path, decoder) as video:
+                video.read(segment_train_indices(video.num_frames, 8, rng))
+            clips += 1
+        result[decoder] = clips / (time.perf_counter() - start)
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--size", type=int, default=0, help="frame side (default 224 on GPU, 112 on CPU)")
+    parser.add_argument("--frames", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=0, help="clips per step (default 8 on GPU, 2 on CPU)")
+    parser.add_argument("--depth", type=int, default=50)
+    parser.add_argument("--steps", type=int, default=0, help="steps per timed round (default 20 GPU, 2 CPU)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default 1 on CPU)")
+    parser.add_argument("--decode-seconds", type=float, default=5.0)
+    parser.add_argument("--skip-decode", action="store_true")
+    args = parser.parse_args()
+    gpu = args.device.startswith("cuda")
+    args.size = args.size or (224 if gpu else 112)
+    args.batch = args.batch or (8 if gpu else 2)
+    args.steps = args.steps or (20 if gpu else 2)
+    if args.threads or not gpu:
+        torch.set_num_threads(args.threads or 1)
+
+    name = torch.cuda.get_device_name() if gpu else f"CPU, {torch.get_num_threads()} torch thread(s)"
+    print(f"Device: {name}; torch {torch.__version__}")
+    print(
+        f"Training: ResNet-{args.depth}, {args.batch} clips x {args.frames} frames x "
+        f"{args.size}x{args.size} per step; median of {args.rounds} rounds of {args.steps} steps"
+    )
+    names = list(MODELS)
+    if RESNET_LAYERS[args.depth][0] != "bottleneck":
+        names = [n for n in names if not n.startswith("I3D")]
+        print(f"  (no I3D: the I3D baselines are bottleneck ResNets, not ResNet-{args.depth})")
+    wall, cpu, flops, params = bench_training(args, names)
+    for model in names:
+        extra = "" if gpu else f"  {cpu[model]:7.2f} clips/CPU-s"
+        print(
+            f"  {model:18s} {wall[model]:8.2f} clips/s{extra}  "
+            f"{flops[model] / 1e9:6.1f} GFLOPs/clip  {params[model] / 1e6:5.1f}M params"
+        )
+    if "I3D 3x3x3" in wall:
+        print(f"  TSM / I3D 3x3x3:  {wall['TSM'] / wall['I3D 3x3x3']:.2f}x   (paper: 1.6x)")
+        print(f"  TSM / I3D 3x1x1:  {wall['TSM'] / wall['I3D 3x1x1']:.2f}x   (paper: 2.9x)")
+    print(f"  shift cost vs TSN: {100 * (1 - wall['TSM'] / wall['TSN']):+.1f}% wall", end="")
+    print("" if gpu else f", {100 * (1 - cpu['TSM'] / cpu['TSN']):+.1f}% CPU time", end="")
+    print(f"; naive shift {100 * (1 - wall['TSM (naive shift)'] / wall['TSN']):+.1f}% wall (goal <= 3%)")
+
+    if args.skip_decode:
+        return
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kinetics_like.mp4")
+        make_video(path, 250, 340, 256)
+        rates = bench_decoding(path, args.decode_seconds)
+    print("Decoding, one worker (one core), 8 TSN-sampled frames of a 340x256 10 s H.264 video:")
+    for decoder, rate in rates.items():
+        print(f"  {decoder:8s} {rate:7.2f} clips/s")
+    print(f"  PyAV / OpenCV: {rates['pyav'] / rates['opencv']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
