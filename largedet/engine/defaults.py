@@ -12,7 +12,7 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
 from ..config import add_largedet_config
-from ..data import register_shapes, shapes_spec_from_config
+from ..data import register_all_openimages, register_shapes, shapes_spec_from_config
 from .batch import BatchPlan, batch_plan
 
 logger = logging.getLogger(__name__)
@@ -37,8 +37,8 @@ def resolve_device(cfg: CfgNode) -> None:
 def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     """Build the frozen config from ``--config-file`` and trailing ``KEY VALUE`` overrides.
 
-    Registers the built-in shapes dataset as the config describes it and, with
-    ``log``, runs Detectron2's ``default_setup`` (loggers, env info, config dump) and
+    Registers the built-in shapes dataset and the OpenImages splits as the config
+    describes them and, with ``log``, runs Detectron2's ``default_setup`` (loggers, env info, config dump) and
     sets up the ``largedet`` logger the same way (console and ``OUTPUT_DIR/log.txt``).
     """
     cfg = get_cfg()
@@ -49,6 +49,11 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     resolve_device(cfg)
     cfg.freeze()
     register_shapes(shapes_spec_from_config(cfg))
+    register_all_openimages(
+        cfg.DATASETS.OPENIMAGES.ROOT or None,
+        cache_dir=cfg.DATASETS.OPENIMAGES.CACHE_DIR or None,
+        expand_hierarchy=cfg.DATASETS.OPENIMAGES.EXPAND_HIERARCHY,
+    )
     if log:
         default_setup(cfg, args)
         setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="largedet")

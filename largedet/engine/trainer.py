@@ -142,13 +142,18 @@ class Trainer(DefaultTrainer):
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
-        """COCO evaluation (pycocotools where Detectron2's compiled evaluator is absent)."""
+        """COCO evaluation (pycocotools where Detectron2's compiled evaluator is absent), or
+        the Open Images Challenge metric for OpenImages datasets."""
         output_folder = output_folder or os.path.join(cfg.OUTPUT_DIR, "inference")
         evaluator_type = MetadataCatalog.get(dataset_name).get("evaluator_type", "coco")
         if evaluator_type == "coco":
             return COCOEvaluator(
                 dataset_name, output_dir=output_folder, use_fast_impl=HAS_COMPILED_D2_OPS
             )
+        if evaluator_type == "openimages":
+            from ..evaluation import OIDEvaluator
+
+            return OIDEvaluator(cfg, dataset_name, output_dir=output_folder)
         raise ValueError(
             f"No evaluator for dataset {dataset_name!r} (evaluator_type={evaluator_type!r})"
         )
