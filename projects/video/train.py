@@ -2,8 +2,9 @@
 """Train or evaluate a video classifier (TSM, TSN, I3D) with largedet.
 
     python projects/video/train.py        # the built-in demo: TSM-R18 on generated videos, CPU
-    python projects/video/train.py --config-file projects/video/configs/kinetics400_tsm_r50_8f.yaml \\
-        --num-gpus 8 [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
+    python projects/video/train.py --num-gpus 8 \\
+        --config-file projects/video/configs/kinetics400_tsm_r50_8f.yaml \\
+        [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
     torchrun --nproc_per_node 8 projects/video/train.py --config-file CFG
     python projects/video/train.py --config-file CFG --eval-only MODEL.WEIGHTS model_final.pth
 
@@ -45,7 +46,9 @@ from largedet_video.engine import SkippedVideosHook, launch, planned_world_size 
 from largedet_video.evaluation import VideoClassificationEvaluator  # noqa: E402
 
 DEFAULT_CONFIG = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "configs", "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml"
+    os.path.dirname(os.path.abspath(__file__)),
+    "configs",
+    "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml",
 )
 logger = logging.getLogger("largedet_video")
 

@@ -42,7 +42,11 @@ from fvcore.nn import FlopCountAnalysis  # noqa: E402
 
 from largedet_video import add_video_config  # noqa: E402
 from largedet_video.data import open_video  # noqa: E402
-from largedet_video.data.moving_shapes import MovingShapesSpec, render_moving_shape, write_mp4  # noqa: E402
+from largedet_video.data.moving_shapes import (
+    MovingShapesSpec,
+    render_moving_shape,
+    write_mp4,
+)  # noqa: E402
 from largedet_video.data.sampling import segment_train_indices  # noqa: E402
 from largedet_video.modeling.backbone import RESNET_LAYERS, resnet  # noqa: E402
 
@@ -110,7 +114,9 @@ def train_steps(model, opt, batch, steps, device, naive):
 
 def bench_training(args, names):
     device = args.device
-    clip = torch.randint(0, 256, (args.batch, args.frames, 3, args.size, args.size), dtype=torch.uint8)
+    clip = torch.randint(
+        0, 256, (args.batch, args.frames, 3, args.size, args.size), dtype=torch.uint8
+    )
     batch = {"clip": clip.to(device), "label": torch.randint(0, 400, (args.batch,), device=device)}
     models = {}
     for name in names:
@@ -132,9 +138,15 @@ def bench_training(args, names):
     for name, (model, _) in models.items():
         model.eval()
         x = model.preprocess(clip[:1].to(device))
-        counter = FlopCountAnalysis(model.backbone, x).unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+        counter = (
+            FlopCountAnalysis(model.backbone, x)
+            .unsupported_ops_warnings(False)
+            .uncalled_modules_warnings(False)
+        )
         flops[name] = counter.total()
-    params = {name: sum(p.numel() for p in model.parameters()) for name, (model, _) in models.items()}
+    params = {
+        name: sum(p.numel() for p in model.parameters()) for name, (model, _) in models.items()
+    }
     median = statistics.median
     return (
         {n: median(v) for n, v in wall.items()},
@@ -145,7 +157,9 @@ def bench_training(args, names):
 
 
 def make_video(path, frames, width, height):
-    spec = MovingShapesSpec(num_frames=frames, width=width, height=height, radius=(20, 40), speed=(3, 6))
+    spec = MovingShapesSpec(
+        num_frames=frames, width=width, height=height, radius=(20, 40), speed=(3, 6)
+    )
     write_mp4(path, render_moving_shape(np.random.default_rng(0), "right", spec), fps=25)
 
 
@@ -163,13 +177,21 @@ def bench_decoding(path, seconds):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--size", type=int, default=0, help="frame side (default 224 on GPU, 112 on CPU)")
+    parser.add_argument(
+        "--size", type=int, default=0, help="frame side (default 224 on GPU, 112 on CPU)"
+    )
     parser.add_argument("--frames", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=0, help="clips per step (default 8 on GPU, 2 on CPU)")
+    parser.add_argument(
+        "--batch", type=int, default=0, help="clips per step (default 8 on GPU, 2 on CPU)"
+    )
     parser.add_argument("--depth", type=int, default=50)
-    parser.add_argument("--steps", type=int, default=0, help="steps per timed round (default 20 GPU, 2 CPU)")
+    parser.add_argument(
+        "--steps", type=int, default=0, help="steps per timed round (default 20 GPU, 2 CPU)"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default 1 on CPU)")
@@ -183,7 +205,9 @@ def main():
     if args.threads or not gpu:
         torch.set_num_threads(args.threads or 1)
 
-    name = torch.cuda.get_device_name() if gpu else f"CPU, {torch.get_num_threads()} torch thread(s)"
+    name = (
+        torch.cuda.get_device_name() if gpu else f"CPU, {torch.get_num_threads()} torch thread(s)"
+    )
     print(f"Device: {name}; torch {torch.__version__}")
     print(
         f"Training: ResNet-{args.depth}, {args.batch} clips x {args.frames} frames x "
@@ -205,7 +229,10 @@ def main():
         print(f"  TSM / I3D 3x1x1:  {wall['TSM'] / wall['I3D 3x1x1']:.2f}x   (paper: 2.9x)")
     print(f"  shift cost vs TSN: {100 * (1 - wall['TSM'] / wall['TSN']):+.1f}% wall", end="")
     print("" if gpu else f", {100 * (1 - cpu['TSM'] / cpu['TSN']):+.1f}% CPU time", end="")
-    print(f"; naive shift {100 * (1 - wall['TSM (naive shift)'] / wall['TSN']):+.1f}% wall (goal <= 3%)")
+    print(
+        f"; naive shift {100 * (1 - wall['TSM (naive shift)'] / wall['TSN']):+.1f}% wall"
+        " (goal <= 3%)"
+    )
 
     if args.skip_decode:
         return

@@ -13,7 +13,8 @@ __all__ = ["add_video_config"]
 
 
 def add_video_config(cfg: CN) -> CN:
-    """Add largedet's and the video project's keys (with defaults) to ``cfg`` in place; returns it."""
+    """Add largedet's and the video project's keys (with defaults) to ``cfg``, in
+    place; returns it."""
     add_largedet_config(cfg)
     _add_model_config(cfg)
     _add_input_config(cfg)

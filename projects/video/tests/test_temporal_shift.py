@@ -25,7 +25,9 @@ def shift_by_definition(x: torch.Tensor, num_segments: int, fold_div: int) -> to
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("n,t,c,fold_div", [(2, 5, 17, 8), (3, 4, 16, 4), (1, 8, 64, 8), (2, 1, 8, 8)])
+@pytest.mark.parametrize(
+    "n,t,c,fold_div", [(2, 5, 17, 8), (3, 4, 16, 4), (1, 8, 64, 8), (2, 1, 8, 8)]
+)
 def test_values_and_gradients_match_definition(n, t, c, fold_div):
     torch.manual_seed(0)
     x = torch.randn(n * t, c, 3, 2, dtype=torch.float64, requires_grad=True)

@@ -18,7 +18,9 @@ SPEC = MovingShapesSpec(num_frames=4, width=16, height=16, radius=(2.0, 3.0), sp
 def clips(n, split):
     frames = np.stack(
         [
-            render_moving_shape(np.random.default_rng([11, split, i]), MOVING_SHAPES_CLASSES[i % 4], SPEC)
+            render_moving_shape(
+                np.random.default_rng([11, split, i]), MOVING_SHAPES_CLASSES[i % 4], SPEC
+            )
             for i in range(n)
         ]
     )

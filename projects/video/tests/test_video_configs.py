@@ -24,7 +24,11 @@ def load(path):
 
 def test_there_are_configs():
     names = {os.path.basename(p) for p in CONFIGS}
-    assert {"Base-Video.yaml", "kinetics400_tsm_r50_8f.yaml", "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml"} <= names
+    assert {
+        "Base-Video.yaml",
+        "kinetics400_tsm_r50_8f.yaml",
+        "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml",
+    } <= names
 
 
 @pytest.mark.usefixtures("single_thread")

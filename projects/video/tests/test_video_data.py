@@ -27,19 +27,12 @@ from largedet_video.data.build import VideoTrainLoader
 from largedet_video.data.lists import kinetics_file_name
 from largedet_video.data.moving_shapes import load_moving_shapes, render_moving_shape, write_mp4
 
-
 # --- lists ----------------------------------------------------------------------
 
 
 def test_video_list_formats(tmp_path):
     lst = tmp_path / "list.txt"
-    lst.write_text(
-        "# comment\n"
-        "a/x.mp4 3\n"
-        "\n"
-        "frames/y 120 7\n"
-        "with space/z.mp4, 1\n"
-    )
+    lst.write_text("# comment\n" "a/x.mp4 3\n" "\n" "frames/y 120 7\n" "with space/z.mp4, 1\n")
     assert load_video_list(str(lst), "/root") == [
         {"path": "/root/a/x.mp4", "label": 3},
         {"path": "/root/frames/y", "label": 7, "num_frames": 120},
@@ -185,14 +178,17 @@ def test_unreadable_videos_are_skipped_counted_and_logged(tmp_path, coded_video,
 
     # The loader reports the total it saw.
     sampler = ResumableTrainingSampler(len(train), shuffle=False, seed=0)
-    loader = VideoTrainLoader(DataLoader(train, batch_sampler=BatchSampler(sampler, 4, True)), sampler)
+    loader = VideoTrainLoader(
+        DataLoader(train, batch_sampler=BatchSampler(sampler, 4, True)), sampler
+    )
     batch = next(iter(loader))
     assert "num_skipped" not in batch and batch["clip"].shape == (4, 4, 3, 16, 16)
     assert loader.num_skipped >= 3
 
     # At test time the video is marked invalid instead.
-    test = VideoDataset(records, is_train=False, clip_shape=ClipShape(4, 16),
-                        test_views=TestViews(2, 1, 16, 16))
+    test = VideoDataset(
+        records, is_train=False, clip_shape=ClipShape(4, 16), test_views=TestViews(2, 1, 16, 16)
+    )
     bad = test[0]
     assert bad["valid"] is False and bad["clip"].shape == (2, 4, 3, 16, 16)
     assert test[2]["valid"] is True

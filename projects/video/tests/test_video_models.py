@@ -124,9 +124,7 @@ def test_classifier_train_loss_and_view_averaged_scores():
     model.eval()
     with torch.no_grad():
         scores = model({"clip": clips})["scores"]
-        per_view = torch.stack(
-            [model({"clip": clips[:, v]})["scores"] for v in range(3)], dim=1
-        )
+        per_view = torch.stack([model({"clip": clips[:, v]})["scores"] for v in range(3)], dim=1)
     assert scores.shape == (2, 5)
     assert torch.allclose(scores, per_view.mean(dim=1), atol=1e-6)
     assert torch.allclose(scores.sum(dim=1), torch.ones(2), atol=1e-5)
@@ -148,7 +146,9 @@ def test_imagenet_weights_load_and_inflate(tmp_path):
     w3d = i3d.state_dict()["layer2.1.conv2.weight"]
     assert w3d.shape[2] == 3
     assert torch.allclose(w3d.sum(dim=2), ref_state["layer2.1.conv2.weight"], atol=1e-6)
-    assert torch.equal(i3d.state_dict()["layer3.0.bn1.running_var"], ref_state["layer3.0.bn1.running_var"])
+    assert torch.equal(
+        i3d.state_dict()["layer3.0.bn1.running_var"], ref_state["layer3.0.bn1.running_var"]
+    )
 
     torch.save({"unrelated.weight": torch.zeros(1)}, str(tmp_path / "bad.pth"))
     with pytest.raises(ValueError, match="No tensor"):

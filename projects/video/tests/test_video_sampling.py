@@ -64,11 +64,20 @@ def test_segment_test_indices():
 
 def test_dense_indices():
     # 100 frames, 4 samples 8 apart: span 25, start in [0, 75].
-    assert dense_train_indices(100, 4, 8, FixedRng(integer_picks=["hi"])).tolist() == [75, 83, 91, 99]
+    assert dense_train_indices(100, 4, 8, FixedRng(integer_picks=["hi"])).tolist() == [
+        75,
+        83,
+        91,
+        99,
+    ]
     assert dense_train_indices(100, 4, 8, FixedRng(integer_picks=["lo"])).tolist() == [0, 8, 16, 24]
     # Shorter than the span: start 0, the last frame repeats.
     assert dense_train_indices(10, 4, 8, FixedRng(integer_picks=["hi"])).tolist() == [0, 8, 9, 9]
-    assert dense_test_indices(100, 4, 8, 3).tolist() == [[0, 8, 16, 24], [38, 46, 54, 62], [75, 83, 91, 99]]
+    assert dense_test_indices(100, 4, 8, 3).tolist() == [
+        [0, 8, 16, 24],
+        [38, 46, 54, 62],
+        [75, 83, 91, 99],
+    ]
     assert dense_test_indices(100, 4, 8, 1).tolist() == [[37, 45, 53, 61]]
 
 

@@ -16,27 +16,29 @@ TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def tiny_overrides(spec, output_dir):
-    return [
-        "OUTPUT_DIR", output_dir,
-        "MODEL.VIDEO.RESNET.DEPTH", "10",
-        "MODEL.VIDEO.RESNET.WIDTH", "8",
-        "DATASETS.MOVING_SHAPES.NUM_TRAIN", str(spec.num_train),
-        "DATASETS.MOVING_SHAPES.NUM_VAL", str(spec.num_val),
-        "DATASETS.MOVING_SHAPES.NUM_FRAMES", str(spec.num_frames),
-        "DATASETS.MOVING_SHAPES.WIDTH", str(spec.width),
-        "DATASETS.MOVING_SHAPES.HEIGHT", str(spec.height),
-        "DATASETS.MOVING_SHAPES.SEED", str(spec.seed),
-        "INPUT.VIDEO.NUM_FRAMES", "4",
-        "INPUT.VIDEO.TRAIN_CROP_SIZE", "32",
-        "INPUT.VIDEO.TEST_SHORT_SIDE", "32",
-        "INPUT.VIDEO.TEST_CROP_SIZE", "32",
-        "INPUT.VIDEO.TEST_NUM_CLIPS", "2",
-        "DATALOADER.NUM_WORKERS", "0",
-        "SOLVER.IMS_PER_BATCH", "4",
-        "SOLVER.MAX_ITER", "2",
-        "SOLVER.WARMUP_ITERS", "1",
-        "TEST.VIDEOS_PER_BATCH", "2",
-    ]
+    """``KEY VALUE`` arguments of a tiny run on the ``tiny_shapes`` dataset."""
+    overrides = {
+        "OUTPUT_DIR": output_dir,
+        "MODEL.VIDEO.RESNET.DEPTH": 10,
+        "MODEL.VIDEO.RESNET.WIDTH": 8,
+        "DATASETS.MOVING_SHAPES.NUM_TRAIN": spec.num_train,
+        "DATASETS.MOVING_SHAPES.NUM_VAL": spec.num_val,
+        "DATASETS.MOVING_SHAPES.NUM_FRAMES": spec.num_frames,
+        "DATASETS.MOVING_SHAPES.WIDTH": spec.width,
+        "DATASETS.MOVING_SHAPES.HEIGHT": spec.height,
+        "DATASETS.MOVING_SHAPES.SEED": spec.seed,
+        "INPUT.VIDEO.NUM_FRAMES": 4,
+        "INPUT.VIDEO.TRAIN_CROP_SIZE": 32,
+        "INPUT.VIDEO.TEST_SHORT_SIDE": 32,
+        "INPUT.VIDEO.TEST_CROP_SIZE": 32,
+        "INPUT.VIDEO.TEST_NUM_CLIPS": 2,
+        "DATALOADER.NUM_WORKERS": 0,
+        "SOLVER.IMS_PER_BATCH": 4,
+        "SOLVER.MAX_ITER": 2,
+        "SOLVER.WARMUP_ITERS": 1,
+        "TEST.VIDEOS_PER_BATCH": 2,
+    }
+    return [str(x) for pair in overrides.items() for x in pair]
 
 
 def run_train(args, datasets_root):
@@ -94,4 +96,6 @@ def test_resume_and_eval_only_in_process(tiny_shapes, tiny_shapes_spec, tmp_path
         assert "Starting training from iteration 2" in f.read()
     results = run(["--eval-only"], ["MODEL.WEIGHTS", os.path.join(out, "model_final.pth")])
     top1 = results["classification"]["top1"]
-    assert 0.0 <= top1 <= 100.0 and results["classification"]["num_videos"] == tiny_shapes_spec.num_val
+    assert (
+        0.0 <= top1 <= 100.0 and results["classification"]["num_videos"] == tiny_shapes_spec.num_val
+    )

@@ -62,7 +62,9 @@ def register_video_list(name: str, list_file: str, root: str = "", class_names=N
             num_classes=len(names),
         )
     else:
-        meta = {"classes": list(class_names), "num_classes": len(class_names)} if class_names else {}
+        meta = (
+            {"classes": list(class_names), "num_classes": len(class_names)} if class_names else {}
+        )
         _register(name, lambda: load_video_list(list_file, root), **meta)
 
 
@@ -80,7 +82,10 @@ def register_video_datasets(cfg) -> None:
 
     k_root = cfg.DATASETS.KINETICS.ROOT or os.path.join(default_datasets_root(), "kinetics400")
     train_csv = os.path.join(k_root, "annotations", "train.csv")
-    for split, csv_name, folder in (("train", "train.csv", "train"), ("val", "validate.csv", "val")):
+    for split, csv_name, folder in (
+        ("train", "train.csv", "train"),
+        ("val", "validate.csv", "val"),
+    ):
         csv_file = os.path.join(k_root, "annotations", csv_name)
         _register(
             f"kinetics400_{split}",

@@ -106,8 +106,10 @@ class VideoDataset(Dataset):
         return self._rng
 
     def __getitem__(self, key: Union[int, Tuple[int, ClipShape]]) -> Dict:
-        """``key`` is an index, or ``(index, ClipShape)`` to request a training
-        clip of another shape (a shape-aware batch sampler yields these)."""
+        """``key`` is an index, or ``(index, shape)`` to request a training clip
+        of another shape: any object with ``num_frames`` and ``crop_size``
+        (:class:`ClipShape`, or the multigrid schedule's shapes, which a
+        shape-carrying batch sampler yields)."""
         index, shape = key if isinstance(key, tuple) else (key, self.clip_shape)
         if not self.is_train:
             return self._test_sample(index)
@@ -141,7 +143,9 @@ class VideoDataset(Dataset):
         with open_video(record["path"], self.decoder) as video:
             n = record.get("num_frames") or video.num_frames
             frames = video.read(self.sampling.train(n, shape.num_frames, rng))
-        box = multi_scale_crop_box(frames.shape[1], frames.shape[2], aug.scales, aug.max_distort, rng)
+        box = multi_scale_crop_box(
+            frames.shape[1], frames.shape[2], aug.scales, aug.max_distort, rng
+        )
         flip = aug.flip and bool(rng.integers(2))
         clip = crop_and_resize(frames, box, shape.crop_size, flip)
         return {"clip": torch.from_numpy(clip).permute(0, 3, 1, 2), "label": record["label"]}

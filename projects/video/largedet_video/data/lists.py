@@ -73,7 +73,9 @@ def is_kinetics_csv(list_file: str) -> bool:
     return "youtube_id" in header and "time_start" in header
 
 
-def kinetics_file_name(youtube_id: str, time_start: float, time_end: float, ext: str = ".mp4") -> str:
+def kinetics_file_name(
+    youtube_id: str, time_start: float, time_end: float, ext: str = ".mp4"
+) -> str:
     return f"{youtube_id}_{int(float(time_start)):06d}_{int(float(time_end)):06d}{ext}"
 
 
@@ -86,7 +88,10 @@ def kinetics_class_names(csv_file: str) -> List[str]:
 def _find_clip(video_root: str, label: Optional[str], stem: str) -> Optional[str]:
     folders = [video_root]
     if label is not None:
-        folders += [os.path.join(video_root, label), os.path.join(video_root, label.replace(" ", "_"))]
+        folders += [
+            os.path.join(video_root, label),
+            os.path.join(video_root, label.replace(" ", "_")),
+        ]
     for folder in folders:
         for ext in KINETICS_VIDEO_EXTS:
             path = os.path.join(folder, stem + ext)

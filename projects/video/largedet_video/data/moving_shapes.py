@@ -83,7 +83,8 @@ class MovingShapesSpec:
         return (
             f"moving_shapes_{self.width}x{self.height}_{self.num_frames}f_"
             f"{self.num_train}-{self.num_val}_{self.fps}fps_"
-            f"v{self.speed[0]:g}-{self.speed[1]:g}_r{self.radius[0]:g}-{self.radius[1]:g}_seed{self.seed}"
+            f"v{self.speed[0]:g}-{self.speed[1]:g}_r{self.radius[0]:g}-{self.radius[1]:g}_"
+            f"seed{self.seed}"
         )
 
     def num_videos(self, split: str) -> int:
@@ -96,7 +97,9 @@ def _shape_points(kind: str, cx: float, cy: float, r: float, angle: float) -> np
     return np.stack([cx + r * np.cos(a), cy + r * np.sin(a)], axis=1)
 
 
-def _draw_shape(img: np.ndarray, kind: str, cx: float, cy: float, r: float, angle: float, color) -> None:
+def _draw_shape(
+    img: np.ndarray, kind: str, cx: float, cy: float, r: float, angle: float, color
+) -> None:
     if kind == "circle":
         cv2.circle(img, (int(round(cx)), int(round(cy))), int(round(r)), color, -1, cv2.LINE_AA)
     else:
@@ -137,7 +140,9 @@ def render_moving_shape(
         # Draw the copies across the edges too, so the shape wraps around.
         for ox in (-w, 0, w):
             for oy in (-h, 0, h):
-                _draw_shape(img, mover["kind"], cx + ox, cy + oy, mover["r"], mover["angle"], mover["color"])
+                _draw_shape(
+                    img, mover["kind"], cx + ox, cy + oy, mover["r"], mover["angle"], mover["color"]
+                )
         noise = rng.normal(0.0, 6.0, size=img.shape)
         frames[t] = np.clip(img + noise, 0, 255).astype(np.uint8)
     return frames

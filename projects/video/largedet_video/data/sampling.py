@@ -68,7 +68,9 @@ def dense_train_indices(
     return np.minimum(start + np.arange(num_samples) * stride, num_frames - 1).astype(np.int64)
 
 
-def dense_test_indices(num_frames: int, num_samples: int, stride: int, num_clips: int) -> np.ndarray:
+def dense_test_indices(
+    num_frames: int, num_samples: int, stride: int, num_clips: int
+) -> np.ndarray:
     """Test clips for dense sampling, ``(num_clips, T)``: starts evenly spread
     over ``[0, n - span]`` (``round(k * (n - span) / (num_clips - 1))``; one clip
     starts at the centre)."""

@@ -12,6 +12,7 @@ from detectron2.utils import comm
 
 __all__ = ["launch", "launched_by_torchrun", "planned_world_size"]
 
+
 def launched_by_torchrun() -> bool:
     """Whether this process was started by ``torchrun`` (torch.distributed.run)."""
     return "TORCHELASTIC_RUN_ID" in os.environ and "LOCAL_RANK" in os.environ

@@ -59,7 +59,9 @@ class VideoClassificationEvaluator(DatasetEvaluator):
             ranked = list(itertools.chain.from_iterable(p[1] for p in parts))
             skipped = sum(p[2] for p in parts)
         if skipped:
-            logger.warning("%s: %d unreadable videos left out of the evaluation", self.dataset_name, skipped)
+            logger.warning(
+                "%s: %d unreadable videos left out of the evaluation", self.dataset_name, skipped
+            )
         if not labels:
             logger.warning("%s: no video was evaluated", self.dataset_name)
             return {}

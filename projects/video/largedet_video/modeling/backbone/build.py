@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 from fvcore.common.registry import Registry
 from torch import nn
 
 from ..weights import load_imagenet_weights
 
 __all__ = ["VIDEO_BACKBONE_REGISTRY", "build_video_backbone"]
-
-logger = logging.getLogger(__name__)
 
 VIDEO_BACKBONE_REGISTRY = Registry("VIDEO_BACKBONE")
 VIDEO_BACKBONE_REGISTRY.__doc__ = """

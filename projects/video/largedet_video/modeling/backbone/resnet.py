@@ -7,7 +7,6 @@ dict saved from torchvision loads as it is.
 
 from __future__ import annotations
 
-import logging
 from typing import List, Optional
 
 import torch
@@ -18,7 +17,6 @@ from .build import VIDEO_BACKBONE_REGISTRY
 
 __all__ = ["ResNet2D", "BasicBlock", "Bottleneck", "RESNET_LAYERS", "TSMResNet", "TSNResNet"]
 
-logger = logging.getLogger(__name__)
 
 # depth -> (block type, blocks per stage). Depth 10 is a small network for tests
 # and demos; the others are He et al.'s.
@@ -53,6 +51,9 @@ class _Block(nn.Module):
     def __init__(self, shift_div: int):
         super().__init__()
         self.shift_div = shift_div
+
+    def extra_repr(self) -> str:
+        return f"shift_div={self.shift_div}" if self.shift_div else "no shift"
 
     def _branch_input(self, x: torch.Tensor, num_segments: int) -> torch.Tensor:
         if self.shift_div > 0:
