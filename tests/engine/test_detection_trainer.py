@@ -19,16 +19,14 @@ CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
 
 
 def shapes_rcnn_cfg(output_dir, *opts):
-    """The shapes Faster R-CNN R18-FPN, cut after res3 (FPN levels p2-p4) to stay small, on
-    tiny_shapes resized to 32 px, CPU, single process."""
+    """The shapes Faster R-CNN R18-FPN with a narrow box head, on tiny_shapes resized to 32 px,
+    CPU, single process."""
     cfg = add_largedet_config(get_cfg())
     cfg.merge_from_file(os.path.join(CONFIGS, "shapes", "Base-Shapes-R18-FPN.yaml"))
     cfg.merge_from_list(
         [
             "MODEL.DEVICE", "cpu",
-            "MODEL.RESNETS.OUT_FEATURES", "['res2', 'res3']", "MODEL.FPN.IN_FEATURES", "['res2', 'res3']",
-            "MODEL.ANCHOR_GENERATOR.SIZES", "[[8], [16], [32]]", "MODEL.RPN.IN_FEATURES", "['p2', 'p3', 'p4']",
-            "MODEL.ROI_HEADS.IN_FEATURES", "['p2', 'p3']", "MODEL.ROI_BOX_HEAD.FC_DIM", "64",
+            "MODEL.ROI_BOX_HEAD.FC_DIM", "64",
             "DATASETS.TRAIN", "('tiny_shapes_train',)", "DATASETS.TEST", "()",
             "INPUT.MIN_SIZE_TRAIN", "(32,)", "INPUT.MAX_SIZE_TRAIN", "32",
             "DATALOADER.NUM_WORKERS", "0",
@@ -104,12 +102,15 @@ def _with_log_capture(caplog, fn):
     """Run ``fn`` with largedet's log records in ``caplog`` (its logger does not propagate
     once set up)."""
     logger = logging.getLogger("largedet")
+    propagate = logger.propagate
     logger.addHandler(caplog.handler)
+    logger.propagate = False  # each record reaches caplog's handler once, set up or not
     try:
         with caplog.at_level(logging.INFO, logger="largedet"):
             return fn()
     finally:
         logger.removeHandler(caplog.handler)
+        logger.propagate = propagate
 
 
 class StopAt(HookBase):
