@@ -6,6 +6,8 @@ The model is Detectron2's ``COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml`` as
 ``AccumulationTrainer`` with optimizers from ``largedet.solver.build_optimizer``, on the
 GPU when there is one, else the CPU. Inputs are fixed synthetic images (random pixels,
 3-8 random boxes of 80 classes) already in memory, so data loading is not measured.
+The LR is 0, so that the weights, and with them the proposals and the work per image,
+stay the same in every run and round (the optimizers still do all their arithmetic).
 Three runs share everything but the optimizer and K:
 
     sgd        SGD,      K = 1
@@ -14,8 +16,9 @@ Three runs share everything but the optimizer and K:
 
 Each round gives every run 8 micro-batches (8 steps at K = 1, one step at K = 8); the
 order of the runs rotates every round so that a noisy, shared machine affects all alike.
-Prints the median images/s of each run and the ratios PMD-LAMB / SGD and K=8 / K=1
-(targets: >= 0.97 each). With ``--amp`` on a GPU it also prints the per-GPU images/s next
+Prints the median images/s of each run (per wall-clock second and per CPU second, the
+latter steadier on a shared machine) and the ratios PMD-LAMB / SGD and K=8 / K=1 (targets:
+>= 0.97 each). With ``--amp`` on a GPU it also prints the per-GPU images/s next
 to Detectron2's model-zoo figure for this model (0.210 s/iter for 16 images on 8 V100:
 9.5 images/s per GPU, mixed precision off in that measurement's config).
 
@@ -31,7 +34,7 @@ import logging
 import platform
 import statistics
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -76,7 +79,10 @@ def build_run(optimizer_name: str, k: int, device: str, batches, amp_dtype) -> A
     cfg.MODEL.DEVICE = device
     cfg.MODEL.WEIGHTS = ""
     cfg.SOLVER.OPTIMIZER = optimizer_name
-    cfg.SOLVER.BASE_LR = 1e-6  # small: the weights stay in range over all rounds
+    # LR 0: the optimizers do all their work but the weights stay put. Faster R-CNN's cost
+    # depends on its proposals (NMS, sampling), which move as the weights train; with LR 0
+    # every run and round does the same work.
+    cfg.SOLVER.BASE_LR = 0.0
     torch.manual_seed(0)
     model = build_model(cfg)
     optimizer = build_optimizer(cfg, model)
@@ -88,17 +94,21 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_round(trainer: AccumulationTrainer, device: str, ims_per_device: int) -> float:
-    """images/s over one round: MICRO_BATCHES_PER_ROUND micro-batches."""
+def time_round(
+    trainer: AccumulationTrainer, device: str, ims_per_device: int
+) -> Tuple[float, float]:
+    """images per wall-clock second and per CPU second (all threads) over one round of
+    MICRO_BATCHES_PER_ROUND micro-batches."""
     steps = MICRO_BATCHES_PER_ROUND // trainer.accumulation_steps
     sync(device)
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         trainer.run_step()
         trainer.iter += 1
         trainer.storage.iter = trainer.iter
     sync(device)
-    return MICRO_BATCHES_PER_ROUND * ims_per_device / (time.perf_counter() - start)
+    images = MICRO_BATCHES_PER_ROUND * ims_per_device
+    return images / (time.perf_counter() - wall), images / (time.process_time() - cpu)
 
 
 def main() -> None:
@@ -114,6 +124,7 @@ def main() -> None:
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--amp", choices=["float16", "bfloat16"], default=None)
+    parser.add_argument("--verbose", action="store_true", help="print every round")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     size = args.image_size or (800 if args.device.startswith("cuda") else 320)
@@ -124,6 +135,7 @@ def main() -> None:
         name: build_run(opt, k, args.device, batches, amp_dtype) for name, (opt, k) in RUNS.items()
     }
     rates: Dict[str, List[float]] = {name: [] for name in runs}
+    cpu_rates: Dict[str, List[float]] = {name: [] for name in runs}
     storages = {name: EventStorage(0) for name in runs}
     for name, trainer in runs.items():
         trainer.storage = storages[name]
@@ -133,15 +145,15 @@ def main() -> None:
         for name in order:
             with storages[name]:
                 torch.manual_seed(r)  # the same proposal sampling for every run in a round
-                rate = time_round(runs[name], args.device, args.ims_per_device)
+                rate, cpu_rate = time_round(runs[name], args.device, args.ims_per_device)
             if r >= args.warmup_rounds:
                 rates[name].append(rate)
+                cpu_rates[name].append(cpu_rate)
+            if args.verbose:
+                print(f"round {r} {name}: {rate:.3g} images/s, {cpu_rate:.3g} images per CPU-second")
 
-    device_name = (
-        torch.cuda.get_device_name()
-        if args.device.startswith("cuda")
-        else platform.processor() or "cpu"
-    )
+    gpu = args.device.startswith("cuda")
+    device_name = torch.cuda.get_device_name() if gpu else platform.processor() or "cpu"
     print(
         f"Faster R-CNN R50-FPN training, {args.ims_per_device} images of {size}x{size} per pass, "
         f"{args.amp or 'fp32'}, {args.device} ({device_name}, torch {torch.__version__}, "
@@ -149,19 +161,25 @@ def main() -> None:
         f"{MICRO_BATCHES_PER_ROUND} micro-batches"
     )
     median = {name: statistics.median(v) for name, v in rates.items()}
+    cpu_median = {name: statistics.median(v) for name, v in cpu_rates.items()}
     for name, (opt, k) in RUNS.items():
-        spread = f"{min(rates[name]):.2f}-{max(rates[name]):.2f}"
-        print(f"  {name:<11} {opt:<9} K={k}  {median[name]:8.2f} images/s  (rounds: {spread})")
-    print(
-        f"  PMD-LAMB / SGD (K=1):         {median['pmdlamb'] / median['sgd']:.3f}  (target >= 0.97)"
-    )
-    print(
-        f"  K=8 / K=1 per image (PMD-LAMB): {median['pmdlamb_k8'] / median['pmdlamb']:.3f}  (target >= 0.97)"
-    )
-    if args.device.startswith("cuda") and args.amp:
+        spread = f"{min(rates[name]):.3g}-{max(rates[name]):.3g}"
         print(
-            f"  per GPU with AMP: {median['pmdlamb_k8']:.1f} images/s (PMD-LAMB, K=8) vs Detectron2 model zoo "
-            f"{MODEL_ZOO_IMAGES_PER_S_PER_GPU:.1f} images/s per V100"
+            f"  {name:<11} {opt:<9} K={k}  {median[name]:8.3g} images/s (rounds {spread}); "
+            f"{cpu_median[name]:8.3g} images per CPU-second"
+        )
+    for label, a, b in (
+        ("PMD-LAMB / SGD (K=1)", "pmdlamb", "sgd"),
+        ("K=8 / K=1 (PMD-LAMB)", "pmdlamb_k8", "pmdlamb"),
+    ):
+        print(
+            f"  {label}: {median[a] / median[b]:.3f} wall-clock, {cpu_median[a] / cpu_median[b]:.3f} "
+            f"CPU time  (target >= 0.97)"
+        )
+    if gpu and args.amp:
+        print(
+            f"  per GPU with AMP: {median['pmdlamb_k8']:.1f} images/s (PMD-LAMB, K=8) vs Detectron2 "
+            f"model zoo {MODEL_ZOO_IMAGES_PER_S_PER_GPU:.1f} images/s per V100"
         )
 
 
