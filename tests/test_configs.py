@@ -52,7 +52,7 @@ EXPECTED = [
     ("r50_fpn_bs256_sgd_lsr.yaml", 256, 8, 4, 0.32, 5625 * 256),
     ("r50_fpn_bs1056.yaml", 1056, 8, 33, 0.0066, 1364 * 1056),
     ("mask_rcnn_r50_fpn_bs1056.yaml", 1056, 132, 2, 0.0066, 1364 * 1056),
-    ("shapes/faster_rcnn_R18_FPN_pmdlamb_bs64.yaml", 64, 1, 8, 0.04, 75 * 64),
+    ("shapes/faster_rcnn_R18_FPN_pmdlamb_bs64.yaml", 64, 1, 8, 0.02, 125 * 64),
     ("shapes/faster_rcnn_R18_FPN_syncbn_sgd_bs16_lsr.yaml", 16, 2, 2, 0.04, 300 * 16),
 ]
 
