@@ -138,11 +138,20 @@ class VideoDataset(Dataset):
         )
 
     def _train_sample(self, record: Dict, shape: ClipShape) -> Dict:
+        """One training clip of ``shape``. A shape with fewer frames than the base
+        clip (:attr:`clip_shape`) is resampled at a random, longer temporal stride
+        (:meth:`FrameSampling.train_resampled`). The multi-scale crop box is chosen
+        relative to the frame and then resized to ``shape.crop_size``, so a smaller
+        crop shows the same field of view at a lower resolution: the scale jitter
+        is rescaled by ``crop_size / base crop`` (multigrid's spatial resampling)."""
         rng = self._generator()
         aug = self.augmentation
         with open_video(record["path"], self.decoder) as video:
             n = record.get("num_frames") or video.num_frames
-            frames = video.read(self.sampling.train(n, shape.num_frames, rng))
+            indices = self.sampling.train_resampled(
+                n, shape.num_frames, self.clip_shape.num_frames, rng
+            )
+            frames = video.read(indices)
         box = multi_scale_crop_box(
             frames.shape[1], frames.shape[2], aug.scales, aug.max_distort, rng
         )

@@ -18,6 +18,7 @@ __all__ = [
     "segment_test_indices",
     "dense_train_indices",
     "dense_test_indices",
+    "window_segment_train_indices",
 ]
 
 
@@ -46,6 +47,20 @@ def segment_train_indices(
     starts, ends = bounds[:-1], np.maximum(bounds[1:], bounds[:-1] + 1)
     idx = starts + (rng.random(num_segments) * (ends - starts)).astype(np.int64)
     return np.minimum(idx, num_frames - 1).astype(np.int64)
+
+
+def window_segment_train_indices(
+    num_frames: int, num_segments: int, stride: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Segment sampling inside a window: ``num_segments`` segments of ``stride``
+    frames (a real number) laid end to end from a uniformly random start in
+    ``[0, n - num_segments * stride]``, one frame drawn uniformly from each. With
+    ``stride = n / num_segments`` the window is the whole video and this is
+    :func:`segment_train_indices` (up to rounding)."""
+    span = min(num_segments * stride, num_frames)
+    start = rng.random(1)[0] * (num_frames - span)
+    pos = start + (np.arange(num_segments) + rng.random(num_segments)) * stride
+    return np.clip(np.floor(pos).astype(np.int64), 0, num_frames - 1)
 
 
 def segment_test_indices(num_frames: int, num_segments: int, num_clips: int) -> np.ndarray:
@@ -99,6 +114,32 @@ class FrameSampling:
         if self.mode == "segment":
             return segment_train_indices(num_frames, clip_len, rng)
         return dense_train_indices(num_frames, clip_len, self.stride, rng)
+
+    def train_resampled(
+        self, num_frames: int, clip_len: int, base_len: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        """A training clip of ``clip_len`` frames for a model whose base clip has
+        ``base_len`` frames (multigrid's shorter clips, Wu et al. 2020, Sec. 3.1):
+        the temporal stride is drawn uniformly between the base stride and the base
+        stride x ``base_len / clip_len``, so a short clip covers from as little as
+        ``clip_len`` base-rate frames up to the whole time span of a base clip.
+
+        "dense": an integer stride in ``[stride, round(stride * base_len / clip_len)]``.
+        "segment": the base stride is the base segment length ``n / base_len``, so the
+        stride is in ``[n / base_len, n / clip_len]``, and the clip is segment-sampled
+        inside a window of ``clip_len`` strides at a random place in the video (at the
+        largest stride the window is the whole video, as for a base clip).
+        ``clip_len >= base_len`` is ordinary sampling (:meth:`train`).
+        """
+        if clip_len >= base_len:
+            return self.train(num_frames, clip_len, rng)
+        ratio = base_len / clip_len
+        if self.mode == "dense":
+            stride = int(rng.integers(self.stride, int(round(self.stride * ratio)) + 1))
+            return dense_train_indices(num_frames, clip_len, stride, rng)
+        base_stride = num_frames / base_len
+        stride = base_stride * (1.0 + rng.random(1)[0] * (ratio - 1.0))
+        return window_segment_train_indices(num_frames, clip_len, stride, rng)
 
     def test(self, num_frames: int, clip_len: int, num_clips: int) -> np.ndarray:
         if self.mode == "segment":
