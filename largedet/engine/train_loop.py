@@ -5,18 +5,36 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from detectron2.engine import SimpleTrainer
 from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
+from torch import Tensor
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.parallel import DistributedDataParallel
 
-__all__ = ["AccumulationTrainer"]
+from ..optim import AGVM
+
+__all__ = ["AccumulationTrainer", "check_agvm_estimates"]
 
 logger = logging.getLogger(__name__)
+
+
+def check_agvm_estimates(accumulation_steps: int, world_size: int) -> None:
+    """Raise ``ValueError`` when a step has no two independent gradient estimates for AGVM:
+    one micro-batch per step (K = 1) on one process."""
+    if accumulation_steps < 2 and world_size < 2:
+        raise ValueError(
+            "SOLVER.AGVM.ENABLED needs two independent gradient estimates per step: K >= 2 "
+            "accumulated micro-batches (K = SOLVER.IMS_PER_BATCH / (world size x "
+            "SOLVER.IMS_PER_DEVICE)) or two or more processes; got K = 1 on one process. Set "
+            "SOLVER.IMS_PER_DEVICE to at most half of SOLVER.IMS_PER_BATCH, or "
+            "SOLVER.AGVM.ENABLED False"
+        )
 
 
 class AccumulationTrainer(SimpleTrainer):
@@ -37,6 +55,18 @@ class AccumulationTrainer(SimpleTrainer):
     clipping) sees them; ``torch.bfloat16`` needs no scaler. ``amp_dtype`` None is full
     precision.
 
+    AGVM (``agvm``, :class:`~largedet.optim.AGVM`): at the steps where it estimates, the
+    two gradient estimates of the step are, with K >= 2, the sum of the first ``K // 2``
+    micro-batches' gradients (a copy taken after them) and the rest (full minus that
+    copy), each averaged over ranks (the copy by one extra all-reduce); with K = 1 under
+    DDP, the mean gradient of the first ``world_size // 2`` ranks and that of the others
+    (the step's backward pass then runs in ``no_sync()`` and its gradients are averaged
+    by this trainer: all ranks in one all-reduce, plus the first half's). The gradient
+    the optimizer sees is the usual one either way. Then, after the ``after_backward``
+    hooks: AGVM's update of ``mu`` and its ``agvm/phi/<part>``, ``agvm/mu/<part>``
+    scalars, its gradient clipping around the end of warmup, and the optimizer step with
+    each group's LR times its part's ``mu``.
+
     After each step, :attr:`last_losses` holds the step's losses (floats averaged over
     micro-batches and ranks, identical on every rank) and :attr:`last_total_loss` their sum.
     """
@@ -50,6 +80,7 @@ class AccumulationTrainer(SimpleTrainer):
         *,
         amp_dtype: Optional[torch.dtype] = None,
         grad_scaler: Optional[torch.amp.GradScaler] = None,
+        agvm: Optional[AGVM] = None,
     ):
         super().__init__(model, data_loader, optimizer)
         if accumulation_steps < 1:
@@ -64,6 +95,9 @@ class AccumulationTrainer(SimpleTrainer):
         if amp_dtype == torch.float16 and grad_scaler is None:
             grad_scaler = torch.amp.GradScaler(self.device_type)
         self.grad_scaler = grad_scaler
+        self.agvm = agvm
+        if agvm is not None:
+            check_agvm_estimates(accumulation_steps, comm.get_world_size())
         self.last_losses: Dict[str, float] = {}
         self.last_total_loss = float("nan")
 
@@ -80,13 +114,16 @@ class AccumulationTrainer(SimpleTrainer):
     def run_step(self) -> None:
         assert self.model.training, "[AccumulationTrainer] model was changed to eval mode!"
         k = self.accumulation_steps
+        estimate = self.agvm is not None and self.agvm.estimates_at(self.iter)
+        split_ranks = estimate and k == 1  # the two estimates are two halves of the ranks
+        first_half: Optional[List[Optional[Tensor]]] = None
         data_time = 0.0
         step_losses: Dict[str, torch.Tensor] = {}
         for i in range(k):
             start = time.perf_counter()
             data = next(self._data_loader_iter)
             data_time += time.perf_counter() - start
-            with self._sync_context(last=i == k - 1):
+            with self._sync_context(last=i == k - 1 and not split_ranks):
                 with self._autocast():
                     loss_dict = self.model(data)
                     if isinstance(loss_dict, torch.Tensor):
@@ -101,7 +138,11 @@ class AccumulationTrainer(SimpleTrainer):
             for name, value in loss_dict.items():
                 value = value.detach().float() / k
                 step_losses[name] = step_losses[name] + value if name in step_losses else value
+            if estimate and not split_ranks and i == k // 2 - 1:
+                first_half = [_copy(p.grad) for p in self.agvm.params]
 
+        if estimate:
+            estimates = self._rank_halves() if split_ranks else self._micro_batch_halves(first_half)
         if self.grad_scaler is not None:
             self.grad_scaler.unscale_(self.optimizer)
             get_event_storage().put_scalar(
@@ -109,11 +150,81 @@ class AccumulationTrainer(SimpleTrainer):
             )
         self.after_backward()
         self._write_metrics(step_losses, data_time)
+        if self.agvm is None:
+            self._optimizer_step()
+            return
+        if estimate:
+            self._agvm_update(estimates)
+        self.agvm.clip_gradients(self.iter)
+        with self.agvm.modulated_lr():
+            self._optimizer_step()
+
+    def _optimizer_step(self) -> None:
         if self.grad_scaler is not None:
             self.grad_scaler.step(self.optimizer)
             self.grad_scaler.update()
         else:
             self.optimizer.step()
+
+    # --- AGVM's two gradient estimates ------------------------------------------------
+
+    def _micro_batch_halves(
+        self, first_half: List[Optional[Tensor]]
+    ) -> List[Tuple[Tensor, Optional[Tensor], Optional[Tensor]]]:
+        """(param, g_A, None) with g_A the first K // 2 micro-batches' gradient, averaged
+        over ranks; g_B (the full gradient minus g_A) is formed after unscaling."""
+        world = comm.get_world_size()
+        if world > 1:
+            present = [g for g in first_half if g is not None]
+            for flat, tensors in _flat_buckets(present):
+                dist.all_reduce(flat)
+                flat /= world
+                for t, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                    t.copy_(reduced)
+        return [(p, g, None) for p, g in zip(self.agvm.params, first_half)]
+
+    def _rank_halves(self) -> List[Tuple[Tensor, Optional[Tensor], Optional[Tensor]]]:
+        """With K = 1: the local gradients (computed in no_sync) averaged over all ranks into
+        ``p.grad``, as DDP would, and (param, g_A, g_B) with g_A the mean over the first
+        ``world // 2`` ranks and g_B the mean over the others."""
+        world, rank = comm.get_world_size(), comm.get_rank()
+        n_a = world // 2
+        params = [p for p in self.agvm.params if p.grad is not None]
+        grads = [p.grad for p in params]
+        sums_a = [g * (1.0 if rank < n_a else 0.0) for g in grads]
+        estimates = []
+        for flat, tensors in _flat_buckets(sums_a + grads):
+            dist.all_reduce(flat)
+            reduced = _unflatten_dense_tensors(flat, tensors)
+            for t, r in zip(tensors, reduced):
+                t.copy_(r)
+        for p, sum_a, total in zip(params, sums_a, grads):
+            g_a = sum_a / n_a
+            g_b = (total - sum_a) / (world - n_a)
+            total.div_(world)
+            estimates.append((p, g_a, g_b))
+        return estimates
+
+    def _agvm_update(self, estimates) -> None:
+        """Complete the estimates (g_B = full - g_A for the micro-batch halves; gradient
+        scale removed), update AGVM's mu and log phi and mu per part."""
+        scale = self.grad_scaler.get_scale() if self.grad_scaler is not None else 1.0
+        halves = []
+        for p, g_a, g_b in estimates:
+            if scale != 1.0:
+                g_a = None if g_a is None else g_a / scale
+                g_b = None if g_b is None else g_b / scale
+            if g_b is None and p.grad is not None:  # micro-batch halves; p.grad is unscaled
+                g_b = p.grad if g_a is None else p.grad - g_a
+            halves.append((p, g_a, g_b))
+        estimates = halves
+        phi = self.agvm.update(estimates)
+        if comm.is_main_process():
+            storage = get_event_storage()
+            for part in self.agvm.parts:
+                if part in phi:
+                    storage.put_scalar(f"agvm/phi/{part}", phi[part], smoothing_hint=False)
+                storage.put_scalar(f"agvm/mu/{part}", self.agvm.mu[part], smoothing_hint=False)
 
     def _write_metrics(
         self,
@@ -147,9 +258,28 @@ class AccumulationTrainer(SimpleTrainer):
         ret = super().state_dict()
         if self.grad_scaler is not None:
             ret["grad_scaler"] = self.grad_scaler.state_dict()
+        if self.agvm is not None:
+            ret["agvm"] = self.agvm.state_dict()
         return ret
 
     def load_state_dict(self, state_dict):
         super().load_state_dict(state_dict)
         if self.grad_scaler is not None and "grad_scaler" in state_dict:
             self.grad_scaler.load_state_dict(state_dict["grad_scaler"])
+        if self.agvm is not None:
+            if "agvm" in state_dict:
+                self.agvm.load_state_dict(state_dict["agvm"])
+            else:
+                logger.warning("The checkpoint has no AGVM state: every part's mu starts at 1")
+
+
+def _copy(grad: Optional[Tensor]) -> Optional[Tensor]:
+    return None if grad is None else grad.detach().clone()
+
+
+def _flat_buckets(tensors: List[Tensor]):
+    """(flat buffer, tensors) per dtype and device, for one all-reduce each."""
+    groups: Dict[Tuple[torch.device, torch.dtype], List[Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    return [(_flatten_dense_tensors(ts), ts) for ts in groups.values()]

@@ -15,6 +15,8 @@ What it adds to ``DefaultTrainer``, each in one place:
   that also hold the data position (:class:`~largedet.engine.data.ResumableLoader`), and
   optionally per-step seeding (``RESEED_EVERY_ITER``);
 - the divergence guard (``SOLVER.DIVERGENCE``);
+- AGVM (``SOLVER.AGVM``): per-part LR multipliers from each part's gradient variance,
+  measured on two halves of the accumulated micro-batches (or of the processes);
 - one log block at start with the run's derived numbers.
 
 With ``IMS_PER_DEVICE`` 0 (one micro-batch per step) and the LSR off it trains as
@@ -40,12 +42,20 @@ from detectron2.utils.logger import setup_logger
 from .. import HAS_COMPILED_D2_OPS
 from ..config import add_largedet_config
 from ..layers import resolve_sync_batchnorm
-from ..solver import build_lr_scheduler, build_optimizer, lr_scaling, with_scaled_lr
+from ..optim import PART_KEY
+from ..solver import (
+    agvm_start_iter,
+    build_agvm,
+    build_lr_scheduler,
+    build_optimizer,
+    lr_scaling,
+    with_scaled_lr,
+)
 from .batch import BatchPlan, batch_plan
 from .checkpoint import AtomicCheckpointer
 from .data import ResumableLoader, build_train_loader
 from .hooks import DivergenceGuard, ReseedEveryIter
-from .train_loop import AccumulationTrainer
+from .train_loop import AccumulationTrainer, check_agvm_estimates
 
 __all__ = ["Trainer", "describe_run"]
 
@@ -70,9 +80,12 @@ class Trainer(DefaultTrainer):
                 setup_logger(name=name)
         cfg = DefaultTrainer.auto_scale_workers(cfg, comm.get_world_size())
         self.batch: BatchPlan = batch_plan(cfg, comm.get_world_size())
+        if cfg.SOLVER.AGVM.ENABLED:
+            check_agvm_estimates(self.batch.accumulation, self.batch.world_size)
 
         model = self.build_model(cfg)
         optimizer = self.build_optimizer(cfg, model)
+        agvm = build_agvm(cfg, optimizer)
         data_loader = self.build_train_loader(cfg)
         if not isinstance(data_loader, ResumableLoader):
             logger.warning(
@@ -89,6 +102,7 @@ class Trainer(DefaultTrainer):
             optimizer,
             self.batch.accumulation,
             amp_dtype=self.amp_dtype(cfg),
+            agvm=agvm,
         )
         self.scheduler = self.build_lr_scheduler(cfg, optimizer)
         self.checkpointer = AtomicCheckpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self))
@@ -102,7 +116,11 @@ class Trainer(DefaultTrainer):
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
             size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
-            logger.info(describe_run(cfg, self.batch, type(optimizer).__name__, size))
+            logger.info(
+                describe_run(
+                    cfg, self.batch, type(optimizer).__name__, size, _agvm_parts(optimizer, agvm)
+                )
+            )
             _warn_unused_lsr_keys(cfg)
 
     @staticmethod
@@ -196,6 +214,11 @@ class Trainer(DefaultTrainer):
         super().train()
         return getattr(self, "_last_eval_results", None) or {}
 
+    @property
+    def agvm(self):
+        """The run's :class:`~largedet.optim.AGVM` (None when ``SOLVER.AGVM.ENABLED`` is false)."""
+        return self._trainer.agvm
+
     def state_dict(self):
         ret = super().state_dict()
         ret["data"] = {"seed": self.data_seed, "position": self.data_position}
@@ -230,9 +253,14 @@ def _warn_unused_lsr_keys(cfg) -> None:
 
 
 def describe_run(
-    cfg, batch: BatchPlan, optimizer_name: str, dataset_size: Optional[int] = None
+    cfg,
+    batch: BatchPlan,
+    optimizer_name: str,
+    dataset_size: Optional[int] = None,
+    agvm_parts: Optional[str] = None,
 ) -> str:
-    """The block of derived numbers logged at the start of training."""
+    """The block of derived numbers logged at the start of training. ``agvm_parts``: the
+    AGVM parts with their parameter counts (default: the part names of the config)."""
     solver = cfg.SOLVER
     scaling = lr_scaling(cfg)
     images = solver.MAX_ITER * batch.global_batch
@@ -249,14 +277,52 @@ def describe_run(
         else "no warmup"
     )
     amp = f"AMP {solver.AMP.PRECISION}" if solver.AMP.ENABLED else "full precision"
-    return "\n".join(
-        [
-            "Large-batch run:",
-            f"  world size {batch.world_size}; global batch {batch.global_batch} (SOLVER.IMS_PER_BATCH); "
-            f"{batch.per_device} image(s) per device per pass; {batch.accumulation} accumulation step(s) "
-            f"per optimizer step; {amp}",
-            f"  optimizer {optimizer_name} (SOLVER.OPTIMIZER {solver.OPTIMIZER}); {scaling.describe()}",
-            f"  {warmup}; {solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}",
-            f"  {solver.MAX_ITER} iterations x {batch.global_batch} = {images} images = {epochs}",
-        ]
+    lines = [
+        "Large-batch run:",
+        f"  world size {batch.world_size}; global batch {batch.global_batch} (SOLVER.IMS_PER_BATCH); "
+        f"{batch.per_device} image(s) per device per pass; {batch.accumulation} accumulation step(s) "
+        f"per optimizer step; {amp}",
+        f"  optimizer {optimizer_name} (SOLVER.OPTIMIZER {solver.OPTIMIZER}); {scaling.describe()}",
+        f"  {warmup}; {solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}",
+        f"  {solver.MAX_ITER} iterations x {batch.global_batch} = {images} images = {epochs}",
+    ]
+    if solver.AGVM.ENABLED:
+        lines.append("  " + _describe_agvm(cfg, batch, agvm_parts))
+    return "\n".join(lines)
+
+
+def _agvm_parts(optimizer, agvm) -> Optional[str]:
+    if agvm is None:
+        return None
+    counts = {name: [0, 0] for name in agvm.parts}  # param groups, tensors
+    for group in optimizer.param_groups:
+        counts[group[PART_KEY]][0] += 1
+        counts[group[PART_KEY]][1] += len(group["params"])
+    return ", ".join(f"{n} ({g} param groups, {t} tensors)" for n, (g, t) in counts.items())
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def _describe_agvm(cfg, batch: BatchPlan, parts: Optional[str]) -> str:
+    agvm = cfg.SOLVER.AGVM
+    if batch.accumulation >= 2:
+        k, h = batch.accumulation, batch.accumulation // 2
+        halves = f"micro-batches {_span(1, h)} vs {_span(h + 1, k)} of each step"
+    else:
+        w, h = batch.world_size, batch.world_size // 2
+        halves = f"processes {_span(0, h - 1)} vs {_span(h, w - 1)}"
+    if parts is None:
+        parts = ", ".join(dict.fromkeys(name for name, _ in agvm.GROUPS))
+    clip = (
+        f"; gradient norm clipped to {agvm.CLIP_MAX_NORM:g} from {agvm.CLIP_ITERS[0]} steps "
+        f"before to {agvm.CLIP_ITERS[1]} after the end of warmup"
+        if agvm.CLIP_MAX_NORM > 0
+        else ""
+    )
+    return (
+        f"AGVM: parts {parts} aligned with {agvm.REFERENCE}; phi every {agvm.PERIOD} steps from "
+        f"iteration {agvm_start_iter(cfg)} on {halves}; clamp {tuple(agvm.CLAMP)}, "
+        f"momentum {agvm.MOMENTUM:g}{clip}"
     )

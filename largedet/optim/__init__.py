@@ -1,10 +1,23 @@
-"""Large-batch optimizers: PMD-LAMB, LAMB and LARS, as ``torch.optim.Optimizer`` classes.
+"""Large-batch optimizers: PMD-LAMB, LAMB and LARS, as ``torch.optim.Optimizer`` classes,
+and AGVM, per-part LR multipliers for any optimizer.
 
 They depend on torch only; the Detectron2 wiring (``SOLVER.OPTIMIZER`` and the
 optimizer registry) lives in :mod:`largedet.solver`.
 """
 
+from .agvm import AGVM, PART_KEY, PRECONDITIONERS, gradient_variance, modulation
 from .lars import LARS
 from .pmd_lamb import LAMB, MOMENT_DECAYS, PMDLAMB, moment_decay
 
-__all__ = ["PMDLAMB", "LAMB", "LARS", "MOMENT_DECAYS", "moment_decay"]
+__all__ = [
+    "AGVM",
+    "LAMB",
+    "LARS",
+    "MOMENT_DECAYS",
+    "PART_KEY",
+    "PMDLAMB",
+    "PRECONDITIONERS",
+    "gradient_variance",
+    "moment_decay",
+    "modulation",
+]

@@ -1,15 +1,26 @@
 """Detectron2 wiring of largedet's optimizers: parameter groups and ``build_optimizer``."""
 
-from .build import NORM_MODULE_TYPES, OPTIMIZER_REGISTRY, build_optimizer, get_optimizer_params
+from .build import (
+    NORM_MODULE_TYPES,
+    OPTIMIZER_REGISTRY,
+    agvm_start_iter,
+    build_agvm,
+    build_optimizer,
+    get_optimizer_params,
+    model_parts,
+)
 from .lr_scheduler import LRScaling, build_lr_scheduler, lr_scaling, with_scaled_lr
 
 __all__ = [
     "NORM_MODULE_TYPES",
     "OPTIMIZER_REGISTRY",
     "LRScaling",
+    "agvm_start_iter",
+    "build_agvm",
     "build_lr_scheduler",
     "build_optimizer",
     "get_optimizer_params",
     "lr_scaling",
+    "model_parts",
     "with_scaled_lr",
 ]

@@ -13,12 +13,17 @@ are "SGD", "AdamW", "LAMB", "PMD_LAMB" and "LARS". A builder is a function
 
 and sets ``SOLVER.OPTIMIZER: "RAdam"``. :func:`build_optimizer` then adds Detectron2's
 gradient clipping (``SOLVER.CLIP_GRADIENTS``) around whichever optimizer was built.
+
+With ``SOLVER.AGVM.ENABLED`` the parameter groups of :func:`get_optimizer_params` are
+also split by model part (:func:`model_parts`, ``SOLVER.AGVM.GROUPS``), each group naming
+its part under ``largedet.optim.PART_KEY``, and :func:`build_agvm` builds the
+:class:`~largedet.optim.AGVM` that modulates each part's LR.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import CfgNode
@@ -31,7 +36,15 @@ from fvcore.common.registry import Registry
 
 from .. import optim
 
-__all__ = ["OPTIMIZER_REGISTRY", "NORM_MODULE_TYPES", "build_optimizer", "get_optimizer_params"]
+__all__ = [
+    "OPTIMIZER_REGISTRY",
+    "NORM_MODULE_TYPES",
+    "agvm_start_iter",
+    "build_agvm",
+    "build_optimizer",
+    "get_optimizer_params",
+    "model_parts",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +70,43 @@ NORM_MODULE_TYPES = (
 )
 
 
+def model_parts(
+    model: torch.nn.Module, groups: Sequence[Tuple[str, str]]
+) -> Dict[torch.nn.Parameter, str]:
+    """Each trainable parameter of ``model`` -> the name of its part.
+
+    ``groups`` are ``(part name, module-name prefix)`` pairs (``SOLVER.AGVM.GROUPS``); a
+    parameter belongs to the part of the longest prefix its name starts with (DDP's
+    ``module.`` removed), so ``backbone.bottom_up`` wins over ``backbone``. Raises
+    ``ValueError`` listing the parameters no prefix matches.
+    """
+    pairs = [(str(name), str(prefix)) for name, prefix in groups]
+    if not pairs or any(not name or not prefix for name, prefix in pairs):
+        raise ValueError(
+            f"SOLVER.AGVM.GROUPS must be non-empty (part name, module-name prefix) pairs, got {groups}"
+        )
+    by_length = sorted(pairs, key=lambda pair: -len(pair[1]))
+    parts, unmatched = {}, []
+    for name, p in model.named_parameters():
+        if not p.requires_grad or p in parts:
+            continue
+        name = name[len("module.") :] if name.startswith("module.") else name
+        part = next((part for part, prefix in by_length if name.startswith(prefix)), None)
+        if part is None:
+            unmatched.append(name)
+        else:
+            parts[p] = part
+    if unmatched:
+        shown = ", ".join(unmatched[:8]) + (
+            f" and {len(unmatched) - 8} more" if len(unmatched) > 8 else ""
+        )
+        raise ValueError(
+            f"SOLVER.AGVM.GROUPS {pairs} assign no part to the parameters {shown}: add a "
+            "(part name, prefix) pair that covers them"
+        )
+    return parts
+
+
 def get_optimizer_params(
     cfg: CfgNode, model: torch.nn.Module, *, layer_adaptive: bool = False
 ) -> List[Dict[str, Any]]:
@@ -69,8 +119,10 @@ def get_optimizer_params(
     ``layer_adaptive`` (LAMB, PMD-LAMB, LARS) every group also carries ``adapt``:
     ``SOLVER.ADAPT_NORM`` for normalization-layer parameters, ``SOLVER.ADAPT_BIAS``
     for biases (which wins for a normalization layer's bias, as the bias weight decay
-    does in Detectron2), True otherwise. Groups with equal hyperparameters are merged
-    by Detectron2's ``reduce_param_groups``.
+    does in Detectron2), True otherwise. With ``SOLVER.AGVM.ENABLED`` every group also
+    carries its model part's name under ``largedet.optim.PART_KEY`` (:func:`model_parts`),
+    so each part owns its own groups. Groups with equal hyperparameters (and part) are
+    merged by Detectron2's ``reduce_param_groups``.
     """
     solver = cfg.SOLVER
     params = get_default_optimizer_params(
@@ -81,6 +133,13 @@ def get_optimizer_params(
         bias_lr_factor=solver.BIAS_LR_FACTOR,
         weight_decay_bias=solver.WEIGHT_DECAY_BIAS,
     )
+    if solver.AGVM.ENABLED:
+        by_part: Dict[str, List[torch.nn.Parameter]] = {}
+        for p, part in model_parts(model, solver.AGVM.GROUPS).items():
+            by_part.setdefault(part, []).append(p)
+        params = reduce_param_groups(
+            params + [{"params": ps, optim.PART_KEY: part} for part, ps in by_part.items()]
+        )
     if not layer_adaptive:
         return params
     everything, norm, bias = [], [], []
@@ -112,9 +171,41 @@ def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimiz
     name = cfg.SOLVER.OPTIMIZER
     optimizer = OPTIMIZER_REGISTRY.get(name)(cfg, model)
     for i, group in enumerate(optimizer.param_groups):
-        hyper = {k: v for k, v in group.items() if k in ("lr", "weight_decay", "adapt")}
+        keys = ("lr", "weight_decay", "adapt", optim.PART_KEY)
+        hyper = {k: v for k, v in group.items() if k in keys}
         logger.info("%s param group %d: %d tensors, %s", name, i, len(group["params"]), hyper)
     return maybe_add_gradient_clipping(cfg, optimizer)
+
+
+def agvm_start_iter(cfg: CfgNode) -> int:
+    """``SOLVER.AGVM.START_ITER``, with -1 resolved to ``SOLVER.WARMUP_ITERS``."""
+    start = cfg.SOLVER.AGVM.START_ITER
+    return cfg.SOLVER.WARMUP_ITERS if start == -1 else start
+
+
+def build_agvm(cfg: CfgNode, optimizer: torch.optim.Optimizer) -> Optional[optim.AGVM]:
+    """The :class:`~largedet.optim.AGVM` of ``cfg.SOLVER.AGVM`` for ``optimizer`` (whose
+    groups :func:`get_optimizer_params` named by part), or None when AGVM is disabled."""
+    agvm = cfg.SOLVER.AGVM
+    if not agvm.ENABLED:
+        return None
+    start = agvm_start_iter(cfg)
+    if start < 0:
+        raise ValueError(f"SOLVER.AGVM.START_ITER must be >= 0 or -1 (warmup end), got {start}")
+    before, after = agvm.CLIP_ITERS
+    if before < 0 or after < 0:
+        raise ValueError(f"SOLVER.AGVM.CLIP_ITERS must be two integers >= 0, got {agvm.CLIP_ITERS}")
+    warmup = cfg.SOLVER.WARMUP_ITERS
+    return optim.AGVM(
+        optimizer,
+        reference=agvm.REFERENCE,
+        period=agvm.PERIOD,
+        start_iter=start,
+        clamp=tuple(agvm.CLAMP),
+        momentum=agvm.MOMENTUM,
+        clip_max_norm=agvm.CLIP_MAX_NORM,
+        clip_iters=(max(warmup - before, 0), warmup + after),
+    )
 
 
 # Builders. Their names are the SOLVER.OPTIMIZER values.
