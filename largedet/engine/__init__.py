@@ -1,6 +1,7 @@
 """Training: the trainer (gradient accumulation, DDP no_sync, AMP), hooks, checkpoints,
 the resumable data stream, the command line and set-up."""
 
+from .. import modeling  # noqa: F401  (registers largedet's backbones)
 from .batch import BatchArithmeticError, BatchPlan, batch_plan
 from .checkpoint import AtomicCheckpointer
 from .data import ResumableLoader, ResumableTrainingSampler, build_train_loader
