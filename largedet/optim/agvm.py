@@ -227,8 +227,9 @@ class AGVM:
             g_a = torch.zeros_like(g_b) if g_a is None else g_a
             g_b = torch.zeros_like(g_a) if g_b is None else g_b
             group = self._group_of[param]
-            a = precondition(self.optimizer, group, param, g_a.float())
-            b = precondition(self.optimizer, group, param, g_b.float())
+            dtype = torch.promote_types(g_a.dtype, torch.float32)
+            a = precondition(self.optimizer, group, param, g_a.to(dtype))
+            b = precondition(self.optimizer, group, param, g_b.to(dtype))
             terms = torch.stack(
                 [
                     torch.sum(a * b, dtype=torch.float64),
