@@ -279,10 +279,8 @@ def summarize(
     divergence."""
     metrics = read_metrics(os.path.join(run_dir, "metrics.json"))
     # the divergence guard (largedet.engine.DivergenceGuard) and Detectron2's own
-    # non-finite loss check both raise FloatingPointError
-    diverged = returncode != 0 and (
-        "Training diverged at iteration" in log_text or "Loss became infinite or NaN" in log_text
-    )
+    # non-finite checks (loss; RPN proposals) all raise FloatingPointError
+    diverged = returncode != 0 and "FloatingPointError" in log_text
     if returncode != 0 and not diverged:
         return None
     ap = {k: "" for k in ("AP", "AP50", "AP75")}
