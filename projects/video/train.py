@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # largedet_video
 import largedet_video  # noqa: E402,F401  (imports largedet first; registers the models)
 from detectron2.checkpoint import DetectionCheckpointer  # noqa: E402
 from detectron2.config import get_cfg  # noqa: E402
-from detectron2.engine import default_setup  # noqa: E402
+from detectron2.data import DatasetCatalog  # noqa: E402
+from detectron2.engine import default_setup, default_writers, hooks  # noqa: E402
 from detectron2.utils import comm  # noqa: E402
 from detectron2.utils.logger import setup_logger  # noqa: E402
 from largedet.engine import (  # noqa: E402
@@ -35,14 +36,23 @@ from largedet.engine import (  # noqa: E402
     largedet_argument_parser,
     resolve_device,
 )
+from largedet.solver import lr_scaling  # noqa: E402
 
 from largedet_video import add_video_config  # noqa: E402
 from largedet_video.data import (  # noqa: E402
+    build_multigrid_train_loader,
     build_video_test_loader,
     build_video_train_loader,
     register_video_datasets,
 )
-from largedet_video.engine import SkippedVideosHook, launch, planned_world_size  # noqa: E402
+from largedet_video.engine import (  # noqa: E402
+    MultigridHook,
+    SkippedVideosHook,
+    build_multigrid_lr_scheduler,
+    launch,
+    planned_world_size,
+)
+from largedet_video.multigrid import build_multigrid_plan, multigrid_enabled  # noqa: E402
 from largedet_video.evaluation import VideoClassificationEvaluator  # noqa: E402
 
 DEFAULT_CONFIG = os.path.join(
@@ -55,11 +65,34 @@ logger = logging.getLogger("largedet_video")
 
 class Trainer(LargeBatchTrainer):
     """largedet's trainer (global batch with accumulation, LSR + warmup, PMD-LAMB and
-    the other optimizers, Sync-BN, DDP on GPUs or CPUs) with video data and evaluation."""
+    the other optimizers, Sync-BN, DDP on GPUs or CPUs) with video data and evaluation.
+
+    With ``MULTIGRID.LONG_CYCLE`` or ``SHORT_CYCLE`` it trains on the multigrid plan
+    (``self.multigrid``): its loader, its LR through the one LR scheduler, its length
+    in steps, precise BN at the base shape after each stage; a stage change is the
+    sampler's next epoch and a regrouping of sub-batch BN, in place."""
+
+    def __init__(self, cfg):
+        self.multigrid = None
+        if multigrid_enabled(cfg):
+            num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
+            self.multigrid = build_multigrid_plan(cfg, num_samples, comm.get_world_size())
+        super().__init__(cfg)
+        if self.multigrid is not None:
+            self.max_iter = self.multigrid.max_iter
+            if comm.is_main_process():
+                logger.info(self.multigrid.describe(lr_scaling(cfg).lr))
 
     @classmethod
     def build_train_loader(cls, cfg):
+        if multigrid_enabled(cfg):
+            return build_multigrid_train_loader(cfg)
         return build_video_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
+
+    def build_lr_scheduler(self, cfg, optimizer):
+        if self.multigrid is None:
+            return super().build_lr_scheduler(cfg, optimizer)
+        return build_multigrid_lr_scheduler(cfg, optimizer, self.multigrid)
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
@@ -70,9 +103,36 @@ class Trainer(LargeBatchTrainer):
         return VideoClassificationEvaluator(dataset_name)
 
     def build_hooks(self):
-        hooks = super().build_hooks()
-        hooks.insert(1, SkippedVideosHook(self._trainer.data_loader))
-        return hooks
+        ret = super().build_hooks()
+        ret.insert(1, SkippedVideosHook(self._trainer.data_loader))
+        if self.multigrid is not None:
+            # Precise BN at stage ends, at the base shape, in place of Detectron2's.
+            ret = [h for h in ret if not isinstance(h, hooks.PreciseBN)]
+            lr_hook = next(i for i, h in enumerate(ret) if isinstance(h, hooks.LRScheduler))
+            ret.insert(lr_hook + 1, self._multigrid_hook())
+        return ret
+
+    def _base_shape_loader(self):
+        """Training batches at the base shape for precise BN, without loader workers
+        (as Detectron2's ``PreciseBN`` loader)."""
+        cfg = self.cfg.clone()
+        cfg.defrost()
+        cfg.DATALOADER.NUM_WORKERS = 0
+        return build_video_train_loader(cfg, self.batch.per_device)
+
+    def _multigrid_hook(self):
+        precise_bn = self.cfg.TEST.PRECISE_BN
+        return MultigridHook(
+            self.multigrid,
+            self.model,
+            self._base_shape_loader() if precise_bn.ENABLED else None,
+            precise_bn.NUM_ITER,
+        )
+
+    def build_writers(self):
+        # Writers are built before the multigrid plan's length replaces MAX_ITER.
+        max_iter = self.multigrid.max_iter if self.multigrid is not None else self.max_iter
+        return default_writers(self.cfg.OUTPUT_DIR, max_iter)
 
 
 def build_cfg(args):

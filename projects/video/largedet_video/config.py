@@ -21,6 +21,7 @@ def add_video_config(cfg: CN) -> CN:
     _add_data_config(cfg)
     _add_test_config(cfg)
     _add_runtime_config(cfg)
+    _add_multigrid_config(cfg)
     return cfg
 
 
@@ -154,3 +155,42 @@ def _add_test_config(cfg: CN) -> None:
     # Videos per device in one test batch (each with TEST_NUM_CLIPS x
     # TEST_NUM_CROPS views).
     cfg.TEST.VIDEOS_PER_BATCH = 1
+
+
+def _add_multigrid_config(cfg: CN) -> None:
+    # Multigrid training (Wu et al., CVPR 2020; largedet_video.multigrid): mini-batch
+    # shapes (clips x frames x crop) on a schedule, coarse shapes with more clips and a
+    # larger LR early, the base shape late. On when LONG_CYCLE or SHORT_CYCLE is on.
+    # The base shape is SOLVER.IMS_PER_DEVICE (or IMS_PER_BATCH / devices) clips of
+    # INPUT.VIDEO.NUM_FRAMES frames of INPUT.VIDEO.TRAIN_CROP_SIZE pixels, per device.
+    # The base schedule must be a step schedule (SOLVER.LR_SCHEDULER_NAME
+    # "WarmupMultiStepLR"): SOLVER.STEPS and SOLVER.MAX_ITER, in optimizer steps at the
+    # base global batch, give its LR-stage epochs and length (rounded to whole epochs of
+    # the first training dataset); SOLVER.GAMMA is its decay. The multigrid run's
+    # iteration count, stage ends and LRs are derived from them and logged at start.
+    cfg.MULTIGRID = CN()
+    # The long cycle: each LR stage of the base schedule cycles through the shapes
+    # of LONG_CYCLE_FACTORS, then a fine-tuning stage runs at the base shape.
+    cfg.MULTIGRID.LONG_CYCLE = False
+    # The short cycle: inside each stage, iterations alternate over smaller crops
+    # (SHORT_CYCLE_FACTORS) and the stage's own crop, one iteration each.
+    cfg.MULTIGRID.SHORT_CYCLE = False
+    # (time, space) factors of the long-cycle shapes relative to the base (T, S):
+    # t = round(T * time), s = round(S * space); each at most 1. The paper's default.
+    cfg.MULTIGRID.LONG_CYCLE_FACTORS = [
+        [0.25, 0.5**0.5],
+        [0.5, 0.5**0.5],
+        [0.5, 1.0],
+        [1.0, 1.0],
+    ]
+    # Crops of the short cycle's first shapes, as fractions of the base crop S (not
+    # of the stage's crop); the last shape of each short cycle is the stage's own.
+    cfg.MULTIGRID.SHORT_CYCLE_FACTORS = [0.5, 0.5**0.5]
+    # Length of the multigrid schedule in data epochs, as a multiple of the base
+    # schedule's (1.5 in the paper; 1.0 keeps the base epoch budget).
+    cfg.MULTIGRID.EPOCH_FACTOR = 1.5
+    # Clips per BN group: batch statistics over fixed groups of this many clips,
+    # whatever the per-device batch (sub-batch BN, one shared affine; synchronized
+    # over enough devices where one holds fewer clips). 0 keeps MODEL.VIDEO.NORM
+    # as it is. Used only when multigrid is on. 8 in the paper.
+    cfg.MULTIGRID.BN_BASE_SIZE = 8

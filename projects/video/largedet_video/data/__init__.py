@@ -1,6 +1,13 @@
 """Video data: lists, decoding, frame sampling, crops, datasets and loaders."""
 
-from .build import build_video_dataset, build_video_test_loader, build_video_train_loader
+from .build import (
+    MultigridTrainLoader,
+    VideoTrainLoader,
+    build_multigrid_train_loader,
+    build_video_dataset,
+    build_video_test_loader,
+    build_video_train_loader,
+)
 from .builtin import register_video_datasets, register_video_list
 from .dataset import TestViews, TrainAugmentation, VideoDataset
 from .decoding import VideoDecodeError, open_video
@@ -12,6 +19,9 @@ __all__ = [
     "build_video_dataset",
     "build_video_train_loader",
     "build_video_test_loader",
+    "build_multigrid_train_loader",
+    "VideoTrainLoader",
+    "MultigridTrainLoader",
     "register_video_datasets",
     "register_video_list",
     "VideoDataset",

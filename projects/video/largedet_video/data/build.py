@@ -18,11 +18,13 @@ from typing import Dict, Iterator, List
 import cv2
 import torch
 from detectron2.data import DatasetCatalog
+from detectron2.utils import comm
 from detectron2.data.build import worker_init_reset_seed
 from detectron2.data.samplers import InferenceSampler
 from largedet.engine import ResumableLoader, ResumableTrainingSampler
 from torch.utils.data import BatchSampler, DataLoader
 
+from ..multigrid import MultigridBatchSampler, MultigridPlan, build_multigrid_plan
 from .dataset import TestViews, TrainAugmentation, VideoDataset
 from .sampling import ClipShape, FrameSampling
 
@@ -30,7 +32,9 @@ __all__ = [
     "build_video_dataset",
     "build_video_train_loader",
     "build_video_test_loader",
+    "build_multigrid_train_loader",
     "VideoTrainLoader",
+    "MultigridTrainLoader",
     "describe_clips",
 ]
 
@@ -114,6 +118,52 @@ class VideoTrainLoader(ResumableLoader):
             yield batch
 
 
+class MultigridTrainLoader(VideoTrainLoader):
+    """This rank's multigrid training batches, epoch after epoch of the schedule.
+
+    One ``DataLoader`` over a :class:`~largedet_video.multigrid.MultigridBatchSampler`
+    serves every stage: each batch carries its shape to the dataset, so moving to the
+    next epoch or stage only calls the sampler's ``set_epoch`` (no new loader, no new
+    workers). The stream ends after the schedule's last epoch.
+
+    Its position is the trainer's: largedet's ``Trainer`` counts ``SOLVER.IMS_PER_BATCH``
+    per optimizer step, and :meth:`seek` turns that count back into optimizer steps,
+    then (through the :class:`~largedet_video.multigrid.MultigridPlan`) into the epoch
+    and the batch within it, which fixes the stage, the clips and the short-cycle
+    position of a resumed run.
+    """
+
+    def __init__(self, loader: DataLoader, sampler: MultigridBatchSampler, plan: MultigridPlan):
+        super().__init__(loader, sampler)
+        self.plan = plan
+        self.start_batch = 0  # this rank's batches already trained on
+
+    @property
+    def dataset_size(self) -> int:
+        return self.sampler.num_samples
+
+    def seek(self, position: int, seed=None) -> None:
+        """Start after ``position / SOLVER.IMS_PER_BATCH`` optimizer steps, with the
+        shuffling ``seed`` (default: the current one)."""
+        steps, rest = divmod(position, self.plan.global_batch)
+        if rest or position < 0:
+            raise ValueError(
+                f"Data position {position} is not a whole number of steps of "
+                f"{self.plan.global_batch} clips."
+            )
+        self.plan.locate(steps * self.plan.accumulation)  # raises past the end
+        self.start_batch = steps * self.plan.accumulation
+        if seed is not None:
+            self.sampler.seed = int(seed)
+
+    def __iter__(self) -> Iterator[Dict[str, torch.Tensor]]:
+        epoch, start = self.plan.locate(self.start_batch)
+        while epoch < self.plan.schedule.max_epoch:
+            self.sampler.set_epoch(epoch, start)
+            yield from super().__iter__()
+            epoch, start = epoch + 1, 0
+
+
 def describe_clips(cfg) -> str:
     v = cfg.INPUT.VIDEO
     return (
@@ -133,6 +183,16 @@ def build_video_train_loader(cfg, clips_per_device: int) -> VideoTrainLoader:
     batch_sampler = BatchSampler(sampler, clips_per_device, drop_last=True)
     logger.info("%s; %d training videos", describe_clips(cfg), len(dataset))
     return VideoTrainLoader(_loader(cfg, dataset, batch_sampler), sampler)
+
+
+def build_multigrid_train_loader(cfg) -> MultigridTrainLoader:
+    """This rank's multigrid training batches (``MULTIGRID.*``): shapes, per-device batch
+    sizes and epochs of :func:`~largedet_video.multigrid.build_multigrid_plan`."""
+    dataset = build_video_dataset(cfg, cfg.DATASETS.TRAIN, is_train=True)
+    plan = build_multigrid_plan(cfg, len(dataset), comm.get_world_size())
+    sampler = MultigridBatchSampler(len(dataset), plan.schedule)
+    logger.info("%s; %d training videos; multigrid shapes", describe_clips(cfg), len(dataset))
+    return MultigridTrainLoader(_loader(cfg, dataset, sampler), sampler, plan)
 
 
 def build_video_test_loader(cfg, dataset_name: str) -> DataLoader:

@@ -3,5 +3,13 @@
 
 from .hooks import SkippedVideosHook
 from .launch import launch, launched_by_torchrun, planned_world_size
+from .multigrid import MultigridHook, build_multigrid_lr_scheduler
 
-__all__ = ["SkippedVideosHook", "launch", "launched_by_torchrun", "planned_world_size"]
+__all__ = [
+    "MultigridHook",
+    "SkippedVideosHook",
+    "build_multigrid_lr_scheduler",
+    "launch",
+    "launched_by_torchrun",
+    "planned_world_size",
+]

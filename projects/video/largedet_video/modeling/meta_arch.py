@@ -10,9 +10,13 @@ import torch
 import torch.nn.functional as F
 from detectron2.config import configurable
 from detectron2.modeling import META_ARCH_REGISTRY
+from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
 from largedet.layers import convert_sync_batchnorm
 from torch import nn
+
+from ..layers import bn_grouping, convert_to_subbatch_bn, set_bn_grouping
+from ..multigrid import multigrid_enabled
 
 from .backbone import build_video_backbone
 from .head import ClassificationHead
@@ -32,6 +36,11 @@ class VideoClassifier(nn.Module):
 
     Output: in training ``{"loss_cls": cross-entropy}``; in eval mode
     ``{"scores": (N, K)}``, the softmax scores averaged over the V views.
+
+    With ``bn_group_size`` G > 0 the backbone's BN layers are sub-batch BN
+    (:mod:`largedet_video.layers.subbatch_bn`): in training, whenever the number of
+    clips per device changes (multigrid stages and short cycles), the model regroups
+    them into groups of G clips (or syncs enough devices to make G), in place.
     """
 
     @configurable
@@ -42,15 +51,21 @@ class VideoClassifier(nn.Module):
         head: ClassificationHead,
         pixel_mean: Sequence[float],
         pixel_std: Sequence[float],
+        bn_group_size: int = 0,
     ):
         """
         Args:
             backbone: maps ``(N, T, 3, H, W)`` to features (see VIDEO_BACKBONE_REGISTRY).
             head: maps those features to ``(N, K)`` logits.
             pixel_mean, pixel_std: per-channel RGB statistics on the 0-255 scale.
+            bn_group_size: clips per BN group in training (0: BN as built).
         """
         super().__init__()
-        self.backbone = backbone
+        if bn_group_size < 0:
+            raise ValueError(f"bn_group_size must be >= 0, got {bn_group_size}")
+        self.backbone = convert_to_subbatch_bn(backbone) if bn_group_size else backbone
+        self.bn_group_size = bn_group_size
+        self._grouped_batch = 0  # the per-device batch the BN grouping was set for
         self.head = head
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(3, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(3, 1, 1), False)
@@ -68,6 +83,7 @@ class VideoClassifier(nn.Module):
             "head": ClassificationHead(backbone.out_channels, v.NUM_CLASSES, v.DROPOUT),
             "pixel_mean": cfg.MODEL.PIXEL_MEAN,
             "pixel_std": cfg.MODEL.PIXEL_STD,
+            "bn_group_size": cfg.MULTIGRID.BN_BASE_SIZE if multigrid_enabled(cfg) else 0,
         }
 
     @property
@@ -86,6 +102,10 @@ class VideoClassifier(nn.Module):
     def forward(self, batched: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         clip = batched["clip"]
         if self.training:
+            if self.bn_group_size and clip.shape[0] != self._grouped_batch:
+                grouping = bn_grouping(clip.shape[0], self.bn_group_size, comm.get_world_size())
+                set_bn_grouping(self.backbone, grouping)
+                self._grouped_batch = clip.shape[0]
             logits = self.logits(self.preprocess(clip))
             labels = batched["label"].to(self.device)
             accuracy = (logits.detach().argmax(dim=1) == labels).float().mean()

@@ -5,6 +5,8 @@ Sub-batch BN, the third piece, lives with the other layers in
 :mod:`largedet_video.layers.subbatch_bn`.
 """
 
+from .build import build_multigrid_plan, multigrid_enabled
+from .plan import MultigridParamScheduler, MultigridPlan
 from .sampler import MultigridBatchSampler
 from .schedule import (
     DEFAULT_EPOCH_FACTOR,
@@ -21,6 +23,10 @@ __all__ = [
     "ClipShape",
     "LRStep",
     "MultigridBatchSampler",
+    "MultigridParamScheduler",
+    "MultigridPlan",
+    "build_multigrid_plan",
+    "multigrid_enabled",
     "MultigridSchedule",
     "MultigridStage",
     "build_multigrid_schedule",

@@ -1,0 +1,90 @@
+"""Multigrid in the trainer: the LR scheduler of the plan, and the hook that follows
+the stages (logging, precise BN at the base shape at each stage end)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Optional
+
+import torch
+from detectron2.engine import HookBase
+from detectron2.engine.hooks import PreciseBN
+from detectron2.solver import LRMultiplier, WarmupParamScheduler
+from detectron2.utils import comm
+from torch import nn
+
+from ..multigrid import MultigridParamScheduler, MultigridPlan
+
+__all__ = ["MultigridHook", "build_multigrid_lr_scheduler"]
+
+logger = logging.getLogger(__name__)
+
+
+def build_multigrid_lr_scheduler(
+    cfg, optimizer: torch.optim.Optimizer, plan: MultigridPlan
+) -> LRMultiplier:
+    """The run's one LR schedule: each parameter group's initial LR (the peak LR of
+    ``SOLVER.LSR`` or ``SOLVER.BASE_LR``) times the plan's relative LR, after
+    Detectron2's warmup over ``SOLVER.WARMUP_ITERS`` steps (from ``WARMUP_FACTOR``
+    times the first stage's LR). Stepped by Detectron2's ``LRScheduler`` hook."""
+    solver = cfg.SOLVER
+    scheduler = MultigridParamScheduler.from_plan(plan)
+    warmup = min(solver.WARMUP_ITERS / plan.max_iter, 1.0)
+    if warmup > 0:
+        scheduler = WarmupParamScheduler(
+            scheduler, solver.WARMUP_FACTOR, warmup, solver.WARMUP_METHOD
+        )
+    return LRMultiplier(optimizer, multiplier=scheduler, max_iter=plan.max_iter)
+
+
+class MultigridHook(HookBase):
+    """Follows the multigrid stages of :class:`MultigridPlan`.
+
+    Before the first step of each stage it logs the stage (shapes, per-device batch
+    sizes, LR) and records ``multigrid/stage`` in the event storage. After the last
+    step of each stage, with ``precise_bn_loader``, it recomputes the BN statistics
+    at the base shape (fvcore's ``update_bn_stats`` through Detectron2's ``PreciseBN``,
+    on ``precise_bn_iters`` batches of that loader), so that the evaluation and the
+    checkpoint that follow see statistics of the shape the model is tested at. Place
+    it where Detectron2 places ``PreciseBN``: after the LR scheduler, before the
+    checkpointer and the evaluation.
+    """
+
+    def __init__(
+        self,
+        plan: MultigridPlan,
+        model: nn.Module,
+        precise_bn_loader: Optional[Iterable] = None,
+        precise_bn_iters: int = 200,
+    ):
+        self.plan = plan
+        self._ends = {end: stage for stage, end in plan.stage_end_iterations()}
+        self._precise_bn = (
+            PreciseBN(0, model, precise_bn_loader, precise_bn_iters)
+            if precise_bn_loader is not None
+            else None
+        )
+        self._stage = -1
+
+    def before_step(self):
+        stage = self.plan.stage_at_iteration(self.trainer.iter)
+        if stage.index != self._stage:
+            self._stage = stage.index
+            epoch, batch = self.plan.position_of_iteration(self.trainer.iter)
+            logger.info(
+                "Multigrid stage %s from step %d (epoch %d, batch %d): %s per device, LR %.4g",
+                "fine-tune" if stage.fine_tuning else stage.index,
+                self.trainer.iter,
+                epoch,
+                batch,
+                ", ".join(str(s) for s in stage.short_cycle_shapes),
+                self.trainer.optimizer.param_groups[0]["lr"],
+            )
+        self.trainer.storage.put_scalar("multigrid/stage", stage.index, smoothing_hint=False)
+
+    def after_step(self):
+        stage = self._ends.get(self.trainer.iter + 1)
+        if stage is not None and self._precise_bn is not None:
+            logger.info("Precise BN at the base shape after multigrid stage %d", stage.index)
+            self._precise_bn.update_stats()
+            comm.synchronize()
