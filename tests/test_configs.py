@@ -51,6 +51,7 @@ EXPECTED = [
     ("r50_fpn_bs16_sgd.yaml", 16, 8, 1, 0.02, 90000 * 16),
     ("r50_fpn_bs256_sgd_lsr.yaml", 256, 8, 4, 0.32, 5625 * 256),
     ("r50_fpn_bs1056.yaml", 1056, 8, 33, 0.0066, 1364 * 1056),
+    ("r50_fpn_bs1056_agvm.yaml", 1056, 8, 33, 0.0066, 1364 * 1056),
     ("mask_rcnn_r50_fpn_bs1056.yaml", 1056, 132, 2, 0.0066, 1364 * 1056),
     ("shapes/faster_rcnn_R18_FPN_pmdlamb_bs64.yaml", 64, 1, 8, 0.02, 125 * 64),
     ("shapes/faster_rcnn_R18_FPN_syncbn_sgd_bs16_lsr.yaml", 16, 2, 2, 0.04, 300 * 16),
@@ -82,3 +83,12 @@ def test_bs1056_configs_use_the_three_ingredients():
         load("mask_rcnn_r50_fpn_bs1056.yaml").MODEL.MASK_ON
         and not load("r50_fpn_bs1056.yaml").MODEL.MASK_ON
     )
+
+
+def test_the_agvm_config_is_the_bs1056_config_with_agvm_on():
+    base, agvm = load("r50_fpn_bs1056.yaml"), load("r50_fpn_bs1056_agvm.yaml")
+    assert agvm.SOLVER.AGVM.ENABLED and not base.SOLVER.AGVM.ENABLED
+    for cfg in (base, agvm):
+        cfg.SOLVER.AGVM.ENABLED = False
+        cfg.OUTPUT_DIR = ""
+    assert agvm == base
