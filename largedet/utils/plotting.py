@@ -1,0 +1,262 @@
+"""Figures from training runs and from the batch-scaling study.
+
+* :func:`plot_ap_vs_batch`: box AP against global batch, one line per optimizer, diverged
+  runs marked on the axis (the study CSV of ``benchmarks/batch_scaling_study.py``);
+* :func:`plot_throughput`: images/s of each run of the study;
+* :func:`plot_curves`: training loss and LR of several runs against *epochs* (iteration x
+  global batch / training images), an x-axis on which runs at different batches line up.
+
+A run is an ``OUTPUT_DIR`` written by ``tools/train_net.py``: ``metrics.json`` (Detectron2's
+JSON writer, one line per logged step) and ``config.yaml``; the number of training
+images comes from the run description largedet logs at start ("... epochs of N images")
+in ``log.txt``. Uses matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+__all__ = [
+    "RunCurves",
+    "load_run",
+    "load_study",
+    "plot_ap_vs_batch",
+    "plot_curves",
+    "plot_throughput",
+    "study_table",
+]
+
+_EPOCH_LINE = re.compile(r"epochs of (\d+) images")
+_BATCH_LINE = re.compile(r"global batch (\d+)")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def load_study(path: str) -> List[dict]:
+    """The rows of a study CSV, with numbers parsed (empty cells become None)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"study CSV not found: {path}")
+    numeric = {"batch": int, "iterations": int, "lr": float, "images_per_s": float,
+               "box_ap": float, "ap50": float, "ap75": float, "wall_clock_s": float,
+               "pmd_period": int, "warmup_iters": int}  # fmt: skip
+    rows = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"cell", "optimizer", "batch", "box_ap", "diverged"} - set(
+            reader.fieldnames or ()
+        )
+        if missing:
+            raise ValueError(f"{path}: not a study CSV, missing columns {sorted(missing)}")
+        for line, row in enumerate(reader, start=2):
+            for key, kind in numeric.items():
+                value = row.get(key, "")
+                try:
+                    row[key] = kind(value) if value not in ("", None) else None
+                except ValueError as e:
+                    raise ValueError(f"{path}, line {line}: column {key!r}: {value!r}") from e
+            rows.append(row)
+    return rows
+
+
+def _is_main_cell(row: dict) -> bool:
+    """A cell of the main grid: default LR, default PMD period and decay, no AGVM."""
+    return row["cell"] == f"{row['optimizer']}-bs{row['batch']}"
+
+
+def study_table(rows: Sequence[dict]) -> str:
+    """A Markdown table of box AP (optimizer x batch) of the main grid; "div." marks a
+    diverged run, "-" a cell not run."""
+    main = [r for r in rows if _is_main_cell(r)]
+    batches = sorted({r["batch"] for r in main})
+    optimizers = list(dict.fromkeys(r["optimizer"] for r in main))
+    cell = {(r["optimizer"], r["batch"]): r for r in main}
+    lines = ["| optimizer | " + " | ".join(f"batch {b}" for b in batches) + " |"]
+    lines.append("| --- | " + " | ".join("---:" for _ in batches) + " |")
+    for opt in optimizers:
+        values = []
+        for b in batches:
+            r = cell.get((opt, b))
+            if r is None:
+                values.append("-")
+            elif r["diverged"] == "yes":
+                values.append("div.")
+            else:
+                values.append(f"{r['box_ap']:.1f}")
+        lines.append(f"| {opt} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def plot_ap_vs_batch(rows: Sequence[dict], path: str, title: str = "") -> str:
+    """Box AP against global batch (log scale), a line per optimizer over the main grid;
+    AGVM cells as dashed lines of the same colour; diverged runs as crosses at AP 0."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    optimizers = list(dict.fromkeys(r["optimizer"] for r in rows))
+    colors = dict(zip(optimizers, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for opt in optimizers:
+        for agvm, style in (("no", "-o"), ("yes", "--s")):
+            cells = sorted(
+                (r for r in rows if r["optimizer"] == opt and r.get("agvm", "no") == agvm
+                 and (agvm == "yes" or _is_main_cell(r)) and "lrx" not in r["cell"]
+                 and (agvm == "no" or r["cell"] == f"{opt}-bs{r['batch']}-agvm")),
+                key=lambda r: r["batch"],
+            )  # fmt: skip
+            ok = [r for r in cells if r["diverged"] != "yes" and r["box_ap"] is not None]
+            bad = [r for r in cells if r["diverged"] == "yes"]
+            label = opt + (" + AGVM" if agvm == "yes" else "")
+            if ok:
+                ax.plot([r["batch"] for r in ok], [r["box_ap"] for r in ok], style,
+                        color=colors[opt], label=label, alpha=0.9 if agvm == "no" else 0.6)  # fmt: skip
+            if bad:
+                ax.plot([r["batch"] for r in bad], [0.0] * len(bad), "x", color=colors[opt],
+                        markersize=10, mew=2, label=f"{label}: diverged" if not ok else None)  # fmt: skip
+    ax.set_xscale("log", base=2)
+    batches = sorted({r["batch"] for r in rows})
+    ax.set_xticks(batches)
+    ax.set_xticklabels([str(b) for b in batches])
+    ax.set_xlabel("global batch (images per optimizer step)")
+    ax.set_ylabel("box AP")
+    ax.set_ylim(bottom=-2)
+    ax.grid(alpha=0.3)
+    ax.set_title(title or "Box AP vs global batch, same epochs (x: diverged)")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_throughput(rows: Sequence[dict], path: str, title: str = "") -> str:
+    """Training images/s of every run in the study, grouped by batch."""
+    plt = _pyplot()
+    measured = [r for r in rows if r.get("images_per_s")]
+    measured.sort(key=lambda r: (r["batch"], r["cell"]))
+    fig, ax = plt.subplots(figsize=(max(6.4, 0.28 * len(measured)), 4.2))
+    ax.bar(range(len(measured)), [r["images_per_s"] for r in measured],
+           color=["tab:red" if r["diverged"] == "yes" else "tab:blue" for r in measured])  # fmt: skip
+    ax.set_xticks(range(len(measured)))
+    ax.set_xticklabels([r["cell"] for r in measured], rotation=75, ha="right", fontsize=7)
+    ax.set_ylabel("training images/s")
+    ax.set_title(title or "Training throughput per run (red: diverged)")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+@dataclass
+class RunCurves:
+    """The logged curves of one training run, against epochs."""
+
+    label: str
+    global_batch: int
+    num_train: int
+    iterations: List[int] = field(default_factory=list)
+    loss: List[Optional[float]] = field(default_factory=list)
+    lr: List[Optional[float]] = field(default_factory=list)
+    scalars: Dict[str, List[tuple]] = field(default_factory=dict)
+
+    def epochs(self, iterations: Sequence[int]) -> List[float]:
+        return [(i + 1) * self.global_batch / self.num_train for i in iterations]
+
+
+def load_run(run_dir: str, label: str = "", num_train: Optional[int] = None) -> RunCurves:
+    """Read ``run_dir``'s metrics.json, its global batch (config.yaml) and training-set
+    size (``num_train``, else the start-of-run description in log.txt)."""
+    metrics_path = os.path.join(run_dir, "metrics.json")
+    if not os.path.exists(metrics_path):
+        raise FileNotFoundError(f"no metrics.json in {run_dir}")
+    log_text = ""
+    log_path = os.path.join(run_dir, "log.txt")
+    if os.path.exists(log_path):
+        with open(log_path, errors="replace") as f:
+            log_text = f.read()
+    batch = _global_batch(run_dir, log_text)
+    if num_train is None:
+        found = _EPOCH_LINE.findall(log_text)
+        if not found:
+            raise ValueError(
+                f"{run_dir}: the number of training images is not in log.txt; pass num_train "
+                "(tools/plot_metrics.py --num-train)"
+            )
+        num_train = int(found[-1])
+    curves = RunCurves(label or os.path.basename(os.path.normpath(run_dir)), batch, num_train)
+    seen = {}
+    with open(metrics_path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash
+            if "iteration" not in record:
+                continue
+            seen[record["iteration"]] = record  # a resumed run rewrites its last steps
+    for it in sorted(seen):
+        record = seen[it]
+        if "total_loss" in record:
+            curves.iterations.append(it)
+            curves.loss.append(record["total_loss"])
+            curves.lr.append(record.get("lr"))
+        for key, value in record.items():
+            if key.startswith("agvm/") and isinstance(value, (int, float)):
+                curves.scalars.setdefault(key, []).append((it, value))
+    return curves
+
+
+def _global_batch(run_dir: str, log_text: str) -> int:
+    config_path = os.path.join(run_dir, "config.yaml")
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            in_solver = False
+            for line in f:
+                if not line.startswith(" "):
+                    in_solver = line.startswith("SOLVER:")
+                elif in_solver and line.strip().startswith("IMS_PER_BATCH:"):
+                    return int(line.split(":", 1)[1])
+    found = _BATCH_LINE.findall(log_text)
+    if found:
+        return int(found[-1])
+    raise ValueError(
+        f"{run_dir}: no SOLVER.IMS_PER_BATCH in config.yaml and no run description in log.txt"
+    )
+
+
+def plot_curves(runs: Sequence[RunCurves], path: str, title: str = "") -> str:
+    """Training loss (log scale) and LR (log scale) against epochs, one line per run."""
+    plt = _pyplot()
+    fig, (ax_loss, ax_lr) = plt.subplots(2, 1, figsize=(7.0, 6.4), sharex=True)
+    for run in runs:
+        x = run.epochs(run.iterations)
+        loss = [(e, v) for e, v in zip(x, run.loss) if v is not None and math.isfinite(v)]
+        if loss:
+            ax_loss.plot(*zip(*loss), label=f"{run.label} (batch {run.global_batch})", lw=1.2)
+        lr = [(e, v) for e, v in zip(x, run.lr) if v is not None and v > 0]
+        if lr:
+            ax_lr.plot(*zip(*lr), lw=1.2)
+    ax_loss.set_yscale("log")
+    ax_loss.set_ylabel("total training loss")
+    ax_loss.grid(alpha=0.3)
+    ax_loss.legend(fontsize=7)
+    ax_lr.set_yscale("log")
+    ax_lr.set_ylabel("learning rate")
+    ax_lr.set_xlabel("epochs (iteration x global batch / training images)")
+    ax_lr.grid(alpha=0.3)
+    ax_loss.set_title(title or "Loss and LR against epochs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

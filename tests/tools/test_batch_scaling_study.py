@@ -1,0 +1,187 @@
+"""benchmarks/batch_scaling_study.py: the plan of each cell, its CSV row, resumption."""
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import sys
+import types
+
+import pytest
+
+import largedet  # noqa: F401
+from detectron2.config import get_cfg
+from largedet.config import add_largedet_config
+from largedet.engine import batch_plan
+from largedet.solver import lr_scaling
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+@pytest.fixture(scope="module")
+def study():
+    path = os.path.join(ROOT, "benchmarks", "batch_scaling_study.py")
+    spec = importlib.util.spec_from_file_location("batch_scaling_study", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def cfg_of(study, plan):
+    """The config the study's run would train with: the base yaml plus the overrides."""
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_file(os.path.join(ROOT, study.build_grid("cpu").config))
+    cfg.merge_from_list(plan.overrides)
+    return cfg
+
+
+def test_cpu_grid_has_every_optimizer_at_every_batch_and_the_extra_cells(study):
+    grid = study.build_grid("cpu")
+    names = [c.name for c in grid.cells]
+    assert len(names) == len(set(names))
+    for opt in ("sgd", "lamb", "pmd_lamb", "lars", "adamw"):
+        for batch in (16, 64, 256, 1024):
+            assert f"{opt}-bs{batch}" in names
+    # period/decay sweep at the largest batch; AGVM at the two largest for SGD, PMD-LAMB, AdamW
+    assert {
+        "pmd_lamb-bs1024-T3-cosine",
+        "pmd_lamb-bs1024-T12-cosine",
+        "pmd_lamb-bs1024-T6-linear",
+    } <= set(names)
+    for opt in ("sgd", "pmd_lamb", "adamw"):
+        assert {f"{opt}-bs1024-agvm", f"{opt}-bs256-agvm"} <= set(names)
+
+
+@pytest.mark.parametrize(
+    "optimizer, batch, lr, iterations, warmup, steps, period",
+    [
+        # 16 epochs x 1536 images; LR: SGD 0.02 x B/16, the others sqrt(B/16) x reference;
+        # warm-up 2 epochs (>= 3 steps); x0.1 at 3/4 and 11/12; PMD period = iterations / 4
+        ("sgd", 16, 0.02, 1536, 192, (1152, 1408), None),
+        ("sgd", 1024, 0.02 * 64, 24, 3, (18, 22), None),
+        ("pmd_lamb", 256, 0.01 * 4, 96, 12, (72, 88), 24),
+        ("lamb", 64, 0.01 * 2, 384, 48, (288, 352), None),
+        ("lars", 1024, 1.0 * 8, 24, 3, (18, 22), None),
+        ("adamw", 256, 1e-3 * 4, 96, 12, (72, 88), None),
+    ],
+)
+def test_plan_arithmetic_and_the_config_it_produces(
+    study, optimizer, batch, lr, iterations, warmup, steps, period
+):
+    plan = study.plan_cell(
+        study.build_grid("cpu"), study.Cell(optimizer, batch), 2.0, "/tmp/x", world=1
+    )
+    assert plan.iterations == iterations and plan.warmup == warmup and plan.steps == steps
+    assert plan.lr == pytest.approx(lr, rel=1e-12)
+    assert plan.pmd_period == period
+    # the overrides make largedet's own LR scaling, batch plan and schedule agree
+    cfg = cfg_of(study, plan)
+    assert lr_scaling(cfg).lr == pytest.approx(lr, rel=1e-12)
+    assert cfg.SOLVER.OPTIMIZER == study.OPTIMIZERS[optimizer].name
+    assert cfg.SOLVER.MAX_ITER * cfg.SOLVER.IMS_PER_BATCH == 16 * 1536
+    assert batch_plan(cfg, 1).accumulation == batch // min(16, batch)
+    assert tuple(cfg.SOLVER.STEPS) == steps and cfg.SOLVER.WARMUP_ITERS == warmup
+    if period:
+        assert cfg.SOLVER.PMD.PERIOD == period
+
+
+def test_agvm_and_sweep_cells_override_what_they_name(study):
+    grid = study.build_grid("cpu")
+    plan = study.plan_cell(
+        grid,
+        study.Cell("pmd_lamb", 1024, pmd_period=3, pmd_decay="linear", agvm=True),
+        2.0,
+        "/tmp/x",
+        1,
+    )
+    cfg = cfg_of(study, plan)
+    assert (
+        cfg.SOLVER.PMD.PERIOD == 3 and cfg.SOLVER.PMD.DECAY == "linear" and cfg.SOLVER.AGVM.ENABLED
+    )
+    assert plan.cell.name == "pmd_lamb-bs1024-T3-linear-agvm"
+
+
+def fake_run(run_dir, ap=None, losses=(2.0, 1.5), speed=None):
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "metrics.json"), "w") as f:
+        for i, loss in enumerate(losses):
+            f.write(json.dumps({"iteration": i, "total_loss": loss, "lr": 0.1}) + "\n")
+        if ap is not None:
+            f.write(
+                json.dumps(
+                    {
+                        "iteration": len(losses) - 1,
+                        "bbox/AP": ap,
+                        "bbox/AP50": ap + 10,
+                        "bbox/AP75": ap - 5,
+                    }
+                )
+                + "\n"
+            )
+    log = (
+        ""
+        if speed is None
+        else f"Overall training speed: 20 iterations in 0:00:09 ({speed} s / it)\n"
+    )
+    return log
+
+
+def test_summarize_reads_ap_speed_and_divergence(study, tmp_path):
+    args = types.SimpleNamespace(
+        num_gpus=1, grid_obj=study.build_grid("cpu"), device_label="cpu", threads=1
+    )
+    plan = study.plan_cell(args.grid_obj, study.Cell("lamb", 64), 2.0, str(tmp_path), 1)
+    log = fake_run(str(tmp_path / "ok"), ap=41.234, speed=0.5)
+    row = study.summarize(plan, str(tmp_path / "ok"), log, 0, 100.0, args)
+    assert row["box_ap"] == "41.23" and row["ap50"] == "51.23" and row["ap75"] == "36.23"
+    assert row["images_per_s"] == "128.00"  # 64 images in 0.5 s
+    assert row["diverged"] == "no" and row["final_loss"] == "1.5000" and row["accumulation"] == 4
+    # a run stopped by a non-finite loss is a result, with no AP
+    fake_run(str(tmp_path / "div"), losses=(2.0, math.inf))
+    text = "FloatingPointError: Training diverged at iteration 7: loss inf"
+    row = study.summarize(plan, str(tmp_path / "div"), text, 1, 5.0, args)
+    assert row["diverged"] == "yes" and row["box_ap"] == ""
+    # any other failure is not a row (it is retried)
+    assert study.summarize(plan, str(tmp_path / "div"), "KeyError: 'x'", 1, 5.0, args) is None
+
+
+def test_study_resumes_and_skips_finished_cells(study, tmp_path, monkeypatch):
+    calls = []
+
+    def run_cell(plan, run_dir, args):
+        calls.append(plan.cell.name)
+        if plan.cell.name == "adamw-bs1024" and len(calls) < 10:
+            return 1, "RuntimeError: killed", 1.0  # fails the first time
+        fake_run(run_dir, ap=10.0 + len(calls), speed=1.0)
+        return 0, "Overall training speed: 20 iterations in 0:00:09 (1.0 s / it)", 2.0
+
+    monkeypatch.setattr(study, "run_cell", run_cell)
+    out = str(tmp_path / "study")
+    only = ["sgd-bs1024", "adamw-bs1024", "sgd-bs256"]
+    assert study.main(["--output-dir", out, "--only", *only]) == 1  # one failure
+    with open(os.path.join(out, "study.csv")) as f:
+        assert [r["cell"] for r in csv.DictReader(f)] == ["sgd-bs1024", "sgd-bs256"]
+    calls.extend(["pad"] * 10)
+    assert study.main(["--output-dir", out, "--only", *only]) == 0
+    assert calls[-1] == "adamw-bs1024"  # only the failed cell ran again
+    with open(os.path.join(out, "study.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["cell"] for r in rows] == ["sgd-bs1024", "sgd-bs256", "adamw-bs1024"]
+    assert not any(name.endswith(".lock") for _, _, files in os.walk(out) for name in files)
+
+
+def test_unknown_cell_is_an_error(study, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        study.main(["--output-dir", str(tmp_path), "--only", "sgd-bs3"])
+    assert "unknown cells ['sgd-bs3']" in capsys.readouterr().err
+
+
+def test_a_lock_of_a_dead_process_is_taken_over(study, tmp_path):
+    lock = str(tmp_path / "cell.lock")
+    assert study.claim(lock)
+    assert not study.claim(lock)  # held by this (live) process
+    with open(lock, "w") as f:
+        f.write("999999999")  # no such process
+    assert study.claim(lock)

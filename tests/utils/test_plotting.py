@@ -1,0 +1,121 @@
+"""largedet.utils.plotting and tools/plot_metrics.py: study CSV and metrics.json to figures."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from largedet.utils.plotting import load_run, load_study, study_table
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+FIELDS = [
+    "cell",
+    "optimizer",
+    "batch",
+    "lr",
+    "images_per_s",
+    "box_ap",
+    "ap50",
+    "ap75",
+    "diverged",
+    "agvm",
+    "pmd_period",
+]
+
+
+def write_study(path, rows):
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in FIELDS})
+
+
+STUDY = [
+    {"cell": "sgd-bs16", "optimizer": "sgd", "batch": 16, "box_ap": "50.25", "diverged": "no", "images_per_s": "100", "agvm": "no"},
+    {"cell": "sgd-bs1024", "optimizer": "sgd", "batch": 1024, "box_ap": "", "diverged": "yes", "images_per_s": "120", "agvm": "no"},
+    {"cell": "pmd_lamb-bs16", "optimizer": "pmd_lamb", "batch": 16, "box_ap": "48.0", "diverged": "no", "images_per_s": "99", "agvm": "no"},
+    {"cell": "pmd_lamb-bs1024", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "30.04", "diverged": "no", "images_per_s": "118", "agvm": "no"},
+    {"cell": "pmd_lamb-bs1024-T3-cosine", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "99", "diverged": "no", "agvm": "no", "pmd_period": "3"},
+    {"cell": "pmd_lamb-bs1024-agvm", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "31.0", "diverged": "no", "agvm": "yes"},
+]  # fmt: skip
+
+
+def test_study_table_is_the_main_grid_only(tmp_path):
+    path = str(tmp_path / "study.csv")
+    write_study(path, STUDY)
+    rows = load_study(path)
+    assert rows[0]["batch"] == 16 and rows[0]["box_ap"] == 50.25 and rows[1]["box_ap"] is None
+    assert study_table(rows).splitlines() == [
+        "| optimizer | batch 16 | batch 1024 |",
+        "| --- | ---: | ---: |",
+        "| sgd | 50.2 | div. |",  # the sweep (99) and AGVM (31.0) cells are not in it
+        "| pmd_lamb | 48.0 | 30.0 |",
+    ]
+
+
+def test_bad_study_csv_names_the_file_and_column(tmp_path):
+    path = str(tmp_path / "bad.csv")
+    write_study(path, [dict(STUDY[0], batch="sixteen")])
+    with pytest.raises(ValueError, match=r"bad.csv, line 2: column 'batch'"):
+        load_study(path)
+    with open(path, "w") as f:
+        f.write("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a study CSV"):
+        load_study(path)
+
+
+def fake_run_dir(run_dir, batch, num_train, iterations):
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "config.yaml"), "w") as f:
+        f.write(
+            f"MODEL:\n  DEVICE: cpu\nSOLVER:\n  BASE_LR: 0.1\n  IMS_PER_BATCH: {batch}\nTEST:\n  IMS_PER_BATCH: 99\n"
+        )
+    with open(os.path.join(run_dir, "log.txt"), "w") as f:
+        f.write(f"  10 iterations x {batch} = 640 images = 0.43 epochs of {num_train} images\n")
+    with open(os.path.join(run_dir, "metrics.json"), "w") as f:
+        for it in iterations:
+            f.write(
+                json.dumps(
+                    {"iteration": it, "total_loss": 1.0 / (it + 1), "lr": 0.01, "agvm/mu/rpn": 1.1}
+                )
+                + "\n"
+            )
+        f.write('{"iteration": 9, "total_lo')  # cut short by a crash
+
+
+def test_load_run_puts_runs_on_an_epoch_axis(tmp_path):
+    # iterations 4 and 5 logged twice (a resumed run): the later record wins, once
+    fake_run_dir(str(tmp_path / "a"), 64, 1500, [0, 4, 5, 4, 5, 9])
+    run = load_run(str(tmp_path / "a"))
+    assert run.global_batch == 64 and run.num_train == 1500  # not TEST.IMS_PER_BATCH
+    assert run.iterations == [0, 4, 5, 9]
+    assert run.epochs(run.iterations) == pytest.approx(
+        [64 / 1500, 320 / 1500, 384 / 1500, 640 / 1500]
+    )
+    assert run.scalars["agvm/mu/rpn"][0] == (0, 1.1)
+    assert load_run(str(tmp_path / "a"), num_train=640).epochs([9]) == [1.0]
+
+
+def test_plot_metrics_cli_writes_figures_and_the_table(tmp_path):
+    study = str(tmp_path / "study.csv")
+    write_study(study, STUDY)
+    fake_run_dir(str(tmp_path / "a"), 16, 1536, range(0, 96, 5))
+    fake_run_dir(str(tmp_path / "b"), 256, 1536, range(0, 6))
+    out = tmp_path / "figs"
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "plot_metrics.py"), "--study", study,
+           "--runs", str(tmp_path / "a"), str(tmp_path / "b"), "--out-dir", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "| pmd_lamb | 48.0 | 30.0 |" in proc.stdout
+    for name in ("ap_vs_batch.png", "images_per_s.png", "loss_lr_vs_epochs.png"):
+        with open(out / name, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # errors name the problem, exit 2
+    proc = subprocess.run(
+        cmd[:2] + ["--runs", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and "no metrics.json in" in proc.stderr

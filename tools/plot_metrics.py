@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Figures from the batch-scaling study CSV and from training runs' metrics.json.
+
+    # AP vs global batch, images/s per run, and the Markdown table of the study
+    python tools/plot_metrics.py --study benchmarks/results/batch_scaling_cpu.csv --out-dir docs/figures
+    # loss and LR against epochs for several runs (their OUTPUT_DIRs)
+    python tools/plot_metrics.py --runs output/run_a output/run_b --labels A B --out-dir figs
+
+Epochs are iteration x global batch / training images, so runs at different batches
+line up. The number of training images is read from each run's log (or --num-train).
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from largedet.utils.plotting import (  # noqa: E402
+    load_run,
+    load_study,
+    plot_ap_vs_batch,
+    plot_curves,
+    plot_throughput,
+    study_table,
+)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--study", help="the CSV written by benchmarks/batch_scaling_study.py")
+    parser.add_argument("--runs", nargs="*", default=(), help="OUTPUT_DIRs of training runs")
+    parser.add_argument("--labels", nargs="*", default=None, help="one label per --runs entry")
+    parser.add_argument(
+        "--num-train", type=int, default=None, help="training images (default: from each run's log)"
+    )
+    parser.add_argument("--out-dir", default=".", help="where the PNG files go")
+    parser.add_argument("--prefix", default="", help="file-name prefix of the figures")
+    parser.add_argument("--title", default="", help="title suffix (e.g. the machine)")
+    args = parser.parse_args(argv)
+    if not args.study and not args.runs:
+        parser.error("nothing to plot: give --study CSV and/or --runs DIR [DIR ...]")
+    if args.labels is not None and len(args.labels) != len(args.runs):
+        parser.error(f"--labels has {len(args.labels)} entries for {len(args.runs)} --runs")
+    os.makedirs(args.out_dir, exist_ok=True)
+    suffix = f" ({args.title})" if args.title else ""
+    written = []
+    try:
+        if args.study:
+            rows = load_study(args.study)
+            if not rows:
+                parser.error(f"{args.study}: no rows yet")
+            written.append(plot_ap_vs_batch(rows, os.path.join(args.out_dir, f"{args.prefix}ap_vs_batch.png"),
+                                            title=f"Box AP vs global batch, same epochs{suffix}"))  # fmt: skip
+            written.append(plot_throughput(rows, os.path.join(args.out_dir, f"{args.prefix}images_per_s.png"),
+                                           title=f"Training images/s per run{suffix}"))  # fmt: skip
+            print(study_table(rows))
+        if args.runs:
+            labels = args.labels or [None] * len(args.runs)
+            runs = [
+                load_run(d, label or "", num_train=args.num_train)
+                for d, label in zip(args.runs, labels)
+            ]
+            written.append(plot_curves(runs, os.path.join(args.out_dir, f"{args.prefix}loss_lr_vs_epochs.png"),
+                                       title=f"Loss and LR against epochs{suffix}"))  # fmt: skip
+    except (FileNotFoundError, ValueError) as e:
+        print(f"plot_metrics: {e}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
