@@ -216,3 +216,26 @@ def test_resume_restores_mu_and_reaches_the_same_weights(tiny_shapes, tmp_path):
     assert resumed.agvm.state_dict() == straight.agvm.state_dict()
     final, reference = weights(resumed.model), weights(straight.model)
     assert [k for k in reference if not torch.equal(final[k], reference[k])] == []
+
+
+def test_float16_estimates_are_unscaled_like_the_gradient():
+    # with a gradient scale of 2^10 the first half's copy is scaled, the summed gradient is
+    # unscaled before AGVM: phi must match full precision's
+    data = synthetic_batch(8, seed=4)
+    micro = [data[0:2], data[2:4], data[4:6], data[6:8]]
+    phi = {}
+    for amp in (None, torch.float16):
+        cfg = tiny_cfg("", *AGVM_OPTS)
+        torch.manual_seed(0)
+        model = build_model(cfg)
+        optimizer = build_optimizer(cfg, model)
+        agvm = build_agvm(cfg, optimizer)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10) if amp else None
+        trainer = AccumulationTrainer(
+            model, micro, optimizer, 4, agvm=agvm, amp_dtype=amp, grad_scaler=scaler
+        )
+        with EventStorage(0) as trainer.storage:
+            trainer.run_step()
+        phi[amp] = agvm.phi
+    for part, value in phi[None].items():
+        assert phi[torch.float16][part] == pytest.approx(value, abs=5e-3)
