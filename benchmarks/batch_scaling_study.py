@@ -110,6 +110,10 @@ class Grid:
     ims_per_device: int
     cells: Tuple[Cell, ...]
     extra_overrides: Tuple[str, ...] = ()
+    # Overrides of a batch-16 SGD run on a *different* split of the data whose trained
+    # ResNet (``backbone.bottom_up``) initialises every cell, as ImageNet weights do on
+    # COCO; None: every cell trains from scratch (or from extra_overrides' MODEL.WEIGHTS).
+    pretrain: Optional[Tuple[str, ...]] = None
 
 
 def _main_grid(batches: Sequence[int]) -> List[Cell]:
@@ -142,6 +146,12 @@ def build_grid(name: str) -> Grid:
             epochs=epochs,
             ims_per_device=16,
             cells=tuple(_main_grid(batches) + _extra_cells(batches, epochs * num_train // 1024)),
+            # 16 epochs of another 1536 images (seed 1000) at batch 16 with SGD; its FPN
+            # and heads are dropped
+            pretrain=(
+                "DATASETS.SHAPES.SEED", "1000", "DATASETS.SHAPES.NUM_TRAIN", str(num_train),
+                "DATASETS.TEST", "()",
+            ),  # fmt: skip
         )
     if name == "gpu":
         # R50-FPN (ImageNet-initialised) on the shapes dataset at 256 px: 12 epochs of
@@ -219,6 +229,7 @@ def plan_cell(grid: Grid, cell: Cell, warmup_epochs: float, output_dir: str, wor
         "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 4)),
         "SOLVER.DIVERGENCE.WINDOW", "20",
         "TEST.EVAL_PERIOD", "0",
+        "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
         "OUTPUT_DIR", output_dir,
     ] + list(recipe.overrides)  # fmt: skip
     if period is not None:
@@ -340,14 +351,17 @@ def claim(lock_path: str) -> bool:
     return True
 
 
-def run_cell(plan: Plan, run_dir: str, args) -> Tuple[int, str, float]:
+def train(overrides: Sequence[str], run_dir: str, args) -> Tuple[int, str, float]:
+    """Run tools/train_net.py on the grid's config with ``overrides`` (resuming from
+    ``run_dir``'s last checkpoint if there is one); its output goes to run_dir/study_log.txt.
+    Returns the exit status, the log text and the wall-clock seconds."""
     os.makedirs(run_dir, exist_ok=True)
     cmd = [sys.executable, TRAIN_NET, "--config", os.path.join(ROOT, args.grid_obj.config)]
     if args.num_gpus > 1:
         cmd += ["--num-gpus", str(args.num_gpus)]
     if os.path.exists(os.path.join(run_dir, "last_checkpoint")):
         cmd.append("--resume")
-    cmd += plan.overrides
+    cmd += list(overrides)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     log_path = os.path.join(run_dir, "study_log.txt")
     start = time.perf_counter()
@@ -359,6 +373,52 @@ def run_cell(plan: Plan, run_dir: str, args) -> Tuple[int, str, float]:
     with open(log_path) as f:
         text = f.read()
     return proc.returncode, text, wall
+
+
+def run_cell(plan: Plan, run_dir: str, args) -> Tuple[int, str, float]:
+    return train(plan.overrides, run_dir, args)
+
+
+BACKBONE_PREFIX = "backbone.bottom_up."
+
+
+def ensure_pretrained(args) -> Optional[str]:
+    """The grid's pretrained backbone file (trained once, shared by every cell and every
+    study process), or None when the grid trains from scratch."""
+    grid = args.grid_obj
+    if grid.pretrain is None:
+        return None
+    run_dir = os.path.join(args.output_dir, "pretrain")
+    path = os.path.join(run_dir, "backbone.pth")
+    os.makedirs(run_dir, exist_ok=True)
+    lock = os.path.join(run_dir, "study.lock")
+    while not os.path.exists(path):
+        if not claim(lock):
+            time.sleep(10)  # another study process is training it
+            continue
+        try:
+            print(f"pre-training the backbone ({' '.join(grid.pretrain)}) ...", flush=True)
+            overrides = list(grid.extra_overrides) + list(grid.pretrain) + ["OUTPUT_DIR", run_dir]
+            returncode, text, wall = train(overrides, run_dir, args)
+            if returncode != 0:
+                tail = "\n".join(text.strip().splitlines()[-5:])
+                raise RuntimeError(
+                    f"pre-training failed (exit {returncode}); see {run_dir}/study_log.txt:\n{tail}"
+                )
+            import torch
+
+            model = torch.load(os.path.join(run_dir, "model_final.pth"), map_location="cpu")[
+                "model"
+            ]
+            backbone = {k: v for k, v in model.items() if k.startswith(BACKBONE_PREFIX)}
+            torch.save({"model": backbone, "matching_heuristics": False}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+            print(
+                f"    {len(backbone)} backbone tensors in {path} ({wall / 60:.1f} min)", flush=True
+            )
+        finally:
+            os.remove(lock)
+    return path
 
 
 def main(argv=None) -> int:

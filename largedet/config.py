@@ -142,6 +142,11 @@ def _add_large_batch_config(cfg: CN) -> None:
     # false: seeded once at start, as in Detectron2.
     cfg.RESEED_EVERY_ITER = False
 
+    # Optimizer steps between two writes of the logged metrics (console, metrics.json,
+    # TensorBoard); an integer >= 1. Detectron2 writes every 20; short runs (a few dozen
+    # large-batch steps) need fewer to draw their loss curves.
+    cfg.LOG_PERIOD = 20
+
     # Sync-BN needs no key: a norm "SyncBN" (MODEL.RESNETS.NORM, MODEL.FPN.NORM, ...)
     # runs as torch's nn.SyncBatchNorm on GPUs and as Detectron2's NaiveSyncBatchNorm
     # on the CPU (largedet.layers); statistics are over one micro-batch on all devices.

@@ -34,6 +34,7 @@ import torch
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model
+from detectron2.engine.hooks import PeriodicWriter
 from detectron2.evaluation import COCOEvaluator
 from detectron2.modeling import build_model
 from detectron2.utils import comm
@@ -178,8 +179,14 @@ class Trainer(DefaultTrainer):
 
     def build_hooks(self):
         """Detectron2's hooks, with per-step seeding (``RESEED_EVERY_ITER``) and the divergence
-        guard after the timer: before the LR scheduler and the checkpointer."""
+        guard after the timer: before the LR scheduler and the checkpointer; metrics are
+        written every ``LOG_PERIOD`` steps."""
+        if self.cfg.LOG_PERIOD < 1:
+            raise ValueError(f"LOG_PERIOD must be an integer >= 1, got {self.cfg.LOG_PERIOD}")
         hooks = super().build_hooks()
+        for hook in hooks:
+            if isinstance(hook, PeriodicWriter):
+                hook._period = self.cfg.LOG_PERIOD
         ours = [DivergenceGuard.from_config(self.cfg)]
         if self.cfg.RESEED_EVERY_ITER:
             ours.insert(0, ReseedEveryIter(self.cfg.SEED))

@@ -158,6 +158,7 @@ def test_study_resumes_and_skips_finished_cells(study, tmp_path, monkeypatch):
         return 0, "Overall training speed: 20 iterations in 0:00:09 (1.0 s / it)", 2.0
 
     monkeypatch.setattr(study, "run_cell", run_cell)
+    monkeypatch.setattr(study, "ensure_pretrained", lambda args: "/weights/backbone.pth")
     out = str(tmp_path / "study")
     only = ["sgd-bs1024", "adamw-bs1024", "sgd-bs256"]
     assert study.main(["--output-dir", out, "--only", *only]) == 1  # one failure
@@ -185,3 +186,25 @@ def test_a_lock_of_a_dead_process_is_taken_over(study, tmp_path):
     with open(lock, "w") as f:
         f.write("999999999")  # no such process
     assert study.claim(lock)
+
+
+def test_pretrained_backbone_keeps_only_the_resnet_and_is_made_once(study, tmp_path, monkeypatch):
+    import torch
+
+    runs = []
+
+    def train(overrides, run_dir, args):
+        runs.append(list(overrides))
+        model = {"backbone.bottom_up.stem.conv1.weight": torch.ones(2), "backbone.fpn_lateral2.weight": torch.ones(1),
+                 "roi_heads.box_predictor.cls_score.weight": torch.ones(3)}  # fmt: skip
+        torch.save({"model": model, "iteration": 9}, os.path.join(run_dir, "model_final.pth"))
+        return 0, "", 1.0
+
+    monkeypatch.setattr(study, "train", train)
+    args = types.SimpleNamespace(grid_obj=study.build_grid("cpu"), output_dir=str(tmp_path))
+    path = study.ensure_pretrained(args)
+    saved = torch.load(path)["model"]
+    assert list(saved) == ["backbone.bottom_up.stem.conv1.weight"]
+    # trained on another split of the data: seed 1000, no evaluation
+    assert runs[0][runs[0].index("DATASETS.SHAPES.SEED") + 1] == "1000"
+    assert study.ensure_pretrained(args) == path and len(runs) == 1
