@@ -167,3 +167,25 @@ def test_resume_after_a_kill_reaches_the_same_weights(tiny_shapes, tmp_path):
                 torch.as_tensor(resumed.optimizer.state_dict()["state"][key][name]),
                 torch.as_tensor(value),
             )
+
+
+@pytest.mark.parametrize("period, logged", [(1, [0, 1, 2, 3, 4]), (2, [1, 3, 4]), (20, [4])])
+def test_log_period_sets_how_often_metrics_are_written(tiny_shapes, tmp_path, period, logged):
+    import json
+
+    from engine_testing import tiny_cfg
+
+    cfg = tiny_cfg(str(tmp_path), "SOLVER.MAX_ITER", 5, "LOG_PERIOD", period)
+    trainer = Trainer(cfg)
+    trainer.resume_or_load(resume=False)
+    trainer.train()
+    with open(tmp_path / "metrics.json") as f:
+        iterations = [json.loads(line)["iteration"] for line in f]
+    assert iterations == logged  # every `period` steps, and the last
+
+
+def test_log_period_must_be_positive(tiny_shapes, tmp_path):
+    from engine_testing import tiny_cfg
+
+    with pytest.raises(ValueError, match="LOG_PERIOD must be an integer >= 1, got 0"):
+        Trainer(tiny_cfg(str(tmp_path), "LOG_PERIOD", 0))
