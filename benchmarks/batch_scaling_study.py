@@ -467,6 +467,11 @@ def main(argv=None) -> int:
         for c in cells
     ]
     done = read_done(csv_path)
+    if not args.dry_run and any(p.cell.name not in done for p in plans):
+        weights = ensure_pretrained(args)
+        if weights:
+            for p in plans:
+                p.overrides += ["MODEL.WEIGHTS", weights]
     print(
         f"batch-scaling study ({args.grid} grid): {len(plans)} cells, {sum(p.cell.name in done for p in plans)} done; CSV {csv_path}"
     )

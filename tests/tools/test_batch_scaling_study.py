@@ -150,8 +150,11 @@ def test_summarize_reads_ap_speed_and_divergence(study, tmp_path):
 def test_study_resumes_and_skips_finished_cells(study, tmp_path, monkeypatch):
     calls = []
 
+    weights_seen = set()
+
     def run_cell(plan, run_dir, args):
         calls.append(plan.cell.name)
+        weights_seen.add(plan.overrides[plan.overrides.index("MODEL.WEIGHTS") + 1])
         if plan.cell.name == "adamw-bs1024" and len(calls) < 10:
             return 1, "RuntimeError: killed", 1.0  # fails the first time
         fake_run(run_dir, ap=10.0 + len(calls), speed=1.0)
@@ -170,6 +173,7 @@ def test_study_resumes_and_skips_finished_cells(study, tmp_path, monkeypatch):
     with open(os.path.join(out, "study.csv")) as f:
         rows = list(csv.DictReader(f))
     assert [r["cell"] for r in rows] == ["sgd-bs1024", "sgd-bs256", "adamw-bs1024"]
+    assert weights_seen == {"/weights/backbone.pth"}  # every cell starts from the pretrained ResNet
     assert not any(name.endswith(".lock") for _, _, files in os.walk(out) for name in files)
 
 
