@@ -55,3 +55,21 @@ def test_kinetics_recipe_arithmetic():
     assert (s.WEIGHT_DECAY, s.WEIGHT_DECAY_NORM, s.WEIGHT_DECAY_BIAS) == (1e-4, 0.0, 0.0)
     assert cfg.MODEL.VIDEO.DROPOUT == 0.0 and cfg.INPUT.VIDEO.NUM_FRAMES == 8
     assert cfg.MODEL.VIDEO.RESNET.DEPTH == 50 and cfg.MODEL.VIDEO.BACKBONE == "TSMResNet"
+
+
+def test_multigrid_configs_plan():
+    from largedet_video.multigrid import build_multigrid_plan, multigrid_enabled
+
+    # Kinetics: LR steps at 1172 and 1660 of 1953 steps of 12288 clips = epochs 60, 85
+    # of 100; 150 multigrid epochs in 416 steps on 1536 devices.
+    cfg = load(os.path.join(CONFIG_DIR, "kinetics400_tsm_r50_8f_multigrid.yaml"))
+    assert multigrid_enabled(cfg) and cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupMultiStepLR"
+    plan = build_multigrid_plan(cfg, 240_000, 1536)
+    assert plan.schedule.max_epoch == 150 and plan.max_iter == 416
+    assert plan.schedule.base_shape.batch_size == 8 and plan.accumulation == 1
+    # The demo: 400 steps of 16 clips = 8 epochs of 800 -> 12 epochs in 121 steps.
+    cfg = load(os.path.join(CONFIG_DIR, "tsm_r18w32_8f_moving_shapes_multigrid_adamw_bs16.yaml"))
+    plan = build_multigrid_plan(cfg, 800, 1)
+    assert (plan.schedule.max_epoch, plan.max_iter, plan.base_max_iter) == (12, 121, 400)
+    base = load(os.path.join(CONFIG_DIR, "tsm_r18w32_8f_moving_shapes_adamw_steps_bs16.yaml"))
+    assert not multigrid_enabled(base)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 import torch
+import torch.nn.functional as F
 from fvcore.nn.distributed import differentiable_all_gather
 from torch import nn
 
@@ -124,34 +125,41 @@ class _SubBatchNormMixin:
         if dtype in (torch.float16, torch.bfloat16):
             # Reduced precision is not enough for the reductions.
             x = x.float()
-        if sync:
-            mean, var, count = self._synced_moments(x)
-        else:
-            mean, var, count = self._group_moments(x)
-        # mean, var: (G, C), the biased statistics of G groups of `count` values
-        # per channel; the batch is G consecutive blocks of N / G samples.
-        groups = mean.shape[0]
+        if not sync:
+            return self._split_forward(x).to(dtype)
+        mean, var, count = self._synced_moments(x)  # (1, C), biased, over the synced ranks
         scale = torch.rsqrt(var + self.eps)
         shift = -mean * scale
         if self.affine:
             scale = scale * self.weight
             shift = shift * self.weight + self.bias
-        y = torch.addcmul(
-            shift[:, None, :, None],
-            x.reshape(groups, n // groups, c, -1),
-            scale[:, None, :, None],
-        )
+        y = torch.addcmul(shift[:, :, None], x.reshape(n, c, -1), scale[:, :, None])
         if self.track_running_stats:
             self._update_running_stats(mean.detach(), var.detach(), count)
         return y.reshape(x.shape).to(dtype)
 
-    def _group_moments(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
+    def _split_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalize ``num_splits`` groups of consecutive samples separately, with the
+        native batch norm: the groups become channels, ``(N, C, ...)`` ->
+        ``(N / k, k * C, L)`` (one copy each way), whose per-channel statistics are the
+        per-group ones; the native kernel also returns them (as running statistics
+        of momentum 1, unbiased), for :meth:`_update_running_stats`."""
         n, c = x.shape[:2]
         k = self.num_splits
         if n % k:
             raise ValueError(f"A batch of {n} does not split into {k} equal BN groups.")
-        var, mean = torch.var_mean(x.reshape(k, n // k, c, -1), dim=(1, 3), correction=0)
-        return mean, var, x.numel() // (c * k)
+        grouped = x.reshape(k, n // k, c, -1).transpose(0, 1).reshape(n // k, k * c, -1)
+        mean = torch.zeros(k * c, dtype=x.dtype, device=x.device)
+        var = torch.ones(k * c, dtype=x.dtype, device=x.device)
+        weight = self.weight.repeat(k) if self.affine else None
+        bias = self.bias.repeat(k) if self.affine else None
+        y = F.batch_norm(grouped, mean, var, weight, bias, True, 1.0, self.eps)
+        y = y.reshape(n // k, k, c, -1).transpose(0, 1).reshape(x.shape)
+        if self.track_running_stats:
+            count = grouped.shape[0] * grouped.shape[2]
+            biased = var * ((count - 1) / count) if count > 1 else var.zero_()
+            self._update_running_stats(mean.view(k, c), biased.view(k, c), count)
+        return y
 
     def _synced_moments(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, int]:
         d = self.num_sync_devices
