@@ -297,8 +297,10 @@ def summarize(
     ap = {k: "" for k in ("AP", "AP50", "AP75")}
     for m in metrics:
         for k in ap:
-            if f"bbox/{k}" in m and math.isfinite(m[f"bbox/{k}"]):
-                ap[k] = f"{m[f'bbox/{k}']:.2f}"
+            if f"bbox/{k}" in m:
+                # Detectron2 reports NaN when the model detects nothing: COCO AP 0
+                value = m[f"bbox/{k}"]
+                ap[k] = f"{value:.2f}" if math.isfinite(value) else "0.00"
     if not diverged and ap["AP"] == "":
         return None
     losses = [m["total_loss"] for m in metrics if "total_loss" in m]

@@ -143,6 +143,13 @@ def test_summarize_reads_ap_speed_and_divergence(study, tmp_path):
     text = "FloatingPointError: Training diverged at iteration 7: loss inf"
     row = study.summarize(plan, str(tmp_path / "div"), text, 1, 5.0, args)
     assert row["diverged"] == "yes" and row["box_ap"] == ""
+    # a model that detects nothing: Detectron2 writes NaN, the COCO AP is 0
+    fake_run(str(tmp_path / "empty"), ap=math.nan, speed=0.5)
+    row = study.summarize(plan, str(tmp_path / "empty"), log, 0, 100.0, args)
+    assert row["box_ap"] == "0.00" and row["diverged"] == "no"
+    # a run that ended without evaluating is not a row
+    fake_run(str(tmp_path / "noeval"), ap=None, speed=0.5)
+    assert study.summarize(plan, str(tmp_path / "noeval"), log, 0, 100.0, args) is None
     # any other failure is not a row (it is retried)
     assert study.summarize(plan, str(tmp_path / "div"), "KeyError: 'x'", 1, 5.0, args) is None
 
