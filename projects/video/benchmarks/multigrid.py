@@ -7,7 +7,7 @@
 
 Trains, one after the other in this process and with the same seed, data, network and
 base schedule (``--config-file``, default the step-schedule demo
-``tsm_r18w32_8f_moving_shapes_adamw_steps_bs16.yaml``, 8 epochs at 16 x 8 x 64^2, AdamW):
+``tsm_r18w32_8f_moving_shapes_adamw_steps_bs16.yaml``, 16 epochs at 16 x 8 x 64^2, AdamW):
 
 1. the base schedule at the base shape;
 2. multigrid with the long and the short cycle, for each ``--epoch-factors`` value

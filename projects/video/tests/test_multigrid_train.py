@@ -4,6 +4,7 @@ BN at stage ends, resume mid-schedule, and two gloo processes."""
 
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -74,6 +75,22 @@ def test_one_lr_scheduler_with_warmup(tmp_path):
 # --- the trainer -----------------------------------------------------------------
 
 SPEC = MovingShapesSpec(num_train=64, num_val=4, num_frames=12, width=48, height=32, seed=5)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_loggers():
+    """``train.py``'s set-up gives these loggers handlers and stops their
+    propagation; put them back so that later tests' log capture works."""
+    names = ["detectron2", "fvcore", "largedet", "largedet_video"]
+    saved = {
+        n: (logging.getLogger(n).propagate, list(logging.getLogger(n).handlers)) for n in names
+    }
+    yield
+    for name, (propagate, handlers) in saved.items():
+        logger = logging.getLogger(name)
+        logger.propagate = propagate
+        for handler in [h for h in logger.handlers if h not in handlers]:
+            logger.removeHandler(handler)
 
 
 @pytest.fixture(scope="module")

@@ -67,9 +67,9 @@ def test_multigrid_configs_plan():
     plan = build_multigrid_plan(cfg, 240_000, 1536)
     assert plan.schedule.max_epoch == 150 and plan.max_iter == 416
     assert plan.schedule.base_shape.batch_size == 8 and plan.accumulation == 1
-    # The demo: 400 steps of 16 clips = 8 epochs of 800 -> 12 epochs in 121 steps.
+    # The demo: 800 steps of 16 clips = 16 epochs of 800 -> 24 epochs in 230 steps.
     cfg = load(os.path.join(CONFIG_DIR, "tsm_r18w32_8f_moving_shapes_multigrid_adamw_bs16.yaml"))
     plan = build_multigrid_plan(cfg, 800, 1)
-    assert (plan.schedule.max_epoch, plan.max_iter, plan.base_max_iter) == (12, 121, 400)
+    assert (plan.schedule.max_epoch, plan.max_iter, plan.base_max_iter) == (24, 230, 800)
     base = load(os.path.join(CONFIG_DIR, "tsm_r18w32_8f_moving_shapes_adamw_steps_bs16.yaml"))
     assert not multigrid_enabled(base)
