@@ -133,7 +133,11 @@ def _extra_cells(batches: Sequence[int], iterations_at_largest: int) -> List[Cel
     agvm = [
         Cell(opt, b, agvm=True) for b in (largest, second) for opt in ("sgd", "pmd_lamb", "adamw")
     ]
-    return sweep + agvm
+    # LR around each rule's value at the second-largest batch, where the defaults are chosen
+    factors = {"sgd": (0.25, 0.5), "lamb": (0.5, 2.0), "pmd_lamb": (0.5, 2.0), "lars": (0.5, 2.0),
+               "adamw": (0.5, 2.0)}  # fmt: skip
+    lr_sweep = [Cell(opt, second, lr_factor=f) for opt, fs in factors.items() for f in fs]
+    return sweep + agvm + lr_sweep
 
 
 def build_grid(name: str) -> Grid:
