@@ -219,3 +219,40 @@ def test_pretrained_backbone_keeps_only_the_resnet_and_is_made_once(study, tmp_p
     # trained on another split of the data: seed 1000, no evaluation
     assert runs[0][runs[0].index("DATASETS.SHAPES.SEED") + 1] == "1000"
     assert study.ensure_pretrained(args) == path and len(runs) == 1
+
+
+@pytest.mark.parametrize(
+    "name, optimizer, batch, lr_factor",
+    [
+        ("sgd_bs64", "sgd", 64, 1.0),
+        ("lamb_bs256", "lamb", 256, 0.5),
+        ("pmdlamb_bs256", "pmd_lamb", 256, 1.0),
+        ("lars_bs256", "lars", 256, 1.0),
+        ("adamw_bs256", "adamw", 256, 1.0),
+    ],
+)
+def test_recommended_configs_are_the_study_cells_they_came_from(
+    study, name, optimizer, batch, lr_factor
+):
+    path = os.path.join(
+        ROOT, "configs", "shapes", "study", f"faster_rcnn_R10w16_FPN_64px_{name}.yaml"
+    )
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_file(path)
+    plan = study.plan_cell(
+        study.build_grid("cpu"), study.Cell(optimizer, batch, lr_factor=lr_factor), 2.0, "/tmp/x", 1
+    )
+    cell = cfg_of(study, plan)
+    assert lr_scaling(cfg).lr == pytest.approx(plan.lr, rel=1e-12)
+    for key in (
+        "OPTIMIZER",
+        "IMS_PER_BATCH",
+        "MAX_ITER",
+        "WARMUP_ITERS",
+        "STEPS",
+        "WEIGHT_DECAY",
+        "ADAPT_NORM",
+    ):
+        assert cfg.SOLVER[key] == cell.SOLVER[key], key
+    if optimizer == "pmd_lamb":
+        assert cfg.SOLVER.PMD.PERIOD == cell.SOLVER.PMD.PERIOD
