@@ -89,6 +89,7 @@ class Cell:
     # AGVM's estimate period and moving-average momentum; None: the config's (10, 0.97)
     agvm_period: Optional[int] = None
     agvm_momentum: Optional[float] = None
+    seed: Optional[int] = None  # SEED of the run (initialisation, data order); None: the config's
     lr_factor: float = 1.0  # multiplies the scaled LR (LR sweeps)
 
     @property
@@ -102,6 +103,8 @@ class Cell:
             parts.append("agvm")
             if self.agvm_period is not None:
                 parts.append(f"p{self.agvm_period}m{self.agvm_momentum:g}")
+        if self.seed is not None:
+            parts.append(f"s{self.seed}")
         return "-".join(parts)
 
 
@@ -148,7 +151,13 @@ def _extra_cells(batches: Sequence[int], iterations_at_largest: int) -> List[Cel
         Cell(opt, second, agvm=True, agvm_period=1, agvm_momentum=0.8)
         for opt in ("lamb", "pmd_lamb", "adamw")
     ]
-    return sweep + agvm + lr_sweep + agvm_short
+    # a second seed of the cells whose differences the README reads, for the noise
+    repeats = [
+        Cell("lamb", second, seed=1),
+        Cell("pmd_lamb", second, seed=1),
+        Cell("pmd_lamb", second, agvm=True, seed=1),
+    ]
+    return sweep + agvm + lr_sweep + agvm_short + repeats
 
 
 def build_grid(name: str) -> Grid:
@@ -247,6 +256,8 @@ def plan_cell(grid: Grid, cell: Cell, warmup_epochs: float, output_dir: str, wor
         "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
         "OUTPUT_DIR", output_dir,
     ] + list(recipe.overrides)  # fmt: skip
+    if cell.seed is not None:
+        overrides += ["SEED", str(cell.seed)]
     if period is not None:
         overrides += ["SOLVER.PMD.PERIOD", str(period), "SOLVER.PMD.DECAY", cell.pmd_decay]
     if cell.agvm:
