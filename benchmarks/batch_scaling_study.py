@@ -138,6 +138,13 @@ def _extra_cells(batches: Sequence[int], iterations_at_largest: int) -> List[Cel
         Cell("pmd_lamb", largest, pmd_period=quarter * 2),
         Cell("pmd_lamb", largest, pmd_period=quarter, pmd_decay="linear"),
     ]
+    # the same sweep at the second-largest batch, where every adaptive optimizer trains
+    quarter2 = quarter * (largest // second)
+    sweep += [
+        Cell("pmd_lamb", second, pmd_period=max(1, quarter2 // 2)),
+        Cell("pmd_lamb", second, pmd_period=quarter2 * 2),
+        Cell("pmd_lamb", second, pmd_period=quarter2, pmd_decay="linear"),
+    ]
     agvm = [
         Cell(opt, b, agvm=True) for b in (largest, second) for opt in ("sgd", "pmd_lamb", "adamw")
     ]

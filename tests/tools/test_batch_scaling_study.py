@@ -49,6 +49,9 @@ def test_cpu_grid_has_every_optimizer_at_every_batch_and_the_extra_cells(study):
         "pmd_lamb-bs1024-T3-cosine",
         "pmd_lamb-bs1024-T12-cosine",
         "pmd_lamb-bs1024-T6-linear",
+        "pmd_lamb-bs256-T12-cosine",
+        "pmd_lamb-bs256-T48-cosine",
+        "pmd_lamb-bs256-T24-linear",
     } <= set(names)
     for opt in ("sgd", "pmd_lamb", "adamw"):
         assert {f"{opt}-bs1024-agvm", f"{opt}-bs256-agvm"} <= set(names)
