@@ -15,6 +15,7 @@ from torch import nn
 
 import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
 from detectron2.config import get_cfg
+from detectron2.engine import HookBase
 from detectron2.layers import FrozenBatchNorm2d
 from detectron2.modeling import META_ARCH_REGISTRY
 from detectron2.structures import Boxes, Instances
@@ -140,3 +141,14 @@ def max_abs_diff(a, b) -> float:
         if a
         else math.nan
     )
+
+
+class StopAt(HookBase):
+    """Simulates a kill: raises before iteration ``at`` starts."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def before_step(self):
+        if self.trainer.iter == self.at:
+            raise KeyboardInterrupt(f"killed before iteration {self.at}")

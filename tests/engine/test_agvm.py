@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from engine_testing import synthetic_batch, tiny_cfg, weights
+from engine_testing import StopAt, synthetic_batch, tiny_cfg, weights
 
 import largedet  # noqa: F401
 from detectron2.engine import HookBase
@@ -178,15 +178,6 @@ def test_one_micro_batch_on_one_process_is_an_error_naming_the_keys(tiny_shapes,
         ValueError, match=r"SOLVER.AGVM.ENABLED.*K = 1 on one process.*SOLVER.IMS_PER_DEVICE"
     ):
         Trainer(tiny_cfg(str(tmp_path), *AGVM_OPTS))  # IMS_PER_DEVICE 0: K = 1
-
-
-class StopAt(HookBase):
-    def __init__(self, at):
-        self.at = at
-
-    def before_step(self):
-        if self.trainer.iter == self.at:
-            raise KeyboardInterrupt(f"killed before iteration {self.at}")
 
 
 def test_resume_restores_mu_and_reaches_the_same_weights(tiny_shapes, tmp_path):

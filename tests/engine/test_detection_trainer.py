@@ -6,7 +6,7 @@ import os
 
 import pytest
 import torch
-from engine_testing import tiny_cfg, weights
+from engine_testing import StopAt, tiny_cfg, weights
 
 import largedet  # noqa: F401
 from detectron2.config import get_cfg
@@ -111,17 +111,6 @@ def _with_log_capture(caplog, fn):
     finally:
         logger.removeHandler(caplog.handler)
         logger.propagate = propagate
-
-
-class StopAt(HookBase):
-    """Simulates a kill: raises before iteration ``at`` starts."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def before_step(self):
-        if self.trainer.iter == self.at:
-            raise KeyboardInterrupt(f"killed before iteration {self.at}")
 
 
 def test_resume_after_a_kill_reaches_the_same_weights(tiny_shapes, tmp_path):
