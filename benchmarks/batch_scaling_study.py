@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import fcntl
 import json
 import math

@@ -1,7 +1,6 @@
 """Two gloo processes with accumulation equal one process with the same global batch,
 and DDP all-reduces once per optimizer step (counted with a communication hook)."""
 
-import os
 import socket
 
 import pytest
