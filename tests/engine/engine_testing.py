@@ -8,6 +8,7 @@ gradient of one batch of K*B images, and it draws no random numbers.
 from __future__ import annotations
 
 import math
+import socket
 
 import torch
 import torch.nn.functional as F
@@ -152,3 +153,20 @@ class StopAt(HookBase):
     def before_step(self):
         if self.trainer.iter == self.at:
             raise KeyboardInterrupt(f"killed before iteration {self.at}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_on_two_processes(fn, tiny_shapes, out_dir):
+    """Run ``fn(tiny_shapes, out_dir/run, result_file)`` on two gloo processes (Detectron2's
+    ``launch``) and return what rank 0 saved to ``result_file`` with ``torch.save``."""
+    from detectron2.engine import launch
+
+    result_file = str(out_dir / "result.pth")
+    launch(fn, 2, dist_url=f"tcp://127.0.0.1:{_free_port()}",
+           args=(tiny_shapes, str(out_dir / "run"), result_file))  # fmt: skip
+    return torch.load(result_file, weights_only=False)

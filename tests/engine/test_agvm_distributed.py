@@ -2,14 +2,11 @@
 with K = 2 the first and second micro-batch halves averaged over ranks; every rank ends
 with the same mu, and the rank-halves path averages gradients as DDP does."""
 
-import socket
-
 import pytest
 import torch
-from engine_testing import max_abs_diff, tiny_cfg, weights
+from engine_testing import max_abs_diff, run_on_two_processes, tiny_cfg, weights
 
 import largedet  # noqa: F401
-from detectron2.engine import launch
 from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
 from largedet.data import register_shapes
@@ -107,23 +104,9 @@ def _two_process_run(spec, output_dir, result_file):
         torch.save(results, result_file)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def result(tiny_shapes, tmp_path_factory):
-    out = tmp_path_factory.mktemp("agvm_ddp")
-    result_file = str(out / "result.pth")
-    launch(
-        _two_process_run,
-        2,
-        dist_url=f"tcp://127.0.0.1:{_free_port()}",
-        args=(tiny_shapes, str(out / "run"), result_file),
-    )
-    return torch.load(result_file, weights_only=False)
+    return run_on_two_processes(_two_process_run, tiny_shapes, tmp_path_factory.mktemp("agvm_ddp"))
 
 
 def test_k1_estimates_are_the_two_ranks_gradients(result):

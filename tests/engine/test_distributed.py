@@ -1,11 +1,9 @@
 """Two gloo processes with accumulation equal one process with the same global batch,
 and DDP all-reduces once per optimizer step (counted with a communication hook)."""
 
-import socket
-
 import pytest
 import torch
-from engine_testing import max_abs_diff, tiny_cfg, weights
+from engine_testing import max_abs_diff, run_on_two_processes, tiny_cfg, weights
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 import largedet  # noqa: F401
@@ -62,23 +60,9 @@ def _two_process_run(spec, output_dir, result_file):
         )
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_process_result(tiny_shapes, tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
-    result_file = str(out / "result.pth")
-    launch(
-        _two_process_run,
-        2,
-        dist_url=f"tcp://127.0.0.1:{_free_port()}",
-        args=(tiny_shapes, str(out / "run"), result_file),
-    )
-    return torch.load(result_file, weights_only=False)
+    return run_on_two_processes(_two_process_run, tiny_shapes, tmp_path_factory.mktemp("ddp"))
 
 
 def test_two_processes_accumulate_three_micro_batches(two_process_result):
