@@ -7,7 +7,7 @@ from engine_testing import max_abs_diff, run_on_two_processes, tiny_cfg, weights
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 import largedet  # noqa: F401
-from detectron2.engine import HookBase, launch
+from detectron2.engine import HookBase
 from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
 from largedet.data import register_shapes
