@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -90,10 +91,16 @@ class Cell:
     agvm_momentum: Optional[float] = None
     seed: Optional[int] = None  # SEED of the run (initialisation, data order); None: the config's
     lr_factor: float = 1.0  # multiplies the scaled LR (LR sweeps)
+    epochs_factor: float = 1.0  # multiplies the grid's epochs (longer schedules)
+    warmup_epochs: Optional[float] = None  # None: the grid's (or --warmup-epochs)
 
     @property
     def name(self) -> str:
         parts = [self.optimizer, f"bs{self.batch}"]
+        if self.epochs_factor != 1.0:
+            parts.append(f"ep{self.epochs_factor:g}x")
+        if self.warmup_epochs is not None:
+            parts.append(f"wu{self.warmup_epochs:g}")
         if self.pmd_period is not None or self.pmd_decay != "cosine":
             parts.append(f"T{self.pmd_period or 'auto'}-{self.pmd_decay}")
         if self.lr_factor != 1.0:
@@ -121,6 +128,18 @@ class Grid:
     # ResNet (``backbone.bottom_up``) initialises every cell, as ImageNet weights do on
     # COCO; None: every cell trains from scratch (or from extra_overrides' MODEL.WEIGHTS).
     pretrain: Optional[Tuple[str, ...]] = None
+    # warm-up in epochs of the grid's training set (at least 3 steps, at most half the run)
+    warmup_epochs: float = 2.0
+    # the optimizers' reference LRs and rules; None: OPTIMIZERS
+    optimizers: Optional[Dict[str, OptimizerRecipe]] = None
+    # the test set the README reports; the others (a held-out split) choose the recipe
+    report_set: str = "shapes_val"
+
+    def recipe(self, optimizer: str) -> OptimizerRecipe:
+        table = self.optimizers or OPTIMIZERS
+        if optimizer not in table:
+            raise ValueError(f"unknown optimizer {optimizer!r}; one of {sorted(table)}")
+        return table[optimizer]
 
 
 def _main_grid(batches: Sequence[int]) -> List[Cell]:
@@ -166,9 +185,86 @@ def _extra_cells(batches: Sequence[int], iterations_at_largest: int) -> List[Cel
     return sweep + agvm + lr_sweep + agvm_short + repeats
 
 
+# The steps-matched grid's optimizers. SGD keeps Detectron2's 0.02 at batch 16 and the
+# linear rule. The adaptive ones keep the square-root rule from half the short-budget
+# grid's reference: PMD-LAMB at 0.08 (0.01 x sqrt(1024/16)) diverged at step 118 of 300
+# at batch 1024 in the calibration runs (DESIGN.md), 0.04 trained.
+STEPS_OPTIMIZERS: Dict[str, OptimizerRecipe] = {
+    "sgd": OPTIMIZERS["sgd"],
+    "lamb": OptimizerRecipe("LAMB", 0.005, "sqrt"),
+    "pmd_lamb": OptimizerRecipe("PMD_LAMB", 0.005, "sqrt"),
+    "adamw": OptimizerRecipe("AdamW", 5e-4, "sqrt", weight_decay=0.05),
+}
+
+# what every grid on the shapes data at 64 px evaluates: the held-out split (the val
+# split of the seed-1000 data, never trained on) chooses the recipe, shapes_val reports it
+_TEST_SETS = ("DATASETS.TEST", "('shapes_holdout_val', 'shapes_val')")
+
+
+def _steps_cells() -> List[Cell]:
+    """The steps-matched grid, in the order two study processes take them: the baseline
+    and the batch-1024 cells first, then batch 256, the sweeps around the best batch-1024
+    optimizer, and the second seeds."""
+    main = [
+        # the baseline: Detectron2's SGD at batch 16 with its short warm-up (2 epochs)
+        Cell("sgd", 16, warmup_epochs=2),
+        Cell("pmd_lamb", 1024),
+        Cell("sgd", 1024),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4),  # LargeDet's longer schedule
+        Cell("lamb", 1024),
+        Cell("adamw", 1024),
+        Cell("pmd_lamb", 1024, agvm=True),
+        Cell("pmd_lamb", 256),
+        Cell("sgd", 256),
+    ]
+    sweeps = [
+        Cell("pmd_lamb", 1024, lr_factor=0.5),
+        Cell("pmd_lamb", 1024, lr_factor=2.0),
+        Cell("pmd_lamb", 1024, warmup_epochs=20),
+        Cell("pmd_lamb", 1024, warmup_epochs=80),
+        Cell("pmd_lamb", 1024, pmd_period=38),  # T = 1/8 of the run (default 1/4: 75)
+        Cell("pmd_lamb", 1024, pmd_period=150),  # T = 1/2 of the run
+    ]
+    seeds = [
+        Cell("sgd", 16, warmup_epochs=2, seed=1),
+        Cell("pmd_lamb", 1024, seed=1),
+        Cell("sgd", 1024, seed=1),
+    ]
+    return main + sweeps + seeds
+
+
+GRID_NAMES = ("steps", "short", "gpu")
+
+
 def build_grid(name: str) -> Grid:
     batches = (16, 64, 256, 1024)
-    if name == "cpu":
+    pretrain_1536 = (
+        "DATASETS.SHAPES.SEED", "1000", "DATASETS.SHAPES.NUM_TRAIN", "1536",
+        "DATASETS.TEST", "()",
+    )  # fmt: skip
+    if name == "steps":
+        # Steps-matched: 200 epochs of 1536 images for every batch (307,200 images), so
+        # batch 1024 takes 300 optimizer steps, batch 256 1200 and batch 16 19,200; about
+        # 45 minutes per cell on one core. Warm-up 40 epochs (20% of the run: 60 steps at
+        # batch 1024), LR x0.1 at 3/4 and 11/12, PMD-LAMB's T a quarter of the run.
+        return Grid(
+            config="configs/shapes/study/Base-Study-R10w16-FPN-64px.yaml",
+            num_train=1536,
+            epochs=200,
+            ims_per_device=16,
+            cells=tuple(_steps_cells()),
+            extra_overrides=_TEST_SETS,
+            # 16 epochs of another 1536 images (seed 1000) at batch 16 with SGD; its FPN
+            # and heads are dropped
+            pretrain=pretrain_1536,
+            warmup_epochs=40.0,
+            optimizers=STEPS_OPTIMIZERS,
+        )
+    if name == "short":
+        # The short-budget regime: 16 epochs for every batch, so batch 1024 gets only 24
+        # optimizer steps (3 of warm-up). It shows what a fixed, small epoch budget does
+        # to each optimizer as the batch grows; it says nothing about batch 1024 given
+        # the steps a real schedule has (see "steps").
         num_train, epochs = 1536, 16
         return Grid(
             config="configs/shapes/study/Base-Study-R10w16-FPN-64px.yaml",
@@ -176,12 +272,7 @@ def build_grid(name: str) -> Grid:
             epochs=epochs,
             ims_per_device=16,
             cells=tuple(_main_grid(batches) + _extra_cells(batches, epochs * num_train // 1024)),
-            # 16 epochs of another 1536 images (seed 1000) at batch 16 with SGD; its FPN
-            # and heads are dropped
-            pretrain=(
-                "DATASETS.SHAPES.SEED", "1000", "DATASETS.SHAPES.NUM_TRAIN", str(num_train),
-                "DATASETS.TEST", "()",
-            ),  # fmt: skip
+            pretrain=pretrain_1536,
         )
     if name == "gpu":
         # R50-FPN (ImageNet-initialised) on the shapes dataset at 256 px: 12 epochs of
@@ -205,7 +296,7 @@ def build_grid(name: str) -> Grid:
                 "DATALOADER.NUM_WORKERS", "4", "SOLVER.AMP.ENABLED", "True",
             ),
         )  # fmt: skip
-    raise ValueError(f"--grid must be 'cpu' or 'gpu', got {name!r}")
+    raise ValueError(f"--grid must be one of {GRID_NAMES}, got {name!r}")
 
 
 @dataclass
@@ -226,16 +317,23 @@ def scaled_lr(recipe: OptimizerRecipe, batch: int) -> float:
     return recipe.reference_lr * (ratio if recipe.rule == "linear" else math.sqrt(ratio))
 
 
-def plan_cell(grid: Grid, cell: Cell, warmup_epochs: float, output_dir: str, world: int) -> Plan:
-    if cell.optimizer not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {cell.optimizer!r}; one of {sorted(OPTIMIZERS)}")
-    recipe = OPTIMIZERS[cell.optimizer]
-    images = grid.epochs * grid.num_train
-    if images % cell.batch:
+def plan_cell(
+    grid: Grid, cell: Cell, warmup_epochs: Optional[float], output_dir: str, world: int
+) -> Plan:
+    """What ``cell`` runs. ``warmup_epochs`` replaces the grid's warm-up for the cells that
+    do not set their own (None: the grid's)."""
+    recipe = grid.recipe(cell.optimizer)
+    epochs = grid.epochs * cell.epochs_factor
+    images = epochs * grid.num_train
+    if abs(images - round(images)) > 1e-6 or round(images) % cell.batch:
         raise ValueError(
-            f"{cell.name}: {grid.epochs} epochs x {grid.num_train} images is not a whole number of batches of {cell.batch}"
+            f"{cell.name}: {epochs:g} epochs x {grid.num_train} images is not a whole number of batches of {cell.batch}"
         )
-    iterations = images // cell.batch
+    iterations = round(images) // cell.batch
+    if cell.warmup_epochs is not None:
+        warmup_epochs = cell.warmup_epochs
+    elif warmup_epochs is None:
+        warmup_epochs = grid.warmup_epochs
     warmup = min(iterations // 2, max(3, round(warmup_epochs * grid.num_train / cell.batch)))
     steps = (round(iterations * 3 / 4), round(iterations * 11 / 12))
     lr = scaled_lr(recipe, cell.batch) * cell.lr_factor
@@ -256,7 +354,8 @@ def plan_cell(grid: Grid, cell: Cell, warmup_epochs: float, output_dir: str, wor
         "SOLVER.MAX_ITER", str(iterations),
         "SOLVER.WARMUP_ITERS", str(warmup),
         "SOLVER.STEPS", f"({steps[0]}, {steps[1]})",
-        "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 4)),
+        # about ten checkpoints a run: an interrupted cell loses at most a tenth of it
+        "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 10)),
         "SOLVER.DIVERGENCE.WINDOW", "20",
         "TEST.EVAL_PERIOD", "0",
         "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
@@ -279,7 +378,8 @@ CSV_FIELDS = [
     "cell", "optimizer", "batch", "ims_per_device", "accumulation", "lr_rule", "lr",
     "warmup_iters", "iterations", "epochs", "pmd_period", "pmd_decay", "agvm",
     "wall_clock_s", "images_per_s", "box_ap", "ap50", "ap75", "diverged", "final_loss",
-    "device", "threads", "output_dir",
+    "device", "threads", "output_dir", "seed", "warmup_epochs", "lr_factor", "holdout_ap",
+    "holdout_ap50",
 ]  # fmt: skip
 
 
@@ -316,6 +416,26 @@ def read_metrics(path: str) -> List[dict]:
     return rows
 
 
+HOLDOUT_SET = "shapes_holdout_val"
+
+
+def final_ap(metrics: Sequence[dict], test_set: str, only_named: bool = False) -> Dict[str, str]:
+    """The last AP, AP50 and AP75 (percent, two decimals) of ``test_set`` in a run's
+    metrics.json rows. With one test set Detectron2 writes them without the set's name
+    (``bbox/AP``), which counts unless ``only_named``. Empty strings where there are none."""
+    ap = {k: "" for k in ("AP", "AP50", "AP75")}
+    for m in metrics:
+        for k in ap:
+            keys = [f"{test_set}/bbox/{k}"] + ([] if only_named else [f"bbox/{k}"])
+            for key in keys:
+                if key in m:
+                    # Detectron2 reports NaN when the model detects nothing: COCO AP 0
+                    value = m[key]
+                    ap[k] = f"{value:.2f}" if math.isfinite(value) else "0.00"
+                    break
+    return ap
+
+
 _SPEED = re.compile(r"Overall training speed: (\d+) iterations in \S+ \(([\d.]+) s / it\)")
 
 
@@ -330,13 +450,8 @@ def summarize(
     diverged = returncode != 0 and "FloatingPointError" in log_text
     if returncode != 0 and not diverged:
         return None
-    ap = {k: "" for k in ("AP", "AP50", "AP75")}
-    for m in metrics:
-        for k in ap:
-            if f"bbox/{k}" in m:
-                # Detectron2 reports NaN when the model detects nothing: COCO AP 0
-                value = m[f"bbox/{k}"]
-                ap[k] = f"{value:.2f}" if math.isfinite(value) else "0.00"
+    ap = final_ap(metrics, args.grid_obj.report_set)
+    holdout = final_ap(metrics, HOLDOUT_SET, only_named=True)
     if not diverged and ap["AP"] == "":
         return None
     losses = [m["total_loss"] for m in metrics if "total_loss" in m]
@@ -349,11 +464,11 @@ def summarize(
         "batch": plan.cell.batch,
         "ims_per_device": per_device,
         "accumulation": plan.cell.batch // (per_device * args.num_gpus),
-        "lr_rule": OPTIMIZERS[plan.cell.optimizer].rule,
+        "lr_rule": args.grid_obj.recipe(plan.cell.optimizer).rule,
         "lr": f"{plan.lr:.6g}",
         "warmup_iters": plan.warmup,
         "iterations": plan.iterations,
-        "epochs": args.grid_obj.epochs,
+        "epochs": f"{args.grid_obj.epochs * plan.cell.epochs_factor:g}",
         "pmd_period": plan.pmd_period or "",
         "pmd_decay": plan.cell.pmd_decay if plan.pmd_period else "",
         "agvm": "yes" if plan.cell.agvm else "no",
@@ -367,6 +482,11 @@ def summarize(
         "device": args.device_label,
         "threads": args.threads,
         "output_dir": os.path.relpath(run_dir, ROOT),
+        "seed": "" if plan.cell.seed is None else plan.cell.seed,
+        "warmup_epochs": f"{plan.warmup * plan.cell.batch / args.grid_obj.num_train:g}",
+        "lr_factor": f"{plan.cell.lr_factor:g}",
+        "holdout_ap": "" if diverged else holdout["AP"],
+        "holdout_ap50": "" if diverged else holdout["AP50"],
     }
 
 
@@ -389,25 +509,54 @@ def claim(lock_path: str) -> bool:
     return True
 
 
+WALL_CLOCK_FILE = "study_wall_clock_s"
+
+
+def _read_wall_clock(run_dir: str) -> float:
+    try:
+        with open(os.path.join(run_dir, WALL_CLOCK_FILE)) as f:
+            return float(f.read().strip() or 0.0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _write_wall_clock(run_dir: str, seconds: float) -> None:
+    path = os.path.join(run_dir, WALL_CLOCK_FILE)
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{seconds:.1f}\n")
+    os.replace(path + ".tmp", path)
+
+
 def train(overrides: Sequence[str], run_dir: str, args) -> Tuple[int, str, float]:
     """Run tools/train_net.py on the grid's config with ``overrides`` (resuming from
     ``run_dir``'s last checkpoint if there is one); its output goes to run_dir/study_log.txt.
-    Returns the exit status, the log text and the wall-clock seconds."""
+    Returns the exit status, the log text and the wall-clock seconds of the whole run:
+    those of earlier, interrupted invocations too (kept in ``run_dir/study_wall_clock_s``,
+    updated every 30 s, so a killed invocation loses at most that)."""
     os.makedirs(run_dir, exist_ok=True)
     cmd = [sys.executable, TRAIN_NET, "--config", os.path.join(ROOT, args.grid_obj.config)]
     if args.num_gpus > 1:
         cmd += ["--num-gpus", str(args.num_gpus)]
-    if os.path.exists(os.path.join(run_dir, "last_checkpoint")):
+    resuming = os.path.exists(os.path.join(run_dir, "last_checkpoint"))
+    if resuming:
         cmd.append("--resume")
     cmd += list(overrides)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     log_path = os.path.join(run_dir, "study_log.txt")
+    before = _read_wall_clock(run_dir) if resuming else 0.0
     start = time.perf_counter()
     with open(log_path, "a") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    wall = time.perf_counter() - start
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                proc.wait(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                _write_wall_clock(run_dir, before + time.perf_counter() - start)
+    wall = before + time.perf_counter() - start
+    _write_wall_clock(run_dir, wall)
     with open(log_path) as f:
         text = f.read()
     return proc.returncode, text, wall
@@ -459,18 +608,37 @@ def ensure_pretrained(args) -> Optional[str]:
     return path
 
 
+def archive_cell(run_dir: str, dest: str) -> None:
+    """Copy what the README's table and figures need of a finished cell (its config and
+    metrics.json) to ``dest``, where it is committed."""
+    os.makedirs(dest, exist_ok=True)
+    for name in ("config.yaml", "metrics.json"):
+        src = os.path.join(run_dir, name)
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(dest, name))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--grid", default="cpu", choices=("cpu", "gpu"))
-    parser.add_argument("--output-dir", default=os.path.join(ROOT, "output", "batch_scaling_study"))
+    parser.add_argument("--grid", default="steps", choices=GRID_NAMES)
+    parser.add_argument(
+        "--output-dir", default=None, help="default: output/batch_scaling_study/GRID"
+    )
     parser.add_argument("--csv", default=None, help="default: OUTPUT_DIR/study.csv")
+    parser.add_argument(
+        "--archive",
+        default=None,
+        help="copy each finished cell's config.yaml and metrics.json into ARCHIVE/<cell>/",
+    )
     parser.add_argument(
         "--only", nargs="*", default=None, help="run only these cells (names from --dry-run)"
     )
     parser.add_argument("--skip", nargs="*", default=(), help="leave out these cells")
-    parser.add_argument("--warmup-epochs", type=float, default=2.0)
+    parser.add_argument(
+        "--warmup-epochs", type=float, default=None, help="default: the grid's (steps 40, short 2)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (CPU)")
     parser.add_argument(
         "--num-gpus", type=int, default=1, help="processes per run (GPUs, or gloo CPU processes)"
@@ -479,10 +647,10 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = parser.parse_args(argv)
     args.grid_obj = build_grid(args.grid)
+    if args.output_dir is None:
+        args.output_dir = os.path.join(ROOT, "output", "batch_scaling_study", args.grid)
     if not args.device_label:
-        args.device_label = (
-            f"{args.grid}: {os.cpu_count()} CPU cores" if args.grid == "cpu" else "gpu"
-        )
+        args.device_label = f"{os.cpu_count()} CPU cores" if args.grid != "gpu" else "gpu"
     os.makedirs(args.output_dir, exist_ok=True)
     csv_path = args.csv or os.path.join(args.output_dir, "study.csv")
     cells = [
@@ -548,6 +716,8 @@ def main(argv=None) -> int:
                 )
                 continue
             append_row(csv_path, row)
+            if args.archive:
+                archive_cell(run_dir, os.path.join(args.archive, name))
             finished += 1
             elapsed = time.time() - started
             eta = elapsed / finished * (len(todo) - index - 1)

@@ -31,6 +31,10 @@ def _add_data_config(cfg: CN) -> None:
     cfg.DATASETS.SHAPES.IMAGE_SIZE = 128
     # Seed of the generator: the same seed writes the same bytes.
     cfg.DATASETS.SHAPES.SEED = 0
+    # Seed of a second, independent copy registered as "shapes_holdout_train" and
+    # "shapes_holdout_val" (same sizes): a held-out split on which to choose a recipe
+    # before reporting on "shapes_val". Negative: not registered.
+    cfg.DATASETS.SHAPES.HOLDOUT_SEED = 1000
 
 
 def _add_solver_config(cfg: CN) -> None:

@@ -40,9 +40,11 @@ def main(args):
         trainer.resume_or_load(resume=args.resume)
         results = trainer.train()
     if comm.is_main_process():
-        for dataset_results in [results] if "bbox" in results else results.values():
+        named = {"": results} if "bbox" in results else results
+        for name, dataset_results in named.items():
             if isinstance(dataset_results, dict) and "bbox" in dataset_results:
-                print(f"box AP: {dataset_results['bbox']['AP']:.1f}")
+                label = f" ({name})" if len(named) > 1 else ""
+                print(f"box AP{label}: {dataset_results['bbox']['AP']:.1f}")
     return results
 
 

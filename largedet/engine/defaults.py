@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 
 import torch
 from detectron2.config import CfgNode, get_cfg
@@ -48,7 +49,10 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     cfg.merge_from_list(args.opts)
     resolve_device(cfg)
     cfg.freeze()
-    register_shapes(shapes_spec_from_config(cfg))
+    spec = shapes_spec_from_config(cfg)
+    register_shapes(spec)
+    if cfg.DATASETS.SHAPES.HOLDOUT_SEED >= 0:
+        register_shapes(replace(spec, seed=cfg.DATASETS.SHAPES.HOLDOUT_SEED), prefix="shapes_holdout")
     register_all_openimages(
         cfg.DATASETS.OPENIMAGES.ROOT or None,
         cache_dir=cfg.DATASETS.OPENIMAGES.CACHE_DIR or None,

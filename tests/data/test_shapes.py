@@ -93,3 +93,34 @@ def test_registered_in_detectron2_catalogs(tiny_shapes):
 def test_bad_sizes_are_rejected(key, value):
     with pytest.raises(ValueError, match=key):
         ShapesSpec(**{key: value})
+
+
+@pytest.mark.parametrize("holdout_seed", [1000, -1])
+def test_config_registers_a_held_out_copy_of_another_seed(tmp_path, holdout_seed):
+    import argparse
+
+    from detectron2.data import DatasetCatalog, MetadataCatalog
+
+    from largedet.engine.defaults import setup_cfg
+
+    for name in ("shapes_holdout_train", "shapes_holdout_val"):
+        if name in DatasetCatalog.list():
+            DatasetCatalog.remove(name)
+            MetadataCatalog.remove(name)
+    args = argparse.Namespace(config_file="", opts=[
+        "DATASETS.SHAPES.ROOT", str(tmp_path), "DATASETS.SHAPES.NUM_TRAIN", "3",
+        "DATASETS.SHAPES.NUM_VAL", "2", "DATASETS.SHAPES.IMAGE_SIZE", "32",
+        "DATASETS.SHAPES.HOLDOUT_SEED", str(holdout_seed), "MODEL.DEVICE", "cpu",
+    ])  # fmt: skip
+    setup_cfg(args, log=False)
+    if holdout_seed < 0:
+        assert "shapes_holdout_val" not in DatasetCatalog.list()
+        return
+    spec = MetadataCatalog.get("shapes_holdout_val").shapes_spec
+    assert spec == ShapesSpec(num_train=3, num_val=2, image_size=32, seed=1000, root=str(tmp_path))
+    held_out = DatasetCatalog.get("shapes_holdout_val")
+    reported = DatasetCatalog.get("shapes_val")
+    assert len(held_out) == 2
+    # other images than the reported split's
+    with open(held_out[0]["file_name"], "rb") as a, open(reported[0]["file_name"], "rb") as b:
+        assert a.read() != b.read()

@@ -32,13 +32,13 @@ def study():
 def cfg_of(study, plan):
     """The config the study's run would train with: the base yaml plus the overrides."""
     cfg = add_largedet_config(get_cfg())
-    cfg.merge_from_file(os.path.join(ROOT, study.build_grid("cpu").config))
+    cfg.merge_from_file(os.path.join(ROOT, study.build_grid("short").config))
     cfg.merge_from_list(plan.overrides)
     return cfg
 
 
-def test_cpu_grid_has_every_optimizer_at_every_batch_and_the_extra_cells(study):
-    grid = study.build_grid("cpu")
+def test_short_grid_has_every_optimizer_at_every_batch_and_the_extra_cells(study):
+    grid = study.build_grid("short")
     names = [c.name for c in grid.cells]
     assert len(names) == len(set(names))
     for opt in ("sgd", "lamb", "pmd_lamb", "lars", "adamw"):
@@ -74,7 +74,7 @@ def test_plan_arithmetic_and_the_config_it_produces(
     study, optimizer, batch, lr, iterations, warmup, steps, period
 ):
     plan = study.plan_cell(
-        study.build_grid("cpu"), study.Cell(optimizer, batch), 2.0, "/tmp/x", world=1
+        study.build_grid("short"), study.Cell(optimizer, batch), 2.0, "/tmp/x", world=1
     )
     assert plan.iterations == iterations and plan.warmup == warmup and plan.steps == steps
     assert plan.lr == pytest.approx(lr, rel=1e-12)
@@ -83,6 +83,7 @@ def test_plan_arithmetic_and_the_config_it_produces(
     cfg = cfg_of(study, plan)
     assert lr_scaling(cfg).lr == pytest.approx(lr, rel=1e-12)
     assert cfg.SOLVER.OPTIMIZER == study.OPTIMIZERS[optimizer].name
+    assert study.build_grid("short").recipe(optimizer) == study.OPTIMIZERS[optimizer]
     assert cfg.SOLVER.MAX_ITER * cfg.SOLVER.IMS_PER_BATCH == 16 * 1536
     assert batch_plan(cfg, 1).accumulation == batch // min(16, batch)
     assert tuple(cfg.SOLVER.STEPS) == steps and cfg.SOLVER.WARMUP_ITERS == warmup
@@ -91,7 +92,7 @@ def test_plan_arithmetic_and_the_config_it_produces(
 
 
 def test_agvm_and_sweep_cells_override_what_they_name(study):
-    grid = study.build_grid("cpu")
+    grid = study.build_grid("short")
     plan = study.plan_cell(
         grid,
         study.Cell("pmd_lamb", 1024, pmd_period=3, pmd_decay="linear", agvm=True),
@@ -133,7 +134,7 @@ def fake_run(run_dir, ap=None, losses=(2.0, 1.5), speed=None):
 
 def test_summarize_reads_ap_speed_and_divergence(study, tmp_path):
     args = types.SimpleNamespace(
-        num_gpus=1, grid_obj=study.build_grid("cpu"), device_label="cpu", threads=1
+        num_gpus=1, grid_obj=study.build_grid("short"), device_label="cpu", threads=1
     )
     plan = study.plan_cell(args.grid_obj, study.Cell("lamb", 64), 2.0, str(tmp_path), 1)
     log = fake_run(str(tmp_path / "ok"), ap=41.234, speed=0.5)
@@ -174,11 +175,11 @@ def test_study_resumes_and_skips_finished_cells(study, tmp_path, monkeypatch):
     monkeypatch.setattr(study, "ensure_pretrained", lambda args: "/weights/backbone.pth")
     out = str(tmp_path / "study")
     only = ["sgd-bs1024", "adamw-bs1024", "sgd-bs256"]
-    assert study.main(["--output-dir", out, "--only", *only]) == 1  # one failure
+    assert study.main(["--grid", "short", "--output-dir", out, "--only", *only]) == 1  # one failure
     with open(os.path.join(out, "study.csv")) as f:
         assert [r["cell"] for r in csv.DictReader(f)] == ["sgd-bs1024", "sgd-bs256"]
     calls.extend(["pad"] * 10)
-    assert study.main(["--output-dir", out, "--only", *only]) == 0
+    assert study.main(["--grid", "short", "--output-dir", out, "--only", *only]) == 0
     assert calls[-1] == "adamw-bs1024"  # only the failed cell ran again
     with open(os.path.join(out, "study.csv")) as f:
         rows = list(csv.DictReader(f))
@@ -215,7 +216,7 @@ def test_pretrained_backbone_keeps_only_the_resnet_and_is_made_once(study, tmp_p
         return 0, "", 1.0
 
     monkeypatch.setattr(study, "train", train)
-    args = types.SimpleNamespace(grid_obj=study.build_grid("cpu"), output_dir=str(tmp_path))
+    args = types.SimpleNamespace(grid_obj=study.build_grid("short"), output_dir=str(tmp_path))
     path = study.ensure_pretrained(args)
     saved = torch.load(path)["model"]
     assert list(saved) == ["backbone.bottom_up.stem.conv1.weight"]
@@ -243,7 +244,7 @@ def test_recommended_configs_are_the_study_cells_they_came_from(
     cfg = add_largedet_config(get_cfg())
     cfg.merge_from_file(path)
     plan = study.plan_cell(
-        study.build_grid("cpu"), study.Cell(optimizer, batch, lr_factor=lr_factor), 2.0, "/tmp/x", 1
+        study.build_grid("short"), study.Cell(optimizer, batch, lr_factor=lr_factor), 2.0, "/tmp/x", 1
     )
     cell = cfg_of(study, plan)
     assert lr_scaling(cfg).lr == pytest.approx(plan.lr, rel=1e-12)
@@ -259,3 +260,100 @@ def test_recommended_configs_are_the_study_cells_they_came_from(
         assert cfg.SOLVER[key] == cell.SOLVER[key], key
     if optimizer == "pmd_lamb":
         assert cfg.SOLVER.PMD.PERIOD == cell.SOLVER.PMD.PERIOD
+
+
+def test_steps_grid_gives_every_batch_the_same_epochs_and_batch_1024_300_steps(study):
+    grid = study.build_grid("steps")
+    names = [c.name for c in grid.cells]
+    assert len(names) == len(set(names))
+    required = {
+        "sgd-bs16-wu2", "sgd-bs256", "sgd-bs1024", "pmd_lamb-bs256", "pmd_lamb-bs1024",
+        "lamb-bs1024", "adamw-bs1024", "pmd_lamb-bs1024-agvm", "pmd_lamb-bs1024-ep1.4x",
+        "pmd_lamb-bs1024-lrx0.5", "pmd_lamb-bs1024-lrx2", "pmd_lamb-bs1024-wu20",
+        "pmd_lamb-bs1024-wu80", "sgd-bs16-wu2-s1", "pmd_lamb-bs1024-s1",
+    }  # fmt: skip
+    assert required <= set(names)
+    for cell in grid.cells:
+        plan = study.plan_cell(grid, cell, None, "/tmp/x", 1)
+        images = plan.iterations * cell.batch
+        # the same 200 epochs of 1536 images for every cell, 1.4x for the longer schedule
+        assert images == round(200 * cell.epochs_factor) * 1536, cell.name
+        if cell.batch == 1024:
+            assert plan.iterations >= 300, cell.name
+        cfg = cfg_of(study, plan)
+        assert cfg.DATASETS.TEST == ("shapes_holdout_val", "shapes_val")
+        assert lr_scaling(cfg).lr == pytest.approx(plan.lr, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "cell, lr, iterations, warmup, period",
+    [
+        # warm-up 40 epochs = 40 x 1536 / B steps; the baseline's 2 epochs
+        (("sgd", 16, {"warmup_epochs": 2}), 0.02, 19200, 192, None),
+        (("sgd", 1024, {}), 1.28, 300, 60, None),
+        # adaptive: sqrt rule from 0.005 at batch 16
+        (("pmd_lamb", 1024, {}), 0.04, 300, 60, 75),
+        (("pmd_lamb", 256, {}), 0.02, 1200, 240, 300),
+        (("pmd_lamb", 1024, {"epochs_factor": 1.4}), 0.04, 420, 60, 105),
+        (("pmd_lamb", 1024, {"warmup_epochs": 80}), 0.04, 300, 120, 75),
+        (("pmd_lamb", 1024, {"lr_factor": 2.0}), 0.08, 300, 60, 75),
+        (("adamw", 1024, {}), 5e-4 * 8, 300, 60, None),
+    ],
+)
+def test_steps_grid_plan_arithmetic(study, cell, lr, iterations, warmup, period):
+    optimizer, batch, extra = cell
+    plan = study.plan_cell(study.build_grid("steps"), study.Cell(optimizer, batch, **extra), None, "/x", 1)
+    assert (plan.lr, plan.iterations, plan.warmup, plan.pmd_period) == (
+        pytest.approx(lr, rel=1e-12), iterations, warmup, period
+    )
+    assert plan.steps == (round(iterations * 3 / 4), round(iterations * 11 / 12))
+
+
+def test_summarize_reads_the_held_out_and_the_reported_split(study, tmp_path):
+    args = types.SimpleNamespace(
+        num_gpus=1, grid_obj=study.build_grid("steps"), device_label="cpu", threads=1
+    )
+    plan = study.plan_cell(args.grid_obj, study.Cell("pmd_lamb", 1024), None, str(tmp_path), 1)
+    run_dir = str(tmp_path / "run")
+    fake_run(run_dir)
+    with open(os.path.join(run_dir, "metrics.json"), "a") as f:
+        row = {"iteration": 299}
+        for name, ap in (("shapes_holdout_val", 61.5), ("shapes_val", 63.25)):
+            row.update({f"{name}/bbox/AP": ap, f"{name}/bbox/AP50": ap + 20, f"{name}/bbox/AP75": ap + 1})
+        f.write(json.dumps(row) + "\n")
+    row = study.summarize(plan, run_dir, "", 0, 10.0, args)
+    assert (row["box_ap"], row["ap50"], row["ap75"]) == ("63.25", "83.25", "64.25")
+    assert (row["holdout_ap"], row["holdout_ap50"]) == ("61.50", "81.50")
+    assert row["warmup_epochs"] == "40" and row["epochs"] == "200" and row["lr_factor"] == "1"
+    # a run evaluated on one set has no held-out AP (Detectron2 then drops the set's name)
+    fake_run(str(tmp_path / "one"), ap=50.0)
+    row = study.summarize(plan, str(tmp_path / "one"), "", 0, 10.0, args)
+    assert row["box_ap"] == "50.00" and row["holdout_ap"] == ""
+
+
+def test_wall_clock_adds_up_over_resumed_invocations(study, tmp_path, monkeypatch):
+    script = tmp_path / "fake_train.py"
+    script.write_text("import time; time.sleep(0.3)\n")
+    monkeypatch.setattr(study, "TRAIN_NET", str(script))
+    args = types.SimpleNamespace(grid_obj=study.build_grid("steps"), num_gpus=1, threads=1)
+    run_dir = str(tmp_path / "cell")
+    _, _, first = study.train([], run_dir, args)
+    assert 0.3 <= first < 5
+    # an interrupted run that left a checkpoint: the next invocation adds to it
+    open(os.path.join(run_dir, "last_checkpoint"), "w").write("model_0000009.pth")
+    _, text, total = study.train([], run_dir, args)
+    assert total >= first + 0.3 and "--resume" in text
+    assert float(open(os.path.join(run_dir, study.WALL_CLOCK_FILE)).read()) == pytest.approx(total, abs=0.1)
+    # a fresh start (no checkpoint) starts the count again
+    os.remove(os.path.join(run_dir, "last_checkpoint"))
+    _, _, again = study.train([], run_dir, args)
+    assert again < total
+
+
+def test_archive_copies_config_and_metrics(study, tmp_path):
+    run_dir = tmp_path / "run"
+    fake_run(str(run_dir), ap=1.0)
+    (run_dir / "config.yaml").write_text("SOLVER: {}\n")
+    (run_dir / "model_final.pth").write_bytes(b"x")
+    study.archive_cell(str(run_dir), str(tmp_path / "archive" / "cell"))
+    assert sorted(os.listdir(tmp_path / "archive" / "cell")) == ["config.yaml", "metrics.json"]
