@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+from ..study.grid import cell_kind
+
 __all__ = [
     "RunCurves",
     "load_run",
@@ -71,15 +73,10 @@ def load_study(path: str) -> List[dict]:
     return rows
 
 
-def _is_main_cell(row: dict) -> bool:
-    """A cell of the main grid: default LR, default PMD period and decay, no AGVM."""
-    return row["cell"] == f"{row['optimizer']}-bs{row['batch']}"
-
-
 def study_table(rows: Sequence[dict]) -> str:
     """A Markdown table of box AP (optimizer x batch) of the main grid; "div." marks a
     diverged run, "-" a cell not run."""
-    main = [r for r in rows if _is_main_cell(r)]
+    main = [r for r in rows if cell_kind(r["cell"]) == "main"]
     batches = sorted({r["batch"] for r in main})
     optimizers = list(dict.fromkeys(r["optimizer"] for r in main))
     cell = {(r["optimizer"], r["batch"]): r for r in main}
@@ -108,12 +105,11 @@ def plot_ap_vs_batch(rows: Sequence[dict], path: str, title: str = "") -> str:
     colors = dict(zip(optimizers, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for opt in optimizers:
         for agvm, style in (("no", "-o"), ("yes", "--s")):
+            kind = "agvm" if agvm == "yes" else "main"
             cells = sorted(
-                (r for r in rows if r["optimizer"] == opt and r.get("agvm", "no") == agvm
-                 and (agvm == "yes" or _is_main_cell(r)) and "lrx" not in r["cell"]
-                 and (agvm == "no" or r["cell"] == f"{opt}-bs{r['batch']}-agvm")),
+                (r for r in rows if r["optimizer"] == opt and cell_kind(r["cell"]) == kind),
                 key=lambda r: r["batch"],
-            )  # fmt: skip
+            )
             ok = [r for r in cells if r["diverged"] != "yes" and r["box_ap"] is not None]
             bad = [r for r in cells if r["diverged"] == "yes"]
             label = opt + (" + AGVM" if agvm == "yes" else "")

@@ -1,11 +1,10 @@
-"""benchmarks/batch_scaling_study.py: the plan of each cell, its CSV row, resumption."""
+"""largedet.study (benchmarks/batch_scaling_study.py): the grids, the plan of each cell, its
+CSV row, resumption."""
 
 import csv
-import importlib.util
 import json
 import math
 import os
-import sys
 import types
 
 import pytest
@@ -15,18 +14,15 @@ from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
 from largedet.engine import batch_plan
 from largedet.solver import lr_scaling
+from largedet.study import grid as schema
+from largedet.study import runner
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 @pytest.fixture(scope="module")
 def study():
-    path = os.path.join(ROOT, "benchmarks", "batch_scaling_study.py")
-    spec = importlib.util.spec_from_file_location("batch_scaling_study", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return runner
 
 
 def cfg_of(study, plan):
@@ -74,7 +70,7 @@ def test_plan_arithmetic_and_the_config_it_produces(
     study, optimizer, batch, lr, iterations, warmup, steps, period
 ):
     plan = study.plan_cell(
-        study.build_grid("short"), study.Cell(optimizer, batch), 2.0, "/tmp/x", world=1
+        study.build_grid("short"), schema.Cell(optimizer, batch), 2.0, "/tmp/x", world=1
     )
     assert plan.iterations == iterations and plan.warmup == warmup and plan.steps == steps
     assert plan.lr == pytest.approx(lr, rel=1e-12)
@@ -82,8 +78,8 @@ def test_plan_arithmetic_and_the_config_it_produces(
     # the overrides make largedet's own LR scaling, batch plan and schedule agree
     cfg = cfg_of(study, plan)
     assert lr_scaling(cfg).lr == pytest.approx(lr, rel=1e-12)
-    assert cfg.SOLVER.OPTIMIZER == study.OPTIMIZERS[optimizer].name
-    assert study.build_grid("short").recipe(optimizer) == study.OPTIMIZERS[optimizer]
+    assert cfg.SOLVER.OPTIMIZER == schema.OPTIMIZERS[optimizer].name
+    assert study.build_grid("short").recipe(optimizer) == schema.OPTIMIZERS[optimizer]
     assert cfg.SOLVER.MAX_ITER * cfg.SOLVER.IMS_PER_BATCH == 16 * 1536
     assert batch_plan(cfg, 1).accumulation == batch // min(16, batch)
     assert tuple(cfg.SOLVER.STEPS) == steps and cfg.SOLVER.WARMUP_ITERS == warmup
@@ -95,7 +91,7 @@ def test_agvm_and_sweep_cells_override_what_they_name(study):
     grid = study.build_grid("short")
     plan = study.plan_cell(
         grid,
-        study.Cell("pmd_lamb", 1024, pmd_period=3, pmd_decay="linear", agvm=True),
+        schema.Cell("pmd_lamb", 1024, pmd_period=3, pmd_decay="linear", agvm=True),
         2.0,
         "/tmp/x",
         1,
@@ -136,7 +132,7 @@ def test_summarize_reads_ap_speed_and_divergence(study, tmp_path):
     args = types.SimpleNamespace(
         num_gpus=1, grid_obj=study.build_grid("short"), device_label="cpu", threads=1
     )
-    plan = study.plan_cell(args.grid_obj, study.Cell("lamb", 64), 2.0, str(tmp_path), 1)
+    plan = study.plan_cell(args.grid_obj, schema.Cell("lamb", 64), 2.0, str(tmp_path), 1)
     log = fake_run(str(tmp_path / "ok"), ap=41.234, speed=0.5)
     row = study.summarize(plan, str(tmp_path / "ok"), log, 0, 100.0, args)
     assert row["box_ap"] == "41.23" and row["ap50"] == "51.23" and row["ap75"] == "36.23"
@@ -244,7 +240,7 @@ def test_recommended_configs_are_the_study_cells_they_came_from(
     cfg = add_largedet_config(get_cfg())
     cfg.merge_from_file(path)
     plan = study.plan_cell(
-        study.build_grid("short"), study.Cell(optimizer, batch, lr_factor=lr_factor), 2.0, "/tmp/x", 1
+        study.build_grid("short"), schema.Cell(optimizer, batch, lr_factor=lr_factor), 2.0, "/tmp/x", 1
     )
     cell = cfg_of(study, plan)
     assert lr_scaling(cfg).lr == pytest.approx(plan.lr, rel=1e-12)
@@ -302,7 +298,7 @@ def test_steps_grid_gives_every_batch_the_same_epochs_and_batch_1024_300_steps(s
 )
 def test_steps_grid_plan_arithmetic(study, cell, lr, iterations, warmup, period):
     optimizer, batch, extra = cell
-    plan = study.plan_cell(study.build_grid("steps"), study.Cell(optimizer, batch, **extra), None, "/x", 1)
+    plan = study.plan_cell(study.build_grid("steps"), schema.Cell(optimizer, batch, **extra), None, "/x", 1)
     assert (plan.lr, plan.iterations, plan.warmup, plan.pmd_period) == (
         pytest.approx(lr, rel=1e-12), iterations, warmup, period
     )
@@ -313,7 +309,7 @@ def test_summarize_reads_the_held_out_and_the_reported_split(study, tmp_path):
     args = types.SimpleNamespace(
         num_gpus=1, grid_obj=study.build_grid("steps"), device_label="cpu", threads=1
     )
-    plan = study.plan_cell(args.grid_obj, study.Cell("pmd_lamb", 1024), None, str(tmp_path), 1)
+    plan = study.plan_cell(args.grid_obj, schema.Cell("pmd_lamb", 1024), None, str(tmp_path), 1)
     run_dir = str(tmp_path / "run")
     fake_run(run_dir)
     with open(os.path.join(run_dir, "metrics.json"), "a") as f:
@@ -357,3 +353,22 @@ def test_archive_copies_config_and_metrics(study, tmp_path):
     (run_dir / "model_final.pth").write_bytes(b"x")
     study.archive_cell(str(run_dir), str(tmp_path / "archive" / "cell"))
     assert sorted(os.listdir(tmp_path / "archive" / "cell")) == ["config.yaml", "metrics.json"]
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("sgd-bs16-wu2", "main"),  # the steps grid's baseline
+        ("pmd_lamb-bs1024", "main"),
+        ("lars-bs64", "main"),  # the short grid's
+        ("pmd_lamb-bs1024-agvm", "agvm"),
+        ("sgd-bs256-agvm", "agvm"),
+        ("pmd_lamb-bs1024-lrx2", "extra"),
+        ("sgd-bs16-wu2-s1", "extra"),
+        ("pmd_lamb-bs1024-ep1.4x", "extra"),
+        ("sgd-bs16", "main"),
+        ("nothing-bs3", "extra"),
+    ],
+)
+def test_cell_kind_of_every_grid(name, kind):
+    assert schema.cell_kind(name) == kind

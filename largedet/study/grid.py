@@ -1,0 +1,431 @@
+"""The batch-scaling study's schema: its grids, cells, per-cell plan and CSV columns.
+
+``benchmarks/batch_scaling_study.py`` runs the cells (one ``tools/train_net.py`` per cell)
+and :mod:`largedet.utils.plotting` draws the CSV it writes; both take the names and
+columns from here. Two CPU grids on the shapes data at 64 px:
+
+* ``steps`` (steps-matched): 200 epochs of 1536 images for every batch, so batch 1024
+  gets 300 optimizer steps; warm-up 40 epochs; held-out split to choose on, ``shapes_val``
+  to report;
+* ``short`` (short budget): 16 epochs for every batch, so batch 1024 gets 24 steps.
+
+How each cell is set (see :func:`plan_cell`):
+  * iterations = epochs x training images / batch; warm-up in epochs of images (at least
+    3 steps, at most half the run); LR x0.1 at 3/4 and 11/12 of the run;
+  * peak LR = the optimizer's reference LR at batch 16 scaled by its rule
+    (:data:`largedet.solver.LSR_RULES`): linear for SGD, square root for the adaptive ones;
+  * PMD-LAMB's period T = a quarter of the run's iterations unless the cell sets it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..solver.lr_scheduler import LSR_RULES
+
+__all__ = [
+    "CSV_FIELDS",
+    "GRID_NAMES",
+    "HOLDOUT_SET",
+    "OPTIMIZERS",
+    "REFERENCE_BATCH",
+    "Cell",
+    "Grid",
+    "OptimizerRecipe",
+    "Plan",
+    "build_grid",
+    "cell_kind",
+    "final_ap",
+    "plan_cell",
+    "scaled_lr",
+]
+
+
+@dataclass(frozen=True)
+class OptimizerRecipe:
+    """How one optimizer is run in the study: its name in ``SOLVER.OPTIMIZER``, peak LR at
+    the reference batch 16, the LR scaling rule and any extra config overrides."""
+
+    name: str
+    reference_lr: float
+    rule: str
+    weight_decay: float = 1e-4
+    overrides: Tuple[str, ...] = ()
+
+
+# Reference LRs at batch 16. SGD: Detectron2's 0.02. LAMB and PMD-LAMB: a relative step
+# of 1% per iteration (0.02 at batch 64 was the best of 0.01/0.02/0.04 on the shapes
+# demo). LARS: eta = 0.001 with momentum 0.9 gives the same 1% relative step at LR 1;
+# all its layers are adapted (a plain SGD step at LARS's LR would blow up the norm
+# layers). AdamW: 1e-3, the usual from-scratch value, with decoupled weight decay 0.05.
+OPTIMIZERS: Dict[str, OptimizerRecipe] = {
+    "sgd": OptimizerRecipe("SGD", 0.02, "linear"),
+    "lamb": OptimizerRecipe("LAMB", 0.01, "sqrt"),
+    "pmd_lamb": OptimizerRecipe("PMD_LAMB", 0.01, "sqrt"),
+    "lars": OptimizerRecipe(
+        "LARS", 1.0, "sqrt", overrides=("SOLVER.ADAPT_NORM", "True", "SOLVER.ADAPT_BIAS", "True")
+    ),
+    "adamw": OptimizerRecipe("AdamW", 1e-3, "sqrt", weight_decay=0.05),
+}
+REFERENCE_BATCH = 16
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run of the study."""
+
+    optimizer: str
+    batch: int
+    pmd_period: Optional[int] = None  # PMD-LAMB only; None: a quarter of the run
+    pmd_decay: str = "cosine"
+    agvm: bool = False
+    # AGVM's estimate period and moving-average momentum; None: the config's (10, 0.97)
+    agvm_period: Optional[int] = None
+    agvm_momentum: Optional[float] = None
+    seed: Optional[int] = None  # SEED of the run (initialisation, data order); None: the config's
+    lr_factor: float = 1.0  # multiplies the scaled LR (LR sweeps)
+    epochs_factor: float = 1.0  # multiplies the grid's epochs (longer schedules)
+    warmup_epochs: Optional[float] = None  # None: the grid's (or --warmup-epochs)
+
+    @property
+    def name(self) -> str:
+        parts = [self.optimizer, f"bs{self.batch}"]
+        if self.epochs_factor != 1.0:
+            parts.append(f"ep{self.epochs_factor:g}x")
+        if self.warmup_epochs is not None:
+            parts.append(f"wu{self.warmup_epochs:g}")
+        if self.pmd_period is not None or self.pmd_decay != "cosine":
+            parts.append(f"T{self.pmd_period or 'auto'}-{self.pmd_decay}")
+        if self.lr_factor != 1.0:
+            parts.append(f"lrx{self.lr_factor:g}")
+        if self.agvm:
+            parts.append("agvm")
+            if self.agvm_period is not None:
+                parts.append(f"p{self.agvm_period}m{self.agvm_momentum:g}")
+        if self.seed is not None:
+            parts.append(f"s{self.seed}")
+        return "-".join(parts)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A study: the base config, the data size, the epochs and the cells."""
+
+    config: str
+    num_train: int
+    epochs: int
+    ims_per_device: int
+    cells: Tuple[Cell, ...]
+    extra_overrides: Tuple[str, ...] = ()
+    # Overrides of a batch-16 SGD run on a *different* split of the data whose trained
+    # ResNet (``backbone.bottom_up``) initialises every cell, as ImageNet weights do on
+    # COCO; None: every cell trains from scratch (or from extra_overrides' MODEL.WEIGHTS).
+    pretrain: Optional[Tuple[str, ...]] = None
+    # warm-up in epochs of the grid's training set (at least 3 steps, at most half the run)
+    warmup_epochs: float = 2.0
+    # the optimizers' reference LRs and rules; None: OPTIMIZERS
+    optimizers: Optional[Dict[str, OptimizerRecipe]] = None
+    # the test set the README reports; the others (a held-out split) choose the recipe
+    report_set: str = "shapes_val"
+    # the cells of the optimizer x batch table (a subset of ``cells``); the rest are
+    # sweeps, AGVM, longer schedules and second seeds
+    main: Tuple[Cell, ...] = ()
+
+    def recipe(self, optimizer: str) -> OptimizerRecipe:
+        table = self.optimizers or OPTIMIZERS
+        if optimizer not in table:
+            raise ValueError(f"unknown optimizer {optimizer!r}; one of {sorted(table)}")
+        return table[optimizer]
+
+
+def _main_grid(batches: Sequence[int]) -> List[Cell]:
+    # largest batch first within each optimizer round, so a partial study already
+    # shows the interesting end of every curve
+    return [Cell(opt, b) for b in sorted(batches, reverse=True) for opt in OPTIMIZERS]
+
+
+def _extra_cells(batches: Sequence[int], iterations_at_largest: int) -> List[Cell]:
+    largest, second = sorted(batches)[-1], sorted(batches)[-2]
+    quarter = max(1, iterations_at_largest // 4)
+    sweep = [
+        Cell("pmd_lamb", largest, pmd_period=max(1, quarter // 2)),
+        Cell("pmd_lamb", largest, pmd_period=quarter * 2),
+        Cell("pmd_lamb", largest, pmd_period=quarter, pmd_decay="linear"),
+    ]
+    # the same sweep at the second-largest batch, where every adaptive optimizer trains
+    quarter2 = quarter * (largest // second)
+    sweep += [
+        Cell("pmd_lamb", second, pmd_period=max(1, quarter2 // 2)),
+        Cell("pmd_lamb", second, pmd_period=quarter2 * 2),
+        Cell("pmd_lamb", second, pmd_period=quarter2, pmd_decay="linear"),
+    ]
+    agvm = [
+        Cell(opt, b, agvm=True) for b in (largest, second) for opt in ("sgd", "pmd_lamb", "adamw")
+    ]
+    # LR around each rule's value at the second-largest batch, where the defaults are chosen
+    factors = {"sgd": (0.25, 0.5), "lamb": (0.5, 2.0), "pmd_lamb": (0.5, 2.0), "lars": (0.5, 2.0),
+               "adamw": (0.5, 2.0)}  # fmt: skip
+    lr_sweep = [Cell(opt, second, lr_factor=f) for opt, fs in factors.items() for f in fs]
+    # AGVM at the paper's period 10 and momentum 0.97 barely moves mu in a run of a few
+    # dozen steps; these estimate every step with momentum 0.8 (a ~5-step average)
+    agvm_short = [
+        Cell(opt, second, agvm=True, agvm_period=1, agvm_momentum=0.8)
+        for opt in ("lamb", "pmd_lamb", "adamw")
+    ]
+    # a second seed of the cells whose differences the README reads, for the noise
+    repeats = [
+        Cell("lamb", second, seed=1),
+        Cell("pmd_lamb", second, seed=1),
+        Cell("pmd_lamb", second, agvm=True, seed=1),
+    ]
+    return sweep + agvm + lr_sweep + agvm_short + repeats
+
+
+# The steps-matched grid's optimizers. SGD keeps Detectron2's 0.02 at batch 16 and the
+# linear rule. The adaptive ones keep the square-root rule from half the short-budget
+# grid's reference: PMD-LAMB at 0.08 (0.01 x sqrt(1024/16)) diverged at step 118 of 300
+# at batch 1024 in the calibration runs (DESIGN.md), 0.04 trained.
+STEPS_OPTIMIZERS: Dict[str, OptimizerRecipe] = {
+    "sgd": OPTIMIZERS["sgd"],
+    "lamb": OptimizerRecipe("LAMB", 0.005, "sqrt"),
+    "pmd_lamb": OptimizerRecipe("PMD_LAMB", 0.005, "sqrt"),
+    "adamw": OptimizerRecipe("AdamW", 5e-4, "sqrt", weight_decay=0.05),
+}
+
+# what every grid on the shapes data at 64 px evaluates: the held-out split (the val
+# split of the seed-1000 data, never trained on) chooses the recipe, shapes_val reports it
+_TEST_SETS = ("DATASETS.TEST", "('shapes_holdout_val', 'shapes_val')")
+
+
+def _steps_main() -> List[Cell]:
+    return [
+        Cell("sgd", 16, warmup_epochs=2),
+        Cell("sgd", 256),
+        Cell("sgd", 1024),
+        Cell("pmd_lamb", 256),
+        Cell("pmd_lamb", 1024),
+        Cell("lamb", 1024),
+        Cell("adamw", 1024),
+    ]
+
+
+def _steps_cells() -> List[Cell]:
+    """The steps-matched grid, in the order two study processes take them: the baseline
+    and the batch-1024 cells first, then batch 256, the sweeps around the best batch-1024
+    optimizer, and the second seeds."""
+    main = [
+        # the baseline: Detectron2's SGD at batch 16 with its short warm-up (2 epochs)
+        Cell("sgd", 16, warmup_epochs=2),
+        Cell("pmd_lamb", 1024),
+        Cell("sgd", 1024),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4),  # LargeDet's longer schedule
+        Cell("lamb", 1024),
+        Cell("adamw", 1024),
+        Cell("pmd_lamb", 1024, agvm=True),
+        Cell("pmd_lamb", 256),
+        Cell("sgd", 256),
+    ]
+    sweeps = [
+        Cell("pmd_lamb", 1024, lr_factor=0.5),
+        Cell("pmd_lamb", 1024, lr_factor=2.0),
+        Cell("pmd_lamb", 1024, warmup_epochs=20),
+        Cell("pmd_lamb", 1024, warmup_epochs=80),
+        Cell("pmd_lamb", 1024, pmd_period=38),  # T = 1/8 of the run (default 1/4: 75)
+        Cell("pmd_lamb", 1024, pmd_period=150),  # T = 1/2 of the run
+    ]
+    seeds = [
+        Cell("sgd", 16, warmup_epochs=2, seed=1),
+        Cell("pmd_lamb", 1024, seed=1),
+        Cell("sgd", 1024, seed=1),
+    ]
+    return main + sweeps + seeds
+
+
+GRID_NAMES = ("steps", "short", "gpu")
+
+
+def build_grid(name: str) -> Grid:
+    batches = (16, 64, 256, 1024)
+    pretrain_1536 = (
+        "DATASETS.SHAPES.SEED", "1000", "DATASETS.SHAPES.NUM_TRAIN", "1536",
+        "DATASETS.TEST", "()",
+    )  # fmt: skip
+    if name == "steps":
+        # Steps-matched: 200 epochs of 1536 images for every batch (307,200 images), so
+        # batch 1024 takes 300 optimizer steps, batch 256 1200 and batch 16 19,200; about
+        # 45 minutes per cell on one core. Warm-up 40 epochs (20% of the run: 60 steps at
+        # batch 1024), LR x0.1 at 3/4 and 11/12, PMD-LAMB's T a quarter of the run.
+        return Grid(
+            config="configs/shapes/study/Base-Study-R10w16-FPN-64px.yaml",
+            num_train=1536,
+            epochs=200,
+            ims_per_device=16,
+            cells=tuple(_steps_cells()),
+            main=tuple(_steps_main()),
+            extra_overrides=_TEST_SETS,
+            # 16 epochs of another 1536 images (seed 1000) at batch 16 with SGD; its FPN
+            # and heads are dropped
+            pretrain=pretrain_1536,
+            warmup_epochs=40.0,
+            optimizers=STEPS_OPTIMIZERS,
+        )
+    if name == "short":
+        # The short-budget regime: 16 epochs for every batch, so batch 1024 gets only 24
+        # optimizer steps (3 of warm-up). It shows what a fixed, small epoch budget does
+        # to each optimizer as the batch grows; it says nothing about batch 1024 given
+        # the steps a real schedule has (see "steps").
+        num_train, epochs = 1536, 16
+        return Grid(
+            config="configs/shapes/study/Base-Study-R10w16-FPN-64px.yaml",
+            num_train=num_train,
+            epochs=epochs,
+            ims_per_device=16,
+            cells=tuple(_main_grid(batches) + _extra_cells(batches, epochs * num_train // 1024)),
+            main=tuple(_main_grid(batches)),
+            pretrain=pretrain_1536,
+        )
+    if name == "gpu":
+        # R50-FPN (ImageNet-initialised) on the shapes dataset at 256 px: 12 epochs of
+        # 16,384 images, batch 16..1024 (1024: 192 iterations).
+        num_train, epochs = 16384, 12
+        return Grid(
+            config="configs/shapes/Base-Shapes-R18-FPN.yaml",
+            num_train=num_train,
+            epochs=epochs,
+            ims_per_device=16,
+            cells=tuple(_main_grid(batches) + _extra_cells(batches, epochs * num_train // 1024)),
+            main=tuple(_main_grid(batches)),
+            extra_overrides=(
+                "MODEL.WEIGHTS", "detectron2://ImageNetPretrained/MSRA/R-50.pkl",
+                "MODEL.RESNETS.DEPTH", "50", "MODEL.RESNETS.RES2_OUT_CHANNELS", "256",
+                "MODEL.FPN.OUT_CHANNELS", "256", "MODEL.ROI_BOX_HEAD.FC_DIM", "1024",
+                "MODEL.BACKBONE.FREEZE_AT", "2", "MODEL.RESNETS.NORM", "SyncBN",
+                "DATASETS.SHAPES.IMAGE_SIZE", "256",
+                "INPUT.MIN_SIZE_TRAIN", "(256,)", "INPUT.MAX_SIZE_TRAIN", "256",
+                "INPUT.MIN_SIZE_TEST", "256", "INPUT.MAX_SIZE_TEST", "256",
+                "MODEL.ANCHOR_GENERATOR.SIZES", "[[16],[32],[64],[128],[256]]",
+                "DATALOADER.NUM_WORKERS", "4", "SOLVER.AMP.ENABLED", "True",
+            ),
+        )  # fmt: skip
+    raise ValueError(f"--grid must be one of {GRID_NAMES}, got {name!r}")
+
+
+def cell_kind(name: str) -> str:
+    """What a cell of any grid is, by its name: ``"main"`` (a cell of the optimizer x batch
+    table), ``"agvm"`` (a main cell with AGVM on and nothing else changed) or ``"extra"``
+    (sweeps, longer schedules, second seeds, cells of no grid)."""
+    for grid_name in GRID_NAMES:
+        for cell in build_grid(grid_name).main:
+            if name == cell.name:
+                return "main"
+            if name == replace(cell, agvm=True).name:
+                return "agvm"
+    return "extra"
+
+
+@dataclass
+class Plan:
+    """Everything derived for one cell: what the run does and the overrides that say so."""
+
+    cell: Cell
+    iterations: int
+    warmup: int
+    steps: Tuple[int, int]
+    lr: float
+    pmd_period: Optional[int]
+    overrides: List[str] = field(default_factory=list)
+
+
+def scaled_lr(recipe: OptimizerRecipe, batch: int) -> float:
+    """The recipe's reference LR at batch 16 scaled to ``batch`` by its rule."""
+    return recipe.reference_lr * LSR_RULES[recipe.rule](batch / REFERENCE_BATCH)
+
+
+def plan_cell(
+    grid: Grid, cell: Cell, warmup_epochs: Optional[float], output_dir: str, world: int
+) -> Plan:
+    """What ``cell`` runs. ``warmup_epochs`` replaces the grid's warm-up for the cells that
+    do not set their own (None: the grid's)."""
+    recipe = grid.recipe(cell.optimizer)
+    epochs = grid.epochs * cell.epochs_factor
+    images = epochs * grid.num_train
+    if abs(images - round(images)) > 1e-6 or round(images) % cell.batch:
+        raise ValueError(
+            f"{cell.name}: {epochs:g} epochs x {grid.num_train} images is not a whole number of batches of {cell.batch}"
+        )
+    iterations = round(images) // cell.batch
+    if cell.warmup_epochs is not None:
+        warmup_epochs = cell.warmup_epochs
+    elif warmup_epochs is None:
+        warmup_epochs = grid.warmup_epochs
+    warmup = min(iterations // 2, max(3, round(warmup_epochs * grid.num_train / cell.batch)))
+    steps = (round(iterations * 3 / 4), round(iterations * 11 / 12))
+    lr = scaled_lr(recipe, cell.batch) * cell.lr_factor
+    per_device = min(grid.ims_per_device, cell.batch // world)
+    period = None
+    if recipe.name == "PMD_LAMB":
+        period = cell.pmd_period or max(1, iterations // 4)
+    overrides = list(grid.extra_overrides) + [
+        "DATASETS.SHAPES.NUM_TRAIN", str(grid.num_train),
+        "SOLVER.OPTIMIZER", recipe.name,
+        "SOLVER.IMS_PER_BATCH", str(cell.batch),
+        "SOLVER.IMS_PER_DEVICE", str(per_device),
+        "SOLVER.LSR.ENABLED", "True",
+        "SOLVER.LSR.RULE", recipe.rule,
+        "SOLVER.LSR.REFERENCE_BATCH", str(REFERENCE_BATCH),
+        "SOLVER.LSR.REFERENCE_LR", repr(recipe.reference_lr * cell.lr_factor),
+        "SOLVER.WEIGHT_DECAY", repr(recipe.weight_decay),
+        "SOLVER.MAX_ITER", str(iterations),
+        "SOLVER.WARMUP_ITERS", str(warmup),
+        "SOLVER.STEPS", f"({steps[0]}, {steps[1]})",
+        # about ten checkpoints a run: an interrupted cell loses at most a tenth of it
+        "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 10)),
+        "SOLVER.DIVERGENCE.WINDOW", "20",
+        "TEST.EVAL_PERIOD", "0",
+        "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
+        "OUTPUT_DIR", output_dir,
+    ] + list(recipe.overrides)  # fmt: skip
+    if cell.seed is not None:
+        overrides += ["SEED", str(cell.seed)]
+    if period is not None:
+        overrides += ["SOLVER.PMD.PERIOD", str(period), "SOLVER.PMD.DECAY", cell.pmd_decay]
+    if cell.agvm:
+        overrides += ["SOLVER.AGVM.ENABLED", "True"]
+        if cell.agvm_period is not None:
+            overrides += ["SOLVER.AGVM.PERIOD", str(cell.agvm_period)]
+        if cell.agvm_momentum is not None:
+            overrides += ["SOLVER.AGVM.MOMENTUM", repr(cell.agvm_momentum)]
+    return Plan(cell, iterations, warmup, steps, lr, period, overrides)
+
+
+CSV_FIELDS = [
+    "cell", "optimizer", "batch", "ims_per_device", "accumulation", "lr_rule", "lr",
+    "warmup_iters", "iterations", "epochs", "pmd_period", "pmd_decay", "agvm",
+    "wall_clock_s", "images_per_s", "box_ap", "ap50", "ap75", "diverged", "final_loss",
+    "device", "threads", "output_dir", "seed", "warmup_epochs", "lr_factor", "holdout_ap",
+    "holdout_ap50",
+]  # fmt: skip
+
+
+HOLDOUT_SET = "shapes_holdout_val"
+
+
+def final_ap(metrics: Sequence[dict], test_set: str, only_named: bool = False) -> Dict[str, str]:
+    """The last AP, AP50 and AP75 (percent, two decimals) of ``test_set`` in a run's
+    metrics.json rows. With one test set Detectron2 writes them without the set's name
+    (``bbox/AP``), which counts unless ``only_named``. Empty strings where there are none."""
+    ap = {k: "" for k in ("AP", "AP50", "AP75")}
+    for m in metrics:
+        for k in ap:
+            keys = [f"{test_set}/bbox/{k}"] + ([] if only_named else [f"bbox/{k}"])
+            for key in keys:
+                if key in m:
+                    # Detectron2 reports NaN when the model detects nothing: COCO AP 0
+                    value = m[key]
+                    ap[k] = f"{value:.2f}" if math.isfinite(value) else "0.00"
+                    break
+    return ap
+
+

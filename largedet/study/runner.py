@@ -1,0 +1,360 @@
+"""Runs the batch-scaling study: one ``tools/train_net.py`` subprocess per cell, a CSV row
+per finished cell; resumable, several processes at once (a lock file per cell).
+
+``benchmarks/batch_scaling_study.py`` is its command line; the grids and the per-cell
+plan are in :mod:`largedet.study.grid`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, final_ap, plan_cell
+
+# the checkout this package lives in: the runner trains through its tools/train_net.py
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
+
+
+def read_done(csv_path: str) -> Dict[str, dict]:
+    if not os.path.exists(csv_path):
+        return {}
+    with open(csv_path, newline="") as f:
+        return {row["cell"]: row for row in csv.DictReader(f)}
+
+
+def append_row(csv_path: str, row: dict) -> None:
+    """Append under an exclusive lock (several study processes may share the file)."""
+    with open(csv_path, "a", newline="") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        if f.tell() == 0:
+            writer.writeheader()
+        writer.writerow(row)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_metrics(path: str) -> List[dict]:
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        continue  # a line cut short by a crash
+    return rows
+
+
+_SPEED = re.compile(r"Overall training speed: (\d+) iterations in \S+ \(([\d.]+) s / it\)")
+
+
+def summarize(
+    plan: Plan, run_dir: str, log_text: str, returncode: int, wall: float, args
+) -> Optional[dict]:
+    """The CSV row of a finished run, or None when it failed for a reason other than
+    divergence."""
+    metrics = read_metrics(os.path.join(run_dir, "metrics.json"))
+    # the divergence guard (largedet.engine.DivergenceGuard) and Detectron2's own
+    # non-finite checks (loss; RPN proposals) all raise FloatingPointError
+    diverged = returncode != 0 and "FloatingPointError" in log_text
+    if returncode != 0 and not diverged:
+        return None
+    ap = final_ap(metrics, args.grid_obj.report_set)
+    holdout = final_ap(metrics, HOLDOUT_SET, only_named=True)
+    if not diverged and ap["AP"] == "":
+        return None
+    losses = [m["total_loss"] for m in metrics if "total_loss" in m]
+    speed = _SPEED.findall(log_text)
+    images_per_s = plan.cell.batch / float(speed[-1][1]) if speed else ""
+    per_device = int(plan.overrides[plan.overrides.index("SOLVER.IMS_PER_DEVICE") + 1])
+    return {
+        "cell": plan.cell.name,
+        "optimizer": plan.cell.optimizer,
+        "batch": plan.cell.batch,
+        "ims_per_device": per_device,
+        "accumulation": plan.cell.batch // (per_device * args.num_gpus),
+        "lr_rule": args.grid_obj.recipe(plan.cell.optimizer).rule,
+        "lr": f"{plan.lr:.6g}",
+        "warmup_iters": plan.warmup,
+        "iterations": plan.iterations,
+        "epochs": f"{args.grid_obj.epochs * plan.cell.epochs_factor:g}",
+        "pmd_period": plan.pmd_period or "",
+        "pmd_decay": plan.cell.pmd_decay if plan.pmd_period else "",
+        "agvm": "yes" if plan.cell.agvm else "no",
+        "wall_clock_s": f"{wall:.1f}",
+        "images_per_s": f"{images_per_s:.2f}" if images_per_s != "" else "",
+        "box_ap": "" if diverged else ap["AP"],
+        "ap50": "" if diverged else ap["AP50"],
+        "ap75": "" if diverged else ap["AP75"],
+        "diverged": "yes" if diverged else "no",
+        "final_loss": f"{losses[-1]:.4f}" if losses else "",
+        "device": args.device_label,
+        "threads": args.threads,
+        "output_dir": os.path.relpath(run_dir, ROOT),
+        "seed": "" if plan.cell.seed is None else plan.cell.seed,
+        "warmup_epochs": f"{plan.warmup * plan.cell.batch / args.grid_obj.num_train:g}",
+        "lr_factor": f"{plan.cell.lr_factor:g}",
+        "holdout_ap": "" if diverged else holdout["AP"],
+        "holdout_ap50": "" if diverged else holdout["AP50"],
+    }
+
+
+def claim(lock_path: str) -> bool:
+    """Create ``lock_path`` exclusively; a lock left by a dead process is taken over."""
+    try:
+        fd = os.open(lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            pid = int(open(lock_path).read().strip() or 0)
+            os.kill(pid, 0)
+            return False  # another live study process runs this cell
+        except (ValueError, ProcessLookupError):
+            os.remove(lock_path)
+            return claim(lock_path)
+        except PermissionError:
+            return False
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+WALL_CLOCK_FILE = "study_wall_clock_s"
+
+
+def _read_wall_clock(run_dir: str) -> float:
+    try:
+        with open(os.path.join(run_dir, WALL_CLOCK_FILE)) as f:
+            return float(f.read().strip() or 0.0)
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _write_wall_clock(run_dir: str, seconds: float) -> None:
+    path = os.path.join(run_dir, WALL_CLOCK_FILE)
+    with open(path + ".tmp", "w") as f:
+        f.write(f"{seconds:.1f}\n")
+    os.replace(path + ".tmp", path)
+
+
+def train(overrides: Sequence[str], run_dir: str, args) -> Tuple[int, str, float]:
+    """Run tools/train_net.py on the grid's config with ``overrides`` (resuming from
+    ``run_dir``'s last checkpoint if there is one); its output goes to run_dir/study_log.txt.
+    Returns the exit status, the log text and the wall-clock seconds of the whole run:
+    those of earlier, interrupted invocations too (kept in ``run_dir/study_wall_clock_s``,
+    updated every 30 s, so a killed invocation loses at most that)."""
+    os.makedirs(run_dir, exist_ok=True)
+    cmd = [sys.executable, TRAIN_NET, "--config", os.path.join(ROOT, args.grid_obj.config)]
+    if args.num_gpus > 1:
+        cmd += ["--num-gpus", str(args.num_gpus)]
+    resuming = os.path.exists(os.path.join(run_dir, "last_checkpoint"))
+    if resuming:
+        cmd.append("--resume")
+    cmd += list(overrides)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    log_path = os.path.join(run_dir, "study_log.txt")
+    before = _read_wall_clock(run_dir) if resuming else 0.0
+    start = time.perf_counter()
+    with open(log_path, "a") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while True:
+            try:
+                proc.wait(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                _write_wall_clock(run_dir, before + time.perf_counter() - start)
+    wall = before + time.perf_counter() - start
+    _write_wall_clock(run_dir, wall)
+    with open(log_path) as f:
+        text = f.read()
+    return proc.returncode, text, wall
+
+
+def run_cell(plan: Plan, run_dir: str, args) -> Tuple[int, str, float]:
+    return train(plan.overrides, run_dir, args)
+
+
+BACKBONE_PREFIX = "backbone.bottom_up."
+
+
+def ensure_pretrained(args) -> Optional[str]:
+    """The grid's pretrained backbone file (trained once, shared by every cell and every
+    study process), or None when the grid trains from scratch."""
+    grid = args.grid_obj
+    if grid.pretrain is None:
+        return None
+    run_dir = os.path.join(args.output_dir, "pretrain")
+    path = os.path.join(run_dir, "backbone.pth")
+    os.makedirs(run_dir, exist_ok=True)
+    lock = os.path.join(run_dir, "study.lock")
+    while not os.path.exists(path):
+        if not claim(lock):
+            time.sleep(10)  # another study process is training it
+            continue
+        try:
+            print(f"pre-training the backbone ({' '.join(grid.pretrain)}) ...", flush=True)
+            overrides = list(grid.extra_overrides) + list(grid.pretrain) + ["OUTPUT_DIR", run_dir]
+            returncode, text, wall = train(overrides, run_dir, args)
+            if returncode != 0:
+                tail = "\n".join(text.strip().splitlines()[-5:])
+                raise RuntimeError(
+                    f"pre-training failed (exit {returncode}); see {run_dir}/study_log.txt:\n{tail}"
+                )
+            import torch
+
+            model = torch.load(os.path.join(run_dir, "model_final.pth"), map_location="cpu")[
+                "model"
+            ]
+            backbone = {k: v for k, v in model.items() if k.startswith(BACKBONE_PREFIX)}
+            torch.save({"model": backbone, "matching_heuristics": False}, path + ".tmp")
+            os.replace(path + ".tmp", path)
+            print(
+                f"    {len(backbone)} backbone tensors in {path} ({wall / 60:.1f} min)", flush=True
+            )
+        finally:
+            os.remove(lock)
+    return path
+
+
+def archive_cell(run_dir: str, dest: str) -> None:
+    """Copy what the README's table and figures need of a finished cell (its config and
+    metrics.json) to ``dest``, where it is committed."""
+    os.makedirs(dest, exist_ok=True)
+    for name in ("config.yaml", "metrics.json"):
+        src = os.path.join(run_dir, name)
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(dest, name))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--grid", default="steps", choices=GRID_NAMES)
+    parser.add_argument(
+        "--output-dir", default=None, help="default: output/batch_scaling_study/GRID"
+    )
+    parser.add_argument("--csv", default=None, help="default: OUTPUT_DIR/study.csv")
+    parser.add_argument(
+        "--archive",
+        default=None,
+        help="copy each finished cell's config.yaml and metrics.json into ARCHIVE/<cell>/",
+    )
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="run only these cells (names from --dry-run)"
+    )
+    parser.add_argument("--skip", nargs="*", default=(), help="leave out these cells")
+    parser.add_argument(
+        "--warmup-epochs", type=float, default=None, help="default: the grid's (steps 40, short 2)"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run (CPU)")
+    parser.add_argument(
+        "--num-gpus", type=int, default=1, help="processes per run (GPUs, or gloo CPU processes)"
+    )
+    parser.add_argument("--device-label", default="", help="machine name written into the CSV")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    args = parser.parse_args(argv)
+    args.grid_obj = build_grid(args.grid)
+    if args.output_dir is None:
+        args.output_dir = os.path.join(ROOT, "output", "batch_scaling_study", args.grid)
+    if not args.device_label:
+        args.device_label = f"{os.cpu_count()} CPU cores" if args.grid != "gpu" else "gpu"
+    os.makedirs(args.output_dir, exist_ok=True)
+    csv_path = args.csv or os.path.join(args.output_dir, "study.csv")
+    cells = [
+        c
+        for c in args.grid_obj.cells
+        if (args.only is None or c.name in args.only) and c.name not in args.skip
+    ]
+    if args.only:
+        unknown = set(args.only) - {c.name for c in args.grid_obj.cells}
+        if unknown:
+            parser.error(f"--only: unknown cells {sorted(unknown)}; see --dry-run")
+    plans = [
+        plan_cell(
+            args.grid_obj,
+            c,
+            args.warmup_epochs,
+            os.path.join(args.output_dir, c.name),
+            args.num_gpus,
+        )
+        for c in cells
+    ]
+    done = read_done(csv_path)
+    if not args.dry_run and any(p.cell.name not in done for p in plans):
+        weights = ensure_pretrained(args)
+        if weights:
+            for p in plans:
+                p.overrides += ["MODEL.WEIGHTS", weights]
+    print(
+        f"batch-scaling study ({args.grid} grid): {len(plans)} cells, {sum(p.cell.name in done for p in plans)} done; CSV {csv_path}"
+    )
+    if args.dry_run:
+        for p in plans:
+            mark = "done" if p.cell.name in done else "todo"
+            print(
+                f"  [{mark}] {p.cell.name:32s} lr {p.lr:<10.5g} iterations {p.iterations:5d} warmup {p.warmup:4d} steps {p.steps} T {p.pmd_period or '-'}"
+            )
+        return 0
+    failures, finished, started = [], 0, time.time()
+    todo = [p for p in plans if p.cell.name not in done]
+    for index, plan in enumerate(todo):
+        name = plan.cell.name
+        if name in read_done(csv_path):
+            continue
+        run_dir = os.path.join(args.output_dir, name)
+        os.makedirs(run_dir, exist_ok=True)
+        lock = os.path.join(run_dir, "study.lock")
+        if not claim(lock):
+            print(f"[{index + 1}/{len(todo)}] {name}: running in another study process, skipped")
+            continue
+        try:
+            print(
+                f"[{index + 1}/{len(todo)}] {name}: {plan.iterations} iterations at LR {plan.lr:.4g} ...",
+                flush=True,
+            )
+            returncode, text, wall = run_cell(plan, run_dir, args)
+            row = summarize(plan, run_dir, text, returncode, wall, args)
+            if row is None:
+                failures.append(name)
+                tail = "\n".join(text.strip().splitlines()[-5:])
+                print(
+                    f"    FAILED (exit {returncode}); see {run_dir}/study_log.txt:\n{tail}",
+                    flush=True,
+                )
+                continue
+            append_row(csv_path, row)
+            if args.archive:
+                archive_cell(run_dir, os.path.join(args.archive, name))
+            finished += 1
+            elapsed = time.time() - started
+            eta = elapsed / finished * (len(todo) - index - 1)
+            result = "diverged" if row["diverged"] == "yes" else f"box AP {row['box_ap']}"
+            print(
+                f"    {result}, {row['images_per_s']} images/s, {wall / 60:.1f} min; ETA of the rest {eta / 60:.0f} min",
+                flush=True,
+            )
+        finally:
+            os.remove(lock)
+    if failures:
+        print(
+            f"{len(failures)} cell(s) failed and will be retried on the next run: {', '.join(failures)}"
+        )
+        return 1
+    return 0
+
