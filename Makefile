@@ -8,12 +8,18 @@ DEMO_CONFIG ?= configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
 
 .PHONY: setup demo test bench video-demo
 
+# Succeeds where some OpenCV is installed: a pip distribution of it, or an importable cv2.
+HAS_OPENCV := import importlib.metadata as m, importlib.util as u, sys; sys.exit(not (u.find_spec("cv2") or any((d.metadata["Name"] or "").lower().startswith("opencv") for d in m.distributions())))
+
 # 1. a working torch/torchvision pair (the pinned one, only where none works);
-# 2. largedet (editable) and its dependencies; 3. Detectron2, only where it does not import.
+# 2. largedet (editable) and its dependencies, with OpenCV's headless build (the extra
+#    "opencv") only where no OpenCV is installed: all of its builds write the same cv2 folder;
+# 3. Detectron2, only where none is installed (never beside or over another one).
 setup:
 	@$(PYTHON) -c "import torch, torchvision; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)" 2>/dev/null \
 		|| $(PIP) install -r requirements-torch.txt
-	$(PIP) install --quiet -e ".[test]"
+	@if $(PYTHON) -c '$(HAS_OPENCV)'; then extras=test; else extras=test,opencv; fi; \
+		echo $(PIP) install --quiet -e ".[$$extras]"; $(PIP) install --quiet -e ".[$$extras]"
 	$(PYTHON) tools/install_detectron2.py
 
 demo: setup

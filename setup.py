@@ -2,7 +2,13 @@
 
 Detectron2 itself is not a dependency here: it is not on the package registry
 under its own name. ``make setup`` (``tools/install_detectron2.py``) adds it only
-where ``import detectron2`` fails.
+where no Detectron2 is installed.
+
+OpenCV is the extra ``opencv`` (its headless build), not a plain requirement: its
+distributions (opencv-python, opencv-python-headless, the contrib builds) all write
+the same ``cv2`` folder, so pulling one in beside another that is already installed
+would overwrite it. ``make setup`` adds the extra only where no OpenCV is installed;
+by hand, ``pip install -e ".[opencv]"`` where you have none.
 """
 
 from setuptools import find_packages, setup
@@ -23,7 +29,6 @@ setup(
         "fvcore>=0.1.5",
         "iopath>=0.1.9",
         "pycocotools>=2.0.6",
-        "opencv-python-headless>=4.8",
         "Pillow>=9",
         "matplotlib>=3.6",
         "tensorboard>=2.12",
@@ -37,5 +42,5 @@ setup(
         "packaging",
         "av>=11",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    extras_require={"test": ["pytest>=7"], "opencv": ["opencv-python-headless>=4.8"]},
 )

@@ -1,14 +1,14 @@
 """largedet: large mini-batch training of detectors and video models on Detectron2.
 
-Importing ``largedet`` makes Detectron2 usable on machines where its compiled
-extension ``detectron2._C`` cannot load (see :mod:`largedet.utils.d2_compat`).
-Where a full Detectron2 is built, nothing is changed.
+Importing ``largedet`` changes nothing in Detectron2 (see
+:mod:`largedet.utils.d2_compat`); ``HAS_COMPILED_D2_OPS`` says whether Detectron2's
+compiled extension ``detectron2._C`` is present.
 """
 
-from .utils.d2_compat import ensure_detectron2_ops
+from .utils.d2_compat import has_compiled_detectron2_ops
 
 __version__ = "0.1.0"
 
-HAS_COMPILED_D2_OPS = ensure_detectron2_ops()
+HAS_COMPILED_D2_OPS = has_compiled_detectron2_ops()
 
 __all__ = ["HAS_COMPILED_D2_OPS", "__version__"]

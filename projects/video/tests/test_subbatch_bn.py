@@ -2,10 +2,11 @@
 merged running statistics equal to full-batch statistics, conversion, grouping,
 and the synchronized path across processes (gloo)."""
 
+import copy
 import os
 import tempfile
+from collections import OrderedDict
 
-import largedet  # noqa: F401  (before Detectron2)
 import pytest
 import torch
 import torch.distributed as dist
@@ -13,18 +14,23 @@ import torch.multiprocessing as mp
 from fvcore.nn.precise_bn import update_bn_stats
 from torch import nn
 
+from detectron2.config import get_cfg
 from detectron2.layers import FrozenBatchNorm2d
+from detectron2.utils.events import EventStorage
 
+from largedet_video import add_video_config
 from largedet_video.layers import (
     BNGrouping,
     NaiveSyncBatchNorm3d,
     SubBatchNorm2d,
     SubBatchNorm3d,
+    SubBatchNormNd,
     bn_grouping,
     convert_from_subbatch_bn,
     convert_to_subbatch_bn,
     set_bn_grouping,
 )
+from largedet_video.modeling import ClassificationHead, VideoClassifier
 
 
 def _random_affine(bn):
@@ -46,6 +52,9 @@ def _input(*shape):
     [
         (SubBatchNorm2d, nn.BatchNorm2d, (12, 3, 4, 5)),
         (SubBatchNorm3d, nn.BatchNorm3d, (6, 3, 2, 4, 5)),
+        (SubBatchNormNd, nn.BatchNorm1d, (12, 3)),
+        (SubBatchNormNd, nn.BatchNorm2d, (12, 3, 4, 5)),
+        (SubBatchNormNd, nn.BatchNorm3d, (6, 3, 2, 4, 5)),
     ],
 )
 @pytest.mark.parametrize("num_splits", [1, 2, 3])
@@ -215,6 +224,87 @@ def test_convert_root_module():
     sub = convert_to_subbatch_bn(bn, BNGrouping(num_splits=3))
     assert type(sub) is SubBatchNorm3d and sub.num_splits == 3 and not sub.training
     assert sub.weight is bn.weight and sub.running_var is bn.running_var
+
+
+def test_syncbn_becomes_subbatch_bn_of_any_rank():
+    """MODEL.VIDEO.NORM "SyncBN" on GPUs builds nn.SyncBatchNorm (built and converted here on
+    the CPU): it becomes SubBatchNormNd, grouped like the others, the same function."""
+    torch.manual_seed(0)
+    plain = _Net()
+    for bn in (plain.bn2d, plain.head[1], plain.head[2]):
+        _random_affine(bn)
+    synced = nn.SyncBatchNorm.convert_sync_batchnorm(copy.deepcopy(plain))
+    assert [type(m) for m in (synced.bn2d, synced.head[1], synced.head[2])] == [nn.SyncBatchNorm] * 3
+    params_before = list(synced.parameters())
+
+    convert_to_subbatch_bn(synced, BNGrouping(num_splits=2))
+    convert_to_subbatch_bn(plain, BNGrouping(num_splits=2))
+    assert [type(m) for m in (synced.bn2d, synced.head[1], synced.head[2])] == [SubBatchNormNd] * 3
+    assert type(synced.frozen) is FrozenBatchNorm2d
+    assert all(a is b for a, b in zip(synced.parameters(), params_before))
+    assert set_bn_grouping(synced, BNGrouping(num_splits=4)) == 3
+    set_bn_grouping(plain, BNGrouping(num_splits=4))
+    x = torch.randn(8, 2, 3, 3, 3)  # 8 clips of 2 frames, 4 groups
+    torch.testing.assert_close(synced(x), plain(x))
+    torch.testing.assert_close(synced.head[1].running_var, plain.head[1].running_var)
+
+    convert_from_subbatch_bn(synced)
+    assert [type(m) for m in (synced.bn2d, synced.head[1], synced.head[2])] == [nn.SyncBatchNorm] * 3
+    assert all(a is b for a, b in zip(synced.parameters(), params_before))
+
+
+def test_batch_norms_it_cannot_take_over_are_named():
+    net = nn.Sequential(OrderedDict(fc=nn.Linear(3, 3), head=nn.Sequential(nn.BatchNorm1d(3))))
+    with pytest.raises(ValueError, match=r"head\.0 \(BatchNorm1d\)"):
+        convert_to_subbatch_bn(net)
+    own_group = nn.SyncBatchNorm(3, process_group=object())  # any non-default group
+    with pytest.raises(ValueError, match="bn .*own process group"):
+        convert_to_subbatch_bn(nn.Sequential(OrderedDict(bn=own_group)))
+
+
+def _video_cfg(**options):
+    cfg = get_cfg()
+    add_video_config(cfg)
+    cfg.MODEL.VIDEO.NUM_CLASSES = 5
+    cfg.MODEL.VIDEO.RESNET.DEPTH = 10
+    cfg.MODEL.VIDEO.RESNET.WIDTH = 8
+    cfg.MULTIGRID.LONG_CYCLE = True
+    cfg.MULTIGRID.BN_BASE_SIZE = 2
+    cfg.merge_from_list([str(x) for pair in options.items() for x in pair])
+    return cfg
+
+
+def test_multigrid_model_groups_gpu_syncbn(single_thread):
+    """Multigrid with MODEL.VIDEO.NORM SyncBN on a GPU: every backbone BN is an nn.SyncBatchNorm,
+    and every one becomes sub-batch BN and is regrouped for each training batch. Only the norm
+    conversion reads MODEL.DEVICE: the model itself stays on the CPU here."""
+    model = VideoClassifier(_video_cfg(**{"MODEL.DEVICE": "cuda", "MODEL.VIDEO.NORM": "SyncBN"}))
+    bns = [m for m in model.backbone.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    # ResNet-10: the stem's, 2 in each of the 4 stages' basic block, the shortcuts' of stages 2-4
+    assert len(bns) == 1 + 4 * 2 + 3
+    assert all(type(m) is SubBatchNormNd for m in bns)
+    model.train()
+    clips = torch.randint(0, 255, (4, 2, 3, 32, 32), dtype=torch.uint8)
+    with EventStorage():
+        model({"clip": clips, "label": torch.tensor([0, 1, 2, 3])})
+    assert {m.grouping for m in bns} == {BNGrouping(num_splits=2)}  # 4 clips in groups of 2
+
+
+def test_multigrid_model_without_batch_norm_is_refused():
+    backbone = nn.Sequential(nn.Conv2d(3, 4, 1), nn.GroupNorm(2, 4))
+    backbone.out_channels = 4
+    with pytest.raises(ValueError, match="MULTIGRID.BN_BASE_SIZE 8 .*no batch norm"):
+        VideoClassifier(
+            backbone=backbone, head=ClassificationHead(4, 5, 0.0), pixel_mean=[0.0] * 3,
+            pixel_std=[1.0] * 3, bn_group_size=8,
+        )  # fmt: skip
+    with_bn1d = nn.Sequential(OrderedDict(conv=nn.Conv2d(3, 4, 1), bn=nn.BatchNorm1d(4)))
+    with_bn1d.out_channels = 4
+    with pytest.raises(ValueError, match=r"MULTIGRID.BN_BASE_SIZE 8 .*bn \(BatchNorm1d\)"):
+        VideoClassifier(
+            backbone=with_bn1d, head=ClassificationHead(4, 5, 0.0), pixel_mean=[0.0] * 3,
+            pixel_std=[1.0] * 3, bn_group_size=8,
+        )  # fmt: skip
 
 
 def _sync_worker(rank, world_size, init_file, x, upstream, out_dir):

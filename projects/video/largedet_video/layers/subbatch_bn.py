@@ -18,6 +18,10 @@ Evaluation, checkpoints and fvcore's ``update_bn_stats`` (precise BN) therefore
 see an ordinary BatchNorm: the modules subclass ``nn.BatchNorm2d`` /
 ``nn.BatchNorm3d`` and keep their parameter and buffer names.
 
+torch's ``nn.SyncBatchNorm`` (what ``MODEL.VIDEO.NORM`` "SyncBN" builds on GPUs)
+takes inputs of any rank, so it becomes :class:`SubBatchNormNd`, which does too;
+the grouping takes over its synchronization (``num_sync_devices``).
+
 Use :func:`convert_to_subbatch_bn` on a built model, then
 :func:`set_bn_grouping` with :func:`bn_grouping` whenever the per-device batch
 changes (each stage, and each short-cycle iteration when its shapes have
@@ -42,6 +46,7 @@ __all__ = [
     "BNGrouping",
     "SubBatchNorm2d",
     "SubBatchNorm3d",
+    "SubBatchNormNd",
     "bn_grouping",
     "convert_to_subbatch_bn",
     "convert_from_subbatch_bn",
@@ -242,13 +247,44 @@ class SubBatchNorm3d(_SubBatchNormMixin, nn.BatchNorm3d):
         self.set_grouping(BNGrouping(num_splits, num_sync_devices))
 
 
+class SubBatchNormNd(_SubBatchNormMixin, nn.BatchNorm2d):
+    """Sub-batch BN for ``(N, C, ...)`` inputs of any rank: what ``nn.SyncBatchNorm``
+    (which takes any rank) becomes. A ``BatchNorm2d`` for evaluation, checkpoints and
+    precise BN; per-channel statistics over N and all trailing axes, as
+    ``nn.SyncBatchNorm``'s. Arguments as :class:`SubBatchNorm2d`."""
+
+    def __init__(
+        self,
+        num_features: int,
+        num_splits: int = 1,
+        num_sync_devices: int = 1,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        self.set_grouping(BNGrouping(num_splits, num_sync_devices))
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+
 # Checked in order: NaiveSyncBatchNorm3d is a BatchNorm2d subclass for 5D inputs.
 _SUB_BATCH_OF = (
+    (nn.SyncBatchNorm, SubBatchNormNd),
     (NaiveSyncBatchNorm3d, SubBatchNorm3d),
     (nn.BatchNorm3d, SubBatchNorm3d),
     (nn.BatchNorm2d, SubBatchNorm2d),
 )
-_PLAIN_OF = ((SubBatchNorm3d, nn.BatchNorm3d), (SubBatchNorm2d, nn.BatchNorm2d))
+_PLAIN_OF = (
+    (SubBatchNormNd, nn.SyncBatchNorm),
+    (SubBatchNorm3d, nn.BatchNorm3d),
+    (SubBatchNorm2d, nn.BatchNorm2d),
+)
 
 
 def _transfer(src: nn.modules.batchnorm._BatchNorm, dst: nn.modules.batchnorm._BatchNorm):
@@ -263,19 +299,32 @@ def _transfer(src: nn.modules.batchnorm._BatchNorm, dst: nn.modules.batchnorm._B
 
 
 def convert_to_subbatch_bn(module: nn.Module, grouping: BNGrouping = BNGrouping()) -> nn.Module:
-    """Replace every ``nn.BatchNorm2d`` / ``nn.BatchNorm3d`` in ``module``
-    (subclasses included: Detectron2's ``BatchNorm2d`` and
-    ``NaiveSyncBatchNorm``, and :class:`NaiveSyncBatchNorm3d`, whose
-    synchronization the grouping takes over) by the sub-batch version with ``grouping``, sharing
-    its parameters and statistics. Layers already sub-batch get ``grouping``;
-    ``FrozenBatchNorm2d`` and other norms are left alone. Children are replaced
-    in place; the (possibly new) root is returned.
+    """Replace every batch norm in ``module`` by the sub-batch version with ``grouping``,
+    sharing its parameters and statistics: ``nn.BatchNorm2d`` / ``nn.BatchNorm3d`` and
+    their subclasses (Detectron2's ``BatchNorm2d`` and ``NaiveSyncBatchNorm``, and
+    :class:`NaiveSyncBatchNorm3d`), and ``nn.SyncBatchNorm`` (as :class:`SubBatchNormNd`),
+    whose synchronization the grouping takes over. Layers already sub-batch get
+    ``grouping``; ``FrozenBatchNorm2d`` and norms other than batch norms are left alone.
+    Children are replaced in place; the (possibly new) root is returned.
+
+    Raises ``ValueError`` naming the layer for a batch norm that cannot be taken over
+    (``BatchNorm1d``, an ``nn.SyncBatchNorm`` with its own process group, other
+    ``_BatchNorm`` subclasses): it would silently keep its own statistics.
     """
+    return _convert_to_subbatch_bn(module, grouping, "")
+
+
+def _convert_to_subbatch_bn(module: nn.Module, grouping: BNGrouping, name: str) -> nn.Module:
     if isinstance(module, _SubBatchNormMixin):
         module.set_grouping(grouping)
         return module
     for bn_cls, sub_cls in _SUB_BATCH_OF:
         if isinstance(module, bn_cls):
+            if isinstance(module, nn.SyncBatchNorm) and module.process_group is not None:
+                raise ValueError(
+                    f"Sub-batch BN cannot take over {name or 'the module'} (nn.SyncBatchNorm with its "
+                    "own process group): its groups synchronize over consecutive ranks of the world."
+                )
             new = sub_cls(
                 module.num_features,
                 grouping.num_splits,
@@ -286,17 +335,23 @@ def convert_to_subbatch_bn(module: nn.Module, grouping: BNGrouping = BNGrouping(
                 module.track_running_stats,
             )
             return _transfer(module, new)
-    for name, child in module.named_children():
-        new_child = convert_to_subbatch_bn(child, grouping)
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        raise ValueError(
+            f"Sub-batch BN cannot take over {name or 'the module'} ({type(module).__name__}): "
+            "it converts BatchNorm2d, BatchNorm3d and SyncBatchNorm."
+        )
+    for child_name, child in module.named_children():
+        new_child = _convert_to_subbatch_bn(child, grouping, f"{name}.{child_name}" if name else child_name)
         if new_child is not child:
-            setattr(module, name, new_child)
+            setattr(module, child_name, new_child)
     return module
 
 
 def convert_from_subbatch_bn(module: nn.Module) -> nn.Module:
     """The inverse of :func:`convert_to_subbatch_bn`: every sub-batch layer
-    becomes a plain ``nn.BatchNorm2d`` / ``nn.BatchNorm3d`` sharing its
-    parameters and statistics (e.g. for export, or to train without groups)."""
+    becomes a plain ``nn.BatchNorm2d`` / ``nn.BatchNorm3d`` (:class:`SubBatchNormNd`:
+    ``nn.SyncBatchNorm`` again) sharing its parameters and statistics (e.g. for
+    export, or to train without groups)."""
     for sub_cls, bn_cls in _PLAIN_OF:
         if isinstance(module, sub_cls):
             new = bn_cls(

@@ -15,7 +15,7 @@ from detectron2.utils.events import get_event_storage
 from largedet.layers import convert_sync_batchnorm
 from torch import nn
 
-from ..layers import bn_grouping, convert_to_subbatch_bn, set_bn_grouping
+from ..layers import BNGrouping, bn_grouping, convert_to_subbatch_bn, set_bn_grouping
 from ..multigrid import multigrid_enabled
 
 from .backbone import build_video_backbone
@@ -37,10 +37,12 @@ class VideoClassifier(nn.Module):
     Output: in training ``{"loss_cls": cross-entropy}``; in eval mode
     ``{"scores": (N, K)}``, the softmax scores averaged over the V views.
 
-    With ``bn_group_size`` G > 0 the backbone's BN layers are sub-batch BN
-    (:mod:`largedet_video.layers.subbatch_bn`): in training, whenever the number of
-    clips per device changes (multigrid stages and short cycles), the model regroups
-    them into groups of G clips (or syncs enough devices to make G), in place.
+    With ``bn_group_size`` G > 0 the backbone's BN layers, synchronized ones included,
+    are sub-batch BN (:mod:`largedet_video.layers.subbatch_bn`): in training, whenever
+    the number of clips per device changes (multigrid stages and short cycles), the
+    model regroups them into groups of G clips (or syncs enough devices to make G), in
+    place. A backbone with no batch norm, or one that sub-batch BN cannot take over, is
+    an error.
     """
 
     @configurable
@@ -63,12 +65,27 @@ class VideoClassifier(nn.Module):
         super().__init__()
         if bn_group_size < 0:
             raise ValueError(f"bn_group_size must be >= 0, got {bn_group_size}")
-        self.backbone = convert_to_subbatch_bn(backbone) if bn_group_size else backbone
+        if bn_group_size:
+            backbone = self._subbatch_backbone(backbone, bn_group_size)
+        self.backbone = backbone
         self.bn_group_size = bn_group_size
         self._grouped_batch = 0  # the per-device batch the BN grouping was set for
         self.head = head
         self.register_buffer("pixel_mean", torch.tensor(pixel_mean).view(3, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(pixel_std).view(3, 1, 1), False)
+
+    @staticmethod
+    def _subbatch_backbone(backbone: nn.Module, bn_group_size: int) -> nn.Module:
+        """``backbone`` with sub-batch BN; an error naming the key where it would do nothing."""
+        key = f"MULTIGRID.BN_BASE_SIZE {bn_group_size} (bn_group_size)"
+        try:
+            backbone = convert_to_subbatch_bn(backbone)
+        except ValueError as e:
+            raise ValueError(f"{key}: {e} Set it to 0 to keep the backbone's norms.") from e
+        # set_bn_grouping counts the sub-batch layers (the grouping is the one just set)
+        if not set_bn_grouping(backbone, BNGrouping()):
+            raise ValueError(f"{key}: the backbone has no batch norm to group; set it to 0.")
+        return backbone
 
     @classmethod
     def from_config(cls, cfg):
