@@ -157,8 +157,8 @@ def run_phase(phase: str, workdir: str) -> dict:
     from detectron2.data import DatasetCatalog
 
     from largedet.data.openimages import (
-        load_hierarchy,
         load_openimages_annotations,
+        load_openimages_ground_truth,
         register_openimages,
     )
     from largedet.evaluation.oid_evaluation import (
@@ -215,14 +215,20 @@ def run_phase(phase: str, workdir: str) -> dict:
             "dicts_s": time.perf_counter() - loaded,
         }
     elif phase == "evaluate":
-        ann = load_openimages_annotations(
-            paths["boxes"], paths["classes"], paths["labels"], cache_dir=paths["cache"]
+        ground_truth = load_openimages_ground_truth(
+            paths["boxes"],
+            paths["classes"],
+            paths["labels"],
+            paths["hierarchy"],
+            cache_dir=paths["cache"],
         )
-        hierarchy = load_hierarchy(paths["hierarchy"], ann.label_names)
+        ann = ground_truth.annotations
         t0 = time.perf_counter()
         det = read_detections_csv(paths["detections"], ann.label_names, ann.image_ids)
         t1 = time.perf_counter()
-        result = evaluate_detections(OIDGroundTruth.from_annotations(ann), det, hierarchy=hierarchy)
+        result = evaluate_detections(
+            OIDGroundTruth.from_annotations(ann), det, hierarchy=ground_truth.hierarchy
+        )
         info = {
             "detections": len(det.scores),
             "read_s": t1 - t0,

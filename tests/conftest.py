@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny shapes dataset in a temporary cache, and CPU-friendly torch settings."""
+"""Shared fixtures: a tiny shapes dataset in a temporary cache, the OpenImages fixture, and
+CPU-friendly torch settings."""
 
 import os
 
@@ -26,3 +27,14 @@ def tiny_shapes(datasets_root):
     generate_shapes(spec)
     register_shapes(spec, prefix="tiny_shapes")
     return spec
+
+
+@pytest.fixture(scope="session")
+def openimages_fixture(datasets_root):
+    """The generated OpenImages fixture registered as ``openimages_fixture_{train,val}``,
+    written under the session's dataset cache on first load; returns its folder."""
+    from largedet.data.openimages.fixture import register_openimages_fixture
+
+    root = os.path.join(datasets_root, "openimages_fixture")
+    register_openimages_fixture(root, cache_dir=os.path.join(datasets_root, "openimages_cache"))
+    return root

@@ -4,9 +4,10 @@ Images are real JPEG files of circles, squares and triangles (varied size,
 colour, rotation and overlap) on noisy plain backgrounds. Annotations are a COCO
 instances file per split, with the *visible* part of each shape as an RLE mask
 and its bounding box; shapes hidden for more than half by later shapes are left
-out. The same seed writes the same bytes. The dataset is cached under
-``$LARGEDET_DATASETS`` (default ``~/.cache/largedet/datasets``) and registered in
-Detectron2's catalogs as ``shapes_train`` and ``shapes_val``.
+out. The same seed writes the same bytes. The dataset is written once under
+:func:`~largedet.data.locations.datasets_root` (``$LARGEDET_DATASETS``, default
+``~/.cache/largedet/datasets``) and registered in Detectron2's catalogs as
+``shapes_train`` and ``shapes_val``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
 import pycocotools.mask as mask_util
+
+from .locations import build_once, datasets_root
 
 logger = logging.getLogger(__name__)
 
@@ -28,13 +29,6 @@ CLASSES = ("circle", "square", "triangle")
 SPLITS = ("train", "val")
 _MIN_VISIBLE = 0.5  # shapes with less of their area visible are not annotated
 _FORMAT_VERSION = 1  # bump when the generator's output changes
-
-
-def default_root() -> str:
-    """Where generated datasets are cached: ``$LARGEDET_DATASETS`` or ``~/.cache/largedet/datasets``."""
-    return os.environ.get(
-        "LARGEDET_DATASETS", os.path.join(os.path.expanduser("~"), ".cache", "largedet", "datasets")
-    )
 
 
 @dataclass(frozen=True)
@@ -60,7 +54,7 @@ class ShapesSpec:
             f"shapes_v{_FORMAT_VERSION}_{self.image_size}px_"
             f"{self.num_train}train_{self.num_val}val_seed{self.seed}"
         )
-        return os.path.join(self.root or default_root(), name)
+        return os.path.join(self.root or datasets_root(), name)
 
     def num_images(self, split: str) -> int:
         return {"train": self.num_train, "val": self.num_val}[split]
@@ -161,30 +155,21 @@ def _generate_split(spec: ShapesSpec, split: str, out_dir: str) -> None:
 def generate_shapes(spec: ShapesSpec) -> str:
     """Write the dataset described by ``spec`` unless it is already there; return its folder.
 
-    Writing happens in a temporary folder renamed into place at the end, so an
-    interrupted run never leaves a half-written dataset, and concurrent callers
-    (several training processes) end with one complete copy.
+    Written once (:func:`~largedet.data.locations.build_once`): in a temporary folder
+    renamed into place at the end, under a lock, so an interrupted run never leaves a
+    half-written dataset and of concurrent callers (several training processes) one
+    writes while the others wait for it.
     """
-    final = spec.directory
-    if os.path.isfile(spec.json_file("val")):
-        return final
-    parent = os.path.dirname(final)
-    os.makedirs(parent, exist_ok=True)
-    logger.info("Generating the shapes dataset into %s ...", final)
-    tmp = tempfile.mkdtemp(prefix=".tmp-shapes-", dir=parent)
-    try:
+
+    def build(out_dir: str) -> None:
+        logger.info("Generating the shapes dataset into %s ...", spec.directory)
         for split in SPLITS:
-            _generate_split(spec, split, tmp)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not os.path.isfile(spec.json_file("val")):
-                raise
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
-    logger.info("Shapes dataset ready: %d train / %d val images.", spec.num_train, spec.num_val)
-    return final
+            _generate_split(spec, split, out_dir)
+        logger.info("Shapes dataset ready: %d train / %d val images.", spec.num_train, spec.num_val)
+
+    return build_once(
+        spec.directory, build, is_complete=lambda folder: os.path.isfile(spec.json_file("val"))
+    )
 
 
 def register_shapes(spec: ShapesSpec = ShapesSpec(), prefix: str = "shapes") -> None:

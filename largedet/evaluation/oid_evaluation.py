@@ -62,10 +62,9 @@ from largedet.data.openimages import (
     OpenImagesAnnotations,
     check_box_coordinates,
     concat_ranges,
-    load_hierarchy,
+    load_openimages_ground_truth,
     parse_floats,
     parse_indices,
-    parse_openimages_annotations,
 )
 
 logger = logging.getLogger(__name__)
@@ -562,15 +561,27 @@ def evaluate_files(
     image_labels_csv: Optional[str] = None,
     hierarchy_json: Optional[str] = None,
 ) -> Tuple[OIDResult, OpenImagesAnnotations]:
-    """The metric of a detections CSV against the official ground-truth files.
+    """The metric of a detections CSV against the official ground-truth files, every
+    class of ``class_descriptions_csv`` evaluated. The files are parsed, not cached
+    (:func:`~largedet.data.openimages.load_openimages_ground_truth` with
+    ``use_cache=False``).
 
     Returns:
         (result, annotations): the annotations give the class names of the result.
     """
-    ann = parse_openimages_annotations(boxes_csv, class_descriptions_csv, image_labels_csv)
-    hierarchy = load_hierarchy(hierarchy_json, ann.label_names) if hierarchy_json else None
+    ground_truth = load_openimages_ground_truth(
+        boxes_csv,
+        class_descriptions_csv,
+        image_labels_csv,
+        hierarchy_json or None,
+        use_cache=False,
+    )
+    ann = ground_truth.annotations
     detections = read_detections_csv(detections_csv, ann.label_names, ann.image_ids)
     result = evaluate_detections(
-        OIDGroundTruth.from_annotations(ann), detections, hierarchy=hierarchy
+        OIDGroundTruth.from_annotations(ann),
+        detections,
+        hierarchy=ground_truth.hierarchy,
+        class_indices=ground_truth.class_indices,
     )
     return result, ann

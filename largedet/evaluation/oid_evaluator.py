@@ -15,11 +15,7 @@ from detectron2.evaluation import DatasetEvaluator
 from detectron2.utils import comm
 from detectron2.utils.file_io import PathManager
 
-from largedet.data.openimages import (
-    load_hierarchy,
-    load_openimages_annotations,
-    read_class_subset,
-)
+from largedet.data.openimages import load_openimages_ground_truth
 
 from .oid_evaluation import (
     OIDDetections,
@@ -41,8 +37,10 @@ class OIDEvaluator(DatasetEvaluator):
 
     The ground truth comes from the dataset's files (metadata ``boxes_csv``,
     ``class_descriptions_csv``, ``image_labels_csv``, ``hierarchy_json``,
-    ``class_subset_csv``, through the parse cache); the evaluated classes are the
-    dataset's contiguous classes. As Detectron2's COCO evaluator does, only the
+    ``class_subset_csv``, read by
+    :func:`~largedet.data.openimages.load_openimages_ground_truth` through the parse
+    cache, as the dataset reads them); the evaluated classes are the dataset's
+    contiguous classes. As Detectron2's COCO evaluator does, only the
     images that went through :meth:`process` are evaluated. Predictions are gathered
     to the main process with ``detectron2.utils.comm``.
 
@@ -136,18 +134,16 @@ class OIDEvaluator(DatasetEvaluator):
             return {}
 
         meta = self._meta
-        ann = load_openimages_annotations(
+        ground_truth = load_openimages_ground_truth(
             meta.boxes_csv,
             meta.class_descriptions_csv,
             meta.image_labels_csv,
+            meta.hierarchy_json or None,
+            class_subset_csv=meta.class_subset_csv,
             cache_dir=meta.cache_dir,
         )
-        class_indices = np.asarray(
-            read_class_subset(ann.label_names, meta.class_subset_csv)[0], dtype=np.int64
-        )
-        hierarchy = (
-            load_hierarchy(meta.hierarchy_json, ann.label_names) if meta.hierarchy_json else None
-        )
+        ann, class_indices = ground_truth.annotations, ground_truth.class_indices
+        hierarchy = ground_truth.hierarchy
 
         image_index = ann.image_index([p[0] for p in predictions])
         if (image_index < 0).any():

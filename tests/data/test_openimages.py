@@ -15,6 +15,8 @@ from detectron2.modeling import build_model
 from detectron2.structures import BoxMode
 
 import largedet.data.openimages as oi
+import largedet.data.openimages.annotations as oi_annotations
+import largedet.data.openimages.csv_reader as oi_csv_reader
 from largedet.config import add_largedet_config
 from largedet.data.openimages import (
     ClassHierarchy,
@@ -26,7 +28,7 @@ from largedet.data.openimages import (
     register_all_openimages,
     register_openimages,
 )
-from largedet.data.openimages_fixture import (
+from largedet.data.openimages.fixture import (
     FIXTURE_CLASSES,
     register_openimages_fixture,
     write_openimages_fixture,
@@ -159,7 +161,7 @@ def test_box_file_errors_name_file_line_and_column(tmp_path, files, text, line, 
 
 
 def test_error_line_numbers_across_chunks(tmp_path, files, monkeypatch):
-    monkeypatch.setattr(oi, "_CHUNK_BYTES", 100)  # a few lines per chunk
+    monkeypatch.setattr(oi_csv_reader, "_CHUNK_BYTES", 100)  # a few lines per chunk
     rows = ["img_a,xclick,/m/dog,1,0.1,0.5,0.2,0.6,0,0,0,0,0\n"] * 30
     rows[22] = rows[22].replace("/m/dog", "/m/bird")
     path = write(tmp_path / "bad.csv", HEADER + "".join(rows))
@@ -243,7 +245,9 @@ def test_cache_is_reused_and_invalidated(tmp_path, files, monkeypatch):
     )
     calls = []
     real = oi.parse_openimages_annotations
-    monkeypatch.setattr(oi, "parse_openimages_annotations", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(
+        oi_annotations, "parse_openimages_annotations", lambda *a: calls.append(a) or real(*a)
+    )
     second = load_openimages_annotations(
         files["boxes"], files["classes"], files["labels"], cache_dir=cache
     )

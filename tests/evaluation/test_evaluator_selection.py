@@ -12,7 +12,7 @@ def _cfg(*opts):
     return setup_cfg(args, log=False)
 
 
-def test_openimages_datasets_get_the_open_images_metric(tmp_path):
+def test_openimages_datasets_get_the_open_images_metric(tmp_path, openimages_fixture):
     cfg = _cfg("DATASETS.OPENIMAGES.ROOT", str(tmp_path))
     evaluator = Trainer.build_evaluator(cfg, "openimages_fixture_val", str(tmp_path / "eval"))
     assert isinstance(evaluator, OIDEvaluator)

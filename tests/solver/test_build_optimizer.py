@@ -1,6 +1,7 @@
 """build_optimizer: SOLVER.OPTIMIZER from yaml, parameter groups, clipping, user registration."""
 
 import inspect
+import os
 import re
 
 import pytest
@@ -243,6 +244,40 @@ def test_user_registered_optimizer(tmp_path):
         OPTIMIZER_REGISTRY.register(RAdamForTest)
     optimizer = build_optimizer(make_cfg(tmp_path, name), Tiny())
     assert type(optimizer) is torch.optim.RAdam and optimizer.param_groups[0]["lr"] == 0.004
+
+
+README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+
+
+def readme_registry_example() -> str:
+    """The first ``python`` block of the README's "Optimizers" section."""
+    with open(README) as f:
+        text = f.read()
+    section = text[text.index("### Optimizers") :]
+    return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+
+
+def test_readme_registry_example_builds_and_steps(tmp_path):
+    code = readme_registry_example()
+    assert "OPTIMIZER_REGISTRY.register()" in code and "def MyOpt(cfg, model)" in code
+    assert "MyOpt" not in OPTIMIZER_REGISTRY
+    try:
+        exec(compile(code, README, "exec"), {})
+        model = Tiny()
+        optimizer = build_optimizer(make_cfg(tmp_path, "MyOpt"), model)
+        assert type(optimizer) is torch.optim.RAdam
+        assert {g["lr"] for g in optimizer.param_groups} == {0.004}
+        assert hyper_of(optimizer, model) == {
+            n: (0.05 if n in DECAYED else 0.0, None) for n in TRAINABLE
+        }
+        before = [p.detach().clone() for p in model.parameters()]
+        model(torch.randn(2, 3, 8, 8)).square().sum().backward()
+        optimizer.step()
+        changed = {n for (n, p), b in zip(model.named_parameters(), before) if not torch.equal(p, b)}
+        # conv.bias feeds a BatchNorm in training mode: its gradient is zero.
+        assert changed == TRAINABLE - {"conv.bias"}
+    finally:
+        OPTIMIZER_REGISTRY._obj_map.pop("MyOpt", None)
 
 
 def test_unknown_optimizer_name(tmp_path):

@@ -10,7 +10,8 @@ surroundings have the same distribution for all four classes: a model that
 sees frames independently (TSN) cannot beat chance (25%); one that relates
 neighbouring frames (TSM) can be near perfect.
 
-Videos are written once, under ``$LARGEDET_DATASETS`` (default
+Videos are written once (``largedet.data.build_once``), under
+``largedet.data.datasets_root()`` (``$LARGEDET_DATASETS``, default
 ``~/.cache/largedet/datasets``) in a folder named by the generator's
 parameters, with Kinetics-style lists ``train.txt`` / ``val.txt`` of
 ``path label`` lines and ``classes.txt``. The same seed gives the same videos.
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Dict, List
@@ -29,6 +28,8 @@ from typing import Dict, List
 import av
 import cv2
 import numpy as np
+
+from largedet.data import build_once, datasets_root
 
 from .lists import load_video_list
 
@@ -50,8 +51,9 @@ _SPLITS = ("train", "val")
 
 
 def default_datasets_root() -> str:
-    """``$LARGEDET_DATASETS``, or ``~/.cache/largedet/datasets``."""
-    return os.environ.get("LARGEDET_DATASETS") or os.path.expanduser("~/.cache/largedet/datasets")
+    """``largedet.data.datasets_root()``: ``$LARGEDET_DATASETS``, or
+    ``~/.cache/largedet/datasets`` when it is unset or empty."""
+    return datasets_root()
 
 
 @dataclass(frozen=True)
@@ -189,35 +191,27 @@ def prepare_moving_shapes(spec: MovingShapesSpec, root: str = "") -> str:
     """The dataset's folder under ``root`` (default :func:`default_datasets_root`),
     generating it first if it is not there yet.
 
-    Generation writes to a temporary folder that is renamed into place when
-    complete, so an interrupted run leaves no half dataset, and processes
-    generating at the same time (DDP ranks) do not clash.
+    Generation (``largedet.data.build_once``) writes to a temporary folder that is
+    renamed into place when complete, under a lock, so an interrupted run leaves no
+    half dataset, and of processes asking at the same time (DDP ranks) one generates
+    while the others wait for it.
     """
-    root = root or default_datasets_root()
-    folder = os.path.join(root, spec.folder_name)
-    if os.path.isfile(os.path.join(folder, "classes.txt")):
-        return folder
-    os.makedirs(root, exist_ok=True)
-    start = time.perf_counter()
-    logger.info(
-        "Generating the moving-shapes dataset (%d train + %d val videos) in %s",
-        spec.num_train,
-        spec.num_val,
-        folder,
+    folder = os.path.join(root or default_datasets_root(), spec.folder_name)
+
+    def build(out_dir: str) -> None:
+        start = time.perf_counter()
+        logger.info(
+            "Generating the moving-shapes dataset (%d train + %d val videos) in %s",
+            spec.num_train,
+            spec.num_val,
+            folder,
+        )
+        _generate(out_dir, spec)
+        logger.info("Moving-shapes dataset ready in %.1f s", time.perf_counter() - start)
+
+    return build_once(
+        folder, build, is_complete=lambda f: os.path.isfile(os.path.join(f, "classes.txt"))
     )
-    tmp = tempfile.mkdtemp(prefix=f".{spec.folder_name}.", dir=root)
-    try:
-        _generate(tmp, spec)
-        os.rename(tmp, folder)
-    except OSError:
-        if not os.path.isfile(os.path.join(folder, "classes.txt")):
-            raise
-        # Another process finished the same dataset first.
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp)
-    logger.info("Moving-shapes dataset ready in %.1f s", time.perf_counter() - start)
-    return folder
 
 
 def load_moving_shapes(folder: str, split: str) -> List[Dict]:

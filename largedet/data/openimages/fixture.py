@@ -1,10 +1,14 @@
 """A tiny generated dataset in the official OpenImages layout, for tests and quick runs.
 
-:func:`write_openimages_fixture` writes, under a root folder and the official file
+:func:`write_openimages_fixture` writes, as a root folder with the official file
 names of :mod:`largedet.data.openimages` (so ``register_all_openimages(root)``
 reads it like the real dataset): a six-class vocabulary with a hierarchy, its
 four-class "challenge" subset, box and image-level label CSVs for a train and a
 validation split, and JPEGs of shapes on noisy backgrounds.
+
+Not imported by ``import largedet.data``: whoever uses the fixture imports this module
+and registers it (:func:`register_openimages_fixture`), as the tests do in their
+``conftest.py``.
 
 Hierarchy (the root ``/m/0bl9f`` is not a class)::
 
@@ -33,8 +37,9 @@ from PIL import Image, ImageDraw
 
 from detectron2.data import MetadataCatalog
 
-from .openimages import (
-    BOX_FLAG_COLUMNS,
+from ..locations import build_once, datasets_root
+from .annotations import BOX_FLAG_COLUMNS
+from .dataset import (
     CHALLENGE500_CLASSES_CSV,
     CHALLENGE500_HIERARCHY_JSON,
     CLASS_DESCRIPTIONS_CSV,
@@ -45,7 +50,12 @@ from .openimages import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FIXTURE_CLASSES", "register_openimages_fixture", "write_openimages_fixture"]
+__all__ = [
+    "FIXTURE_CLASSES",
+    "default_fixture_root",
+    "register_openimages_fixture",
+    "write_openimages_fixture",
+]
 
 ROOT_LABEL = "/m/0bl9f"
 # (LabelName, DisplayName, parent LabelName or None for the root's children).
@@ -179,9 +189,13 @@ def write_openimages_fixture(
     image_size: Tuple[int, int] = (128, 96),
     seed: int = 0,
 ) -> str:
-    """Write the fixture under ``root`` (official file names); returns ``root``.
+    """Write the fixture as the folder ``root`` (official file names); returns ``root``.
 
-    A second call with the same arguments finds the files and writes nothing.
+    Written once (:func:`largedet.data.locations.build_once`): in a temporary folder
+    renamed to ``root`` when complete, so a second call with the same arguments finds
+    it and writes nothing, and processes calling at once wait for one writer. An empty
+    folder ``root`` is replaced; one holding anything else (other files, the fixture
+    written with other arguments) is a ``FileExistsError``, never overwritten.
 
     Args:
         num_train, num_val: images per split.
@@ -196,43 +210,46 @@ def write_openimages_fixture(
         "seed": seed,
         "version": 1,
     }
-    stamp = os.path.join(root, _STAMP)
-    if os.path.isfile(stamp):
+
+    def is_complete(folder: str) -> bool:
+        stamp = os.path.join(folder, _STAMP)
+        if not os.path.isfile(stamp):
+            return False
         with open(stamp) as f:
-            if json.load(f) == params:
-                return root
-    os.makedirs(root, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    with open(os.path.join(root, CLASS_DESCRIPTIONS_CSV), "w", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerows(
-            [label, name] for label, name, _ in FIXTURE_CLASSES
+            return json.load(f) == params
+
+    def build(folder: str) -> None:
+        rng = np.random.default_rng(seed)
+        with open(os.path.join(folder, CLASS_DESCRIPTIONS_CSV), "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(
+                [label, name] for label, name, _ in FIXTURE_CLASSES
+            )
+        with open(os.path.join(folder, CHALLENGE500_CLASSES_CSV), "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(
+                [label, name] for label, name, _ in FIXTURE_CLASSES if label in CHALLENGE_SUBSET
+            )
+        for name, labels in (
+            (HIERARCHY_JSON, [c for c, _, _ in FIXTURE_CLASSES]),
+            (CHALLENGE500_HIERARCHY_JSON, CHALLENGE_SUBSET),
+        ):
+            with open(os.path.join(folder, name), "w") as f:
+                json.dump(_hierarchy_tree(labels), f, indent=1)
+        _write_split(folder, "train", num_train, image_size, rng)
+        _write_split(folder, "val", num_val, image_size, rng)
+        with open(os.path.join(folder, _STAMP), "w") as f:
+            json.dump(params, f)
+        logger.info(
+            "Wrote the OpenImages fixture (%d train, %d val images) in %s", num_train, num_val, root
         )
-    with open(os.path.join(root, CHALLENGE500_CLASSES_CSV), "w", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerows(
-            [label, name] for label, name, _ in FIXTURE_CLASSES if label in CHALLENGE_SUBSET
-        )
-    for name, labels in (
-        (HIERARCHY_JSON, [c for c, _, _ in FIXTURE_CLASSES]),
-        (CHALLENGE500_HIERARCHY_JSON, CHALLENGE_SUBSET),
-    ):
-        with open(os.path.join(root, name), "w") as f:
-            json.dump(_hierarchy_tree(labels), f, indent=1)
-    _write_split(root, "train", num_train, image_size, rng)
-    _write_split(root, "val", num_val, image_size, rng)
-    with open(stamp, "w") as f:
-        json.dump(params, f)
-    logger.info(
-        "Wrote the OpenImages fixture (%d train, %d val images) in %s", num_train, num_val, root
-    )
-    return root
+
+    return build_once(root, build, is_complete=is_complete)
 
 
 def default_fixture_root() -> str:
-    """``$LARGEDET_DATASETS/openimages_fixture``, or ``~/.cache/largedet/datasets/openimages_fixture``."""
-    base = os.environ.get("LARGEDET_DATASETS") or os.path.join(
-        "~", ".cache", "largedet", "datasets"
-    )
-    return os.path.join(os.path.expanduser(base), "openimages_fixture")
+    """``<datasets root>/openimages_fixture``: ``$LARGEDET_DATASETS/openimages_fixture``, or
+    ``~/.cache/largedet/datasets/openimages_fixture``
+    (:func:`largedet.data.locations.datasets_root`)."""
+    return os.path.join(datasets_root(), "openimages_fixture")
 
 
 def register_openimages_fixture(
