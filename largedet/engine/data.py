@@ -1,29 +1,76 @@
-"""The training data stream, with a position that survives a resume.
+"""The training data stream, with a position that survives a resume, and images that
+cannot be read left out instead of stopping the run.
 
 Detectron2's ``TrainingSampler`` is one infinite, seeded stream of shuffled dataset
 indices; rank ``r`` of ``W`` takes its entries ``r, r + W, r + 2W, ...``. Each optimizer
-step consumes the next ``IMS_PER_BATCH`` entries of that global stream (every rank
-takes ``IMS_PER_DEVICE x K`` of them), so after ``P`` images the data position is
-simply ``P`` and the seed: :class:`ResumableTrainingSampler` restarts the stream there,
-on any number of ranks. The position is exact without aspect-ratio grouping
-(``DATALOADER.ASPECT_RATIO_GROUPING``), whose per-worker buckets hold a few images that
-a resume skips.
+step consumes ``IMS_PER_BATCH`` images of that global stream (every rank takes
+``IMS_PER_DEVICE x K`` of them), so after ``P`` images the data position is ``P`` and
+the seed. :class:`TrainBatches` makes this rank's batches a function of those two
+numbers alone, whatever the number of loader workers:
+
+- without aspect-ratio grouping a batch is ``IMS_PER_DEVICE`` consecutive entries of
+  this rank, and a resumed stream starts at entry ``P`` (on any number of ranks);
+- with ``DATALOADER.ASPECT_RATIO_GROUPING`` the entries are grouped as Detectron2 groups
+  them (two buckets, width > height or not, a batch leaving a bucket when it is full),
+  but on the indices, with the width and height stored in the dataset dicts, before any
+  image is read. A resumed stream replays the grouping from the stream's start and
+  drops the batches already trained on, which rebuilds the buckets exactly (same
+  world size and ``IMS_PER_DEVICE`` as the interrupted run);
+- with ``RESEED_EVERY_ITER`` each image is mapped (read, augmented) with Python's,
+  NumPy's and torch's generators seeded from the data seed and the image's position in
+  the global stream, so its augmentation does not depend on which worker maps it or on
+  what that worker mapped before.
+
+An image that cannot be read (:class:`~largedet.data.unreadable.SkipUnreadable`) is
+logged with the file and the reason; in training the next image of its aspect-ratio
+group takes its place (the stream position stays the same) and it is counted in
+``data/skipped_images`` (:class:`SkippedImagesHook`); in evaluation
+(:func:`build_test_loader`) it is left out and counted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
-from typing import Any, Callable, Iterable, Iterator, Optional
+import random
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
+import torch
 from detectron2.config import CfgNode
-from detectron2.data import build_detection_train_loader, get_detection_dataset_dicts
+from detectron2.data import (
+    DatasetFromList,
+    DatasetMapper,
+    build_detection_test_loader,
+    build_detection_train_loader,
+    get_detection_dataset_dicts,
+)
+from detectron2.data.build import trivial_batch_collator, worker_init_reset_seed
 from detectron2.data.samplers import TrainingSampler
+from detectron2.engine import HookBase
 from detectron2.utils import comm
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-__all__ = ["ResumableLoader", "ResumableTrainingSampler", "build_train_loader"]
+from ..data.unreadable import MAX_CONSECUTIVE_SKIPS, SkipUnreadable
+
+__all__ = [
+    "DetectionTrainLoader",
+    "ResumableLoader",
+    "ResumableTrainingSampler",
+    "SkippedImagesHook",
+    "SkippingTestLoader",
+    "TrainBatches",
+    "aspect_ratio_groups",
+    "build_test_loader",
+    "build_train_loader",
+    "group_by_aspect_ratio",
+    "image_seed",
+]
 
 logger = logging.getLogger(__name__)
+
+Entry = Tuple[int, int]  # (position in the global stream, dataset index)
 
 
 class ResumableTrainingSampler(TrainingSampler):
@@ -54,6 +101,14 @@ class ResumableTrainingSampler(TrainingSampler):
     def position(self) -> int:
         return self._position
 
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
     def seek(self, position: int, seed: Optional[int] = None) -> None:
         """Start the next iteration ``position`` entries into the stream of ``seed``
         (default: the current seed). Iterators already created are not affected."""
@@ -66,6 +121,13 @@ class ResumableTrainingSampler(TrainingSampler):
     def __iter__(self) -> Iterator[int]:
         start = self._position + self._rank
         yield from itertools.islice(self._infinite_indices(), start, None, self._world_size)
+
+    def entries(self, start: Optional[int] = None) -> Iterator[Entry]:
+        """This rank's ``(global position, dataset index)`` pairs from the global position
+        ``start`` on (default: :attr:`position`)."""
+        first = (self._position if start is None else start) + self._rank
+        indices = itertools.islice(self._infinite_indices(), first, None, self._world_size)
+        return zip(itertools.count(first, self._world_size), indices)
 
 
 class ResumableLoader:
@@ -90,23 +152,241 @@ class ResumableLoader:
         self.sampler.seek(position, seed)
 
 
+def image_seed(seed: int, position: int) -> int:
+    """The seed, in [0, 2**31), of the image at ``position`` of the global stream of
+    ``seed``: NumPy's ``SeedSequence`` of the two (the per-step seeds of
+    :func:`~largedet.engine.hooks.step_seed` hash three numbers, so the two never meet)."""
+    return int(np.random.SeedSequence([seed, position]).generate_state(1)[0] % 2**31)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    """Python's, NumPy's and torch's CPU generators seeded with ``seed`` inside the block,
+    and back to their earlier states after it."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.default_generator.manual_seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+def aspect_ratio_groups(dataset_dicts: Sequence[Dict[str, Any]]) -> np.ndarray:
+    """Detectron2's two aspect-ratio groups of each dataset dict, from its ``"width"``
+    and ``"height"`` (no image is read): (N,) uint8, 0 where width > height, else 1.
+
+    A dataset with an ``image_sizes`` array of (N, 2) (height, width), as
+    :class:`~largedet.data.OpenImagesDataset`, is read from that array instead of its dicts.
+    """
+    sizes = getattr(dataset_dicts, "image_sizes", None)
+    if sizes is not None:
+        sizes = np.asarray(sizes)
+        return np.where(sizes[:, 1] > sizes[:, 0], 0, 1).astype(np.uint8)
+    groups = np.empty(len(dataset_dicts), dtype=np.uint8)
+    for i in range(len(dataset_dicts)):
+        d = dataset_dicts[i]
+        if "width" not in d or "height" not in d:
+            raise ValueError(
+                "DATALOADER.ASPECT_RATIO_GROUPING needs 'width' and 'height' in every dataset "
+                f"dict; {d.get('file_name', f'dict {i}')} has none"
+            )
+        groups[i] = 0 if d["width"] > d["height"] else 1
+    return groups
+
+
+def group_by_aspect_ratio(
+    entries: Iterable[Entry], batch_size: int, groups: np.ndarray
+) -> Iterator[List[Entry]]:
+    """Detectron2's ``AspectRatioGroupedDataset`` on ``(position, index)`` entries: each
+    goes to the bucket of ``groups[index]``, and a bucket that holds ``batch_size``
+    entries is emitted (in stream order) and emptied."""
+    buckets: Tuple[List[Entry], List[Entry]] = ([], [])
+    for entry in entries:
+        bucket = buckets[groups[entry[1]]]
+        bucket.append(entry)
+        if len(bucket) == batch_size:
+            yield bucket[:]
+            bucket.clear()
+
+
+def _batched(entries: Iterable[Entry], batch_size: int) -> Iterator[List[Entry]]:
+    it = iter(entries)
+    return iter(lambda: list(itertools.islice(it, batch_size)), [])
+
+
+class TrainBatches(IterableDataset):
+    """This rank's endless stream of mapped training batches, a function of the data seed
+    (``sampler.seed``) and the data position (``sampler.position``, images of the global
+    stream trained on) only.
+
+    This rank's entries of the global stream (:meth:`ResumableTrainingSampler.entries`)
+    are cut into batches of ``batch_size``: consecutive entries from the position on, or,
+    with ``groups`` (:func:`aspect_ratio_groups`), the batches of
+    :func:`group_by_aspect_ratio` over the entries from the stream's start, less the
+    first ``position / (world size x batch_size)`` of them (replayed without reading an
+    image). Under a DataLoader with N workers, worker w maps batches w, w + N, ..., which
+    the DataLoader returns in order.
+
+    Each entry's image is ``mapper(dataset[index])``. ``None`` (an unreadable image, see
+    :class:`~largedet.data.unreadable.SkipUnreadable`) passes it over for the next index
+    of the same aspect-ratio group (the next index without ``groups``); the mapped dict's
+    ``"num_skipped"`` says how many were passed over. With ``seed_per_image`` the mapping
+    runs under :func:`image_seed` (data seed, position); otherwise under the process's
+    generators, as in Detectron2.
+
+    Args:
+        dataset: the dataset dicts (a sequence, e.g. Detectron2's ``DatasetFromList``).
+        mapper: dict -> the model's input, or ``None`` for an image to pass over.
+        sampler: the shuffled global stream and the position.
+        batch_size: images per batch (per device per pass).
+        groups: :func:`aspect_ratio_groups` of ``dataset``, or None (no grouping).
+        seed_per_image: seed each image's mapping from its position.
+    """
+
+    def __init__(
+        self,
+        dataset: Sequence[Dict[str, Any]],
+        mapper: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]],
+        sampler: ResumableTrainingSampler,
+        batch_size: int,
+        *,
+        groups: Optional[np.ndarray] = None,
+        seed_per_image: bool = False,
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if groups is not None and len(groups) != len(dataset):
+            raise ValueError(f"{len(groups)} aspect-ratio groups for {len(dataset)} images")
+        self.dataset = dataset
+        self.mapper = mapper
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.groups = groups
+        self.seed_per_image = seed_per_image
+
+    def index_batches(self) -> Iterator[List[Entry]]:
+        """This rank's batches of ``(position, index)`` entries after ``sampler.position``
+        images, before mapping."""
+        sampler = self.sampler
+        if self.groups is None:
+            return _batched(sampler.entries(), self.batch_size)
+        per_pass = sampler.world_size * self.batch_size
+        done, rest = divmod(sampler.position, per_pass)
+        if rest:
+            raise ValueError(
+                f"With aspect-ratio grouping the data position ({sampler.position} images) must "
+                f"be a whole number of passes of {sampler.world_size} x {self.batch_size} images"
+            )
+        batches = group_by_aspect_ratio(sampler.entries(0), self.batch_size, self.groups)
+        return itertools.islice(batches, done, None)
+
+    def __iter__(self) -> Iterator[List[Dict[str, Any]]]:
+        batches = self.index_batches()
+        worker = get_worker_info()
+        if worker is not None:
+            batches = itertools.islice(batches, worker.id, None, worker.num_workers)
+        for batch in batches:
+            yield [self._map(position, index) for position, index in batch]
+
+    def _map(self, position: int, index: int) -> Dict[str, Any]:
+        seed = image_seed(self.sampler.seed, position) if self.seed_per_image else None
+        for attempt in range(len(self.dataset)):
+            with _seeded(seed) if seed is not None else contextlib.nullcontext():
+                mapped = self.mapper(self.dataset[index])
+            if mapped is not None:
+                mapped["num_skipped"] = attempt
+                return mapped
+            index = self._next_index(index)
+        raise RuntimeError(f"No image of the dataset could be mapped (stream position {position})")
+
+    def _next_index(self, index: int) -> int:
+        n = len(self.dataset)
+        nxt = (index + 1) % n
+        if self.groups is not None:
+            while self.groups[nxt] != self.groups[index] and nxt != index:
+                nxt = (nxt + 1) % n
+        return nxt
+
+
+class DetectionTrainLoader(ResumableLoader):
+    """A :class:`ResumableLoader` over :class:`TrainBatches` that counts the unreadable
+    images replaced (:attr:`num_skipped`, this rank's total since the process started)
+    and logs the count when it grows."""
+
+    def __init__(self, loader: DataLoader, sampler: ResumableTrainingSampler):
+        super().__init__(loader, sampler)
+        self.num_skipped = 0
+
+    def __iter__(self) -> Iterator[List[Dict[str, Any]]]:
+        # The DataLoader's iterator is made here, not at the first batch: making it draws
+        # the workers' base seed from torch's generator (see Trainer.before_train).
+        return self._count_skipped(iter(self.loader))
+
+    def _count_skipped(self, batches: Iterator) -> Iterator[List[Dict[str, Any]]]:
+        for batch in batches:
+            skipped = sum(d.pop("num_skipped", 0) for d in batch)
+            if skipped:
+                self.num_skipped += skipped
+                logger.warning(
+                    "%d unreadable training images replaced so far on this rank", self.num_skipped
+                )
+            yield batch
+
+
+class SkippedImagesHook(HookBase):
+    """Records ``data/skipped_images``, the unreadable training images replaced so far
+    on all ranks together (since the processes started), in the event storage (and so in
+    metrics.json and TensorBoard) at the steps the writers write: every ``period``
+    steps and the last."""
+
+    def __init__(self, loader: DetectionTrainLoader, period: int):
+        self._loader = loader
+        self._period = period
+
+    def after_step(self):
+        it = self.trainer.iter
+        if (it + 1) % self._period and it != self.trainer.max_iter - 1:
+            return
+        total = sum(comm.all_gather(self._loader.num_skipped))
+        self.trainer.storage.put_scalar("data/skipped_images", total, smoothing_hint=False)
+
+
+def _max_consecutive_skips(cfg: CfgNode) -> int:
+    # DATALOADER.MAX_CONSECUTIVE_SKIPS where the config declares it (the video project's).
+    return cfg.DATALOADER.get("MAX_CONSECUTIVE_SKIPS", MAX_CONSECUTIVE_SKIPS)
+
+
 def build_train_loader(
     cfg: CfgNode, images_per_device: int, mapper: Optional[Callable] = None
 ) -> Iterable:
-    """Detectron2's detection training loader yielding ``images_per_device`` images per batch.
+    """Detectron2's detection training loader yielding ``images_per_device`` images per
+    batch, with unreadable images passed over.
 
     With ``DATALOADER.SAMPLER_TRAIN`` "TrainingSampler" (the default) it is a
-    :class:`ResumableLoader`; other samplers give Detectron2's loader as it is, whose data
-    position is not restored on resume. ``mapper`` defaults to Detectron2's
+    :class:`DetectionTrainLoader` over :class:`TrainBatches`
+    (``DATALOADER.ASPECT_RATIO_GROUPING``, ``DATALOADER.NUM_WORKERS``, images seeded by
+    position with ``RESEED_EVERY_ITER``). Other samplers give Detectron2's loader, whose
+    data position is not restored on resume and which replaces an unreadable image by a
+    random other one (logged, not counted in ``data/skipped_images``). ``mapper`` defaults
+    to Detectron2's
     ``DatasetMapper(cfg, is_train=True)``.
     """
-    total_batch_size = images_per_device * comm.get_world_size()
+    mapper = SkipUnreadable(
+        DatasetMapper(cfg, is_train=True) if mapper is None else mapper,
+        _max_consecutive_skips(cfg),
+    )
     if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":
         logger.warning(
             "DATALOADER.SAMPLER_TRAIN %s: the data position is not restored on resume",
             cfg.DATALOADER.SAMPLER_TRAIN,
         )
-        return build_detection_train_loader(cfg, mapper=mapper, total_batch_size=total_batch_size)
+        return build_detection_train_loader(
+            cfg, mapper=mapper, total_batch_size=images_per_device * comm.get_world_size()
+        )
     dataset = get_detection_dataset_dicts(
         cfg.DATASETS.TRAIN,
         filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS,
@@ -115,8 +395,98 @@ def build_train_loader(
         ),
         proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
     )
+    groups = aspect_ratio_groups(dataset) if cfg.DATALOADER.ASPECT_RATIO_GROUPING else None
     sampler = ResumableTrainingSampler(len(dataset))
-    loader = build_detection_train_loader(
-        cfg, mapper=mapper, dataset=dataset, sampler=sampler, total_batch_size=total_batch_size
+    batches = TrainBatches(
+        DatasetFromList(dataset, copy=False) if isinstance(dataset, list) else dataset,
+        mapper,
+        sampler,
+        images_per_device,
+        groups=groups,
+        seed_per_image=cfg.RESEED_EVERY_ITER,
     )
-    return ResumableLoader(loader, sampler)
+    logger.info(
+        "Training data: %d images, batches of %d per device%s; %d loader worker(s); "
+        "augmentation seeded %s",
+        len(dataset),
+        images_per_device,
+        " grouped by aspect ratio" if groups is not None else "",
+        cfg.DATALOADER.NUM_WORKERS,
+        "per image from (data seed, position)" if cfg.RESEED_EVERY_ITER else "per worker",
+    )
+    loader = DataLoader(
+        batches,
+        batch_size=None,  # TrainBatches yields whole batches
+        num_workers=cfg.DATALOADER.NUM_WORKERS,
+        collate_fn=trivial_batch_collator,
+        worker_init_fn=worker_init_reset_seed,
+    )
+    return DetectionTrainLoader(loader, sampler)
+
+
+class _Mapped(Dataset):
+    """``mapper(dataset[i])``, without Detectron2's ``MapDataset`` retrying a ``None`` on
+    another index."""
+
+    def __init__(self, dataset: Sequence, mapper: Callable):
+        self.dataset = dataset
+        self.mapper = mapper
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        return self.mapper(self.dataset[index])
+
+
+class SkippingTestLoader:
+    """The batches of a test loader whose unreadable images map to ``None``, with those
+    left out (a batch left empty is not yielded). :attr:`num_skipped`: the images left
+    out in the current or last pass, on this rank; logged at the end of a pass."""
+
+    def __init__(self, loader: DataLoader, dataset_name: str):
+        self.loader = loader
+        self.dataset_name = dataset_name
+        self.num_skipped = 0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[List[Dict[str, Any]]]:
+        self.num_skipped = 0
+        for batch in self.loader:
+            kept = [x for x in batch if x is not None]
+            self.num_skipped += len(batch) - len(kept)
+            if kept:
+                yield kept
+        if self.num_skipped:
+            logger.warning(
+                "%s: %d unreadable images left out of the evaluation on this rank",
+                self.dataset_name,
+                self.num_skipped,
+            )
+
+
+def build_test_loader(cfg: CfgNode, dataset_name: str, mapper: Optional[Callable] = None):
+    """Detectron2's test loader of ``dataset_name`` (one image per batch, split over the
+    ranks by ``InferenceSampler``), as a :class:`SkippingTestLoader`: unreadable images are
+    logged and left out. ``mapper`` defaults to ``DatasetMapper(cfg, is_train=False)``."""
+    proposal_files = None
+    if cfg.MODEL.LOAD_PROPOSALS:
+        index = list(cfg.DATASETS.TEST).index(dataset_name)
+        proposal_files = [cfg.DATASETS.PROPOSAL_FILES_TEST[index]]
+    dataset = get_detection_dataset_dicts(
+        [dataset_name], filter_empty=False, proposal_files=proposal_files
+    )
+    mapper = SkipUnreadable(
+        DatasetMapper(cfg, is_train=False) if mapper is None else mapper,
+        _max_consecutive_skips(cfg),
+    )
+    if isinstance(dataset, list):
+        dataset = DatasetFromList(dataset, copy=False)
+    loader = build_detection_test_loader(
+        _Mapped(dataset, mapper),
+        mapper=None,
+        num_workers=cfg.DATALOADER.NUM_WORKERS,
+    )
+    return SkippingTestLoader(loader, dataset_name)

@@ -35,13 +35,13 @@ from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model
 from detectron2.engine.hooks import PeriodicWriter
-from detectron2.evaluation import COCOEvaluator
 from detectron2.modeling import build_model
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
 from .. import HAS_COMPILED_D2_OPS
 from ..config import add_largedet_config
+from ..evaluation.coco_evaluation import COCOEvaluator
 from ..layers import resolve_sync_batchnorm
 from ..optim import PART_KEY
 from ..solver import (
@@ -54,7 +54,13 @@ from ..solver import (
 )
 from .batch import BatchPlan, batch_plan
 from .checkpoint import AtomicCheckpointer
-from .data import ResumableLoader, build_train_loader
+from .data import (
+    DetectionTrainLoader,
+    ResumableLoader,
+    SkippedImagesHook,
+    build_test_loader,
+    build_train_loader,
+)
 from .hooks import DivergenceGuard, ReseedEveryIter
 from .train_loop import AccumulationTrainer, check_agvm_estimates
 
@@ -160,6 +166,11 @@ class Trainer(DefaultTrainer):
         return build_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
 
     @classmethod
+    def build_test_loader(cls, cfg, dataset_name):
+        """Detectron2's test loader, with unreadable images logged, counted and left out."""
+        return build_test_loader(cfg, dataset_name)
+
+    @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
         """COCO evaluation (pycocotools where Detectron2's compiled evaluator is absent), or
         the Open Images Challenge metric for OpenImages datasets."""
@@ -180,7 +191,7 @@ class Trainer(DefaultTrainer):
     def build_hooks(self):
         """Detectron2's hooks, with per-step seeding (``RESEED_EVERY_ITER``) and the divergence
         guard after the timer: before the LR scheduler and the checkpointer; metrics are
-        written every ``LOG_PERIOD`` steps."""
+        written every ``LOG_PERIOD`` steps, ``data/skipped_images`` among them."""
         if self.cfg.LOG_PERIOD < 1:
             raise ValueError(f"LOG_PERIOD must be an integer >= 1, got {self.cfg.LOG_PERIOD}")
         hooks = super().build_hooks()
@@ -190,6 +201,8 @@ class Trainer(DefaultTrainer):
         ours = [DivergenceGuard.from_config(self.cfg)]
         if self.cfg.RESEED_EVERY_ITER:
             ours.insert(0, ReseedEveryIter(self.cfg.SEED))
+        if isinstance(self._trainer.data_loader, DetectionTrainLoader):
+            ours.append(SkippedImagesHook(self._trainer.data_loader, self.cfg.LOG_PERIOD))
         hooks[1:1] = ours
         return hooks
 
