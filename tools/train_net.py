@@ -8,23 +8,21 @@
 
 Trailing ``KEY VALUE`` pairs override the config. Several machines:
 ``--num-machines N --machine-rank R --dist-url tcp://HOST:PORT``. Without GPUs,
-``--num-gpus N`` starts N CPU processes (gloo). The global batch SOLVER.IMS_PER_BATCH
-must be a whole multiple of (processes x SOLVER.IMS_PER_DEVICE); that is checked
-here, before any process starts.
+``--num-gpus N`` starts N CPU processes (gloo). The config is checked here, before any
+process starts (``largedet.engine.validate``): a missing file, an unknown key, a value of the
+wrong type or out of range, an unregistered dataset, a global batch SOLVER.IMS_PER_BATCH that
+is not a whole multiple of (processes x SOLVER.IMS_PER_DEVICE) is one line on stderr, exit 2.
 """
+
+import sys
 
 import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.engine import launch
 from detectron2.utils import comm
 
-from largedet.engine import (
-    BatchArithmeticError,
-    Trainer,
-    check_batch_arithmetic,
-    largedet_argument_parser,
-    setup_cfg,
-)
+from largedet.engine import Trainer, largedet_argument_parser, setup_cfg
+from largedet.engine.validate import ConfigError, check_args
 
 
 def main(args):
@@ -49,13 +47,12 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = largedet_argument_parser()
-    args = parser.parse_args()
-    if not args.eval_only:
-        try:
-            check_batch_arithmetic(args)
-        except BatchArithmeticError as e:
-            parser.error(str(e))
+    args = largedet_argument_parser().parse_args()
+    try:
+        check_args(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     launch(
         main,
         args.num_gpus,

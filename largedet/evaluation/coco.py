@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -53,6 +54,11 @@ def _load_json(path: str, what: str):
         raise CocoInputError(f"{what} file {path} is not valid JSON: {e}") from None
 
 
+def _is_number(value) -> bool:
+    """A finite JSON number (not a bool, which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _check_results(results, gt: dict, path: str, iou_type: str) -> None:
     if not isinstance(results, list):
         raise CocoInputError(f"results file {path} must hold a JSON list of detections")
@@ -77,17 +83,33 @@ def _check_results(results, gt: dict, path: str, iou_type: str) -> None:
                 f"results file {path}: entry {i} has category_id {det['category_id']!r}, "
                 "which is not in the ground truth"
             )
+        # pycocotools ranks by score without checking it: NaN scores are silently ranked
+        # wrong, and a null or string score fails deep inside COCOeval.
+        if not _is_number(det["score"]):
+            raise CocoInputError(
+                f"results file {path}: entry {i} has score {json.dumps(det['score'])}, which is not a "
+                "finite number"
+            )
         if iou_type == "bbox":
             box = det["bbox"]
-            if not (isinstance(box, list) and len(box) == 4 and all(isinstance(v, (int, float)) for v in box)):
-                raise CocoInputError(f"results file {path}: entry {i} has a bbox that is not [x, y, w, h]")
+            if not (isinstance(box, list) and len(box) == 4 and all(_is_number(v) for v in box)):
+                raise CocoInputError(
+                    f"results file {path}: entry {i} has bbox {json.dumps(box)}, which is not [x, y, w, h] "
+                    "of finite numbers"
+                )
+            if box[2] < 0 or box[3] < 0:
+                raise CocoInputError(
+                    f"results file {path}: entry {i} has bbox {json.dumps(box)} with a negative width or height"
+                )
 
 
 def evaluate_coco_results(gt_path: str, results_path: str, iou_type: str = "bbox") -> CocoEvalResult:
     """Run pycocotools' ``COCOeval`` on ``results_path`` against ``gt_path``.
 
     Raises :class:`CocoInputError` for a missing file, malformed JSON, or a
-    detection whose image or category is not in the ground truth.
+    detection (named by its index) that lacks a key, whose image or category is not in
+    the ground truth, whose score is not a finite number (NaN, null, a string), or whose
+    box is not four finite numbers with a width and height >= 0.
     """
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval

@@ -10,8 +10,10 @@
 
 Trailing ``KEY VALUE`` pairs override the config; ``--resume`` continues from the
 last checkpoint in OUTPUT_DIR. Without a GPU, ``--num-gpus N`` starts N CPU
-processes (gloo). The global batch SOLVER.IMS_PER_BATCH must split into whole
-micro-batches over the processes; that is checked before any process starts.
+processes (gloo). The config is checked before any process starts
+(``largedet_video.engine.validate``): a missing file, an unknown key, a bad value, an
+unregistered dataset or a global batch SOLVER.IMS_PER_BATCH that does not split into whole
+micro-batches over the processes is one line on stderr, exit 2.
 """
 
 import logging
@@ -30,12 +32,12 @@ from detectron2.engine import default_setup, default_writers, hooks  # noqa: E40
 from detectron2.utils import comm  # noqa: E402
 from detectron2.utils.logger import setup_logger  # noqa: E402
 from largedet.engine import (  # noqa: E402
-    BatchArithmeticError,
     Trainer as LargeBatchTrainer,
     batch_plan,
     largedet_argument_parser,
     resolve_device,
 )
+from largedet.engine.validate import ConfigError  # noqa: E402
 from largedet.solver import lr_scaling  # noqa: E402
 
 from largedet_video import add_video_config  # noqa: E402
@@ -50,8 +52,8 @@ from largedet_video.engine import (  # noqa: E402
     SkippedVideosHook,
     build_multigrid_lr_scheduler,
     launch,
-    planned_world_size,
 )
+from largedet_video.engine.validate import check_video_args  # noqa: E402
 from largedet_video.multigrid import build_multigrid_plan, multigrid_enabled  # noqa: E402
 from largedet_video.evaluation import VideoClassificationEvaluator  # noqa: E402
 
@@ -180,11 +182,10 @@ def main(args):
 
 
 if __name__ == "__main__":
-    parser = largedet_argument_parser()
-    args = parser.parse_args()
-    if not args.eval_only:
-        try:
-            batch_plan(build_cfg(args), planned_world_size(args))
-        except BatchArithmeticError as e:
-            parser.error(str(e))
+    args = largedet_argument_parser().parse_args()
+    try:
+        check_video_args(args, DEFAULT_CONFIG)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     launch(main, args)

@@ -83,7 +83,21 @@ def test_cli_errors_are_one_clear_line(tiny_shapes, tmp_path):
         "bad_image.json": (json.dumps([good, dict(good, image_id=999)]), "entry 1 has image_id 999, which is not in the ground truth"),
         "bad_cat.json": (json.dumps([dict(good, category_id=42)]), "entry 0 has category_id 42, which is not in the ground truth"),
         "no_bbox.json": (json.dumps([{"image_id": 1, "category_id": 1, "score": 0.1}]), "entry 0 has no 'bbox'"),
-    }
+        "no_score.json": (json.dumps([good, {"image_id": 1, "category_id": 1, "bbox": [1, 2, 3, 4]}]),
+                          "entry 1 has no 'score'"),
+        "nan_score.json": (json.dumps([good, good, dict(good, score=float("nan"))]),
+                           "entry 2 has score NaN, which is not a finite number"),
+        "null_score.json": (json.dumps([good, dict(good, score=None)]), "entry 1 has score null, which is not a finite number"),
+        "str_score.json": (json.dumps([dict(good, score="0.5")]), 'entry 0 has score "0.5", which is not a finite number'),
+        "negative_w.json": (json.dumps([good, dict(good, bbox=[1.0, 2.0, -3.0, 4.0])]),
+                            "entry 1 has bbox [1.0, 2.0, -3.0, 4.0] with a negative width or height"),
+        "negative_h.json": (json.dumps([dict(good, bbox=[1.0, 2.0, 3.0, -0.5])]),
+                            "entry 0 has bbox [1.0, 2.0, 3.0, -0.5] with a negative width or height"),
+        "inf_box.json": (json.dumps([good, dict(good, bbox=[float("inf"), 2.0, 3.0, 4.0])]),
+                         "entry 1 has bbox [Infinity, 2.0, 3.0, 4.0], which is not [x, y, w, h] of finite numbers"),
+        "short_box.json": (json.dumps([dict(good, bbox=[1.0, 2.0, 3.0])]),
+                           "entry 0 has bbox [1.0, 2.0, 3.0], which is not [x, y, w, h] of finite numbers"),
+    }  # fmt: skip
     for name, (content, message) in cases.items():
         path = tmp_path / name
         if content is not None:
@@ -101,3 +115,19 @@ def test_library_raises_input_error(tiny_shapes, tmp_path):
     path.write_text(json.dumps({"not": "a list"}))
     with pytest.raises(CocoInputError, match="JSON list"):
         evaluate_coco_results(tiny_shapes.json_file("val"), str(path))
+
+
+def test_nan_scores_are_rejected_not_silently_ranked(tiny_shapes, tmp_path):
+    """pycocotools takes NaN scores and ranks them wrong (AP 50 where real scores give 100);
+    the file is refused instead, naming the detection."""
+    gt_json = tiny_shapes.json_file("val")
+    coco = COCO(gt_json)
+    anns = coco.loadAnns(coco.getAnnIds())
+    perfect = [{"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 1.0}
+               for a in anns]  # fmt: skip
+    path = tmp_path / "perfect.json"
+    path.write_text(json.dumps(perfect))
+    assert evaluate_coco_results(gt_json, str(path)).ap_percent == 100.0
+    path.write_text(json.dumps([dict(d, score=float("nan")) for d in perfect]))
+    with pytest.raises(CocoInputError, match=f"{path}: entry 0 has score NaN"):
+        evaluate_coco_results(gt_json, str(path))

@@ -1,0 +1,117 @@
+"""The video project's config, checked before any worker starts (``projects/video/train.py``).
+
+largedet's checks (:mod:`largedet.engine.validate`: merging, unknown keys, value types,
+the solver's values, registered datasets, the batch arithmetic) plus the video keys:
+:data:`VIDEO_RULES`, the backbone registered in ``VIDEO_BACKBONE_REGISTRY``, the frame
+sampling, and the files behind the datasets (Kinetics CSVs, ``DATASETS.VIDEO_LISTS`` list
+files, ``MODEL.VIDEO.PRETRAINED``). Each error is a :class:`~largedet.engine.validate.ConfigError`,
+one line naming the key or file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from detectron2.config import CfgNode, get_cfg
+from largedet.engine import BatchPlan, resolve_device
+from largedet.engine.validate import (
+    ConfigError,
+    Rule,
+    check_config,
+    int_at_least,
+    merge_checked,
+    one_of,
+)
+
+from ..config import add_video_config
+from ..data import FrameSampling, register_video_datasets
+from ..data.decoding import DECODERS
+from ..data.moving_shapes import default_datasets_root
+from ..modeling import I3D_VARIANTS, RESNET_LAYERS, VIDEO_BACKBONE_REGISTRY
+from ..multigrid import multigrid_enabled
+from .launch import planned_world_size
+
+__all__ = ["VIDEO_RULES", "check_video_args", "check_video_config"]
+
+
+#: The video keys whose values are checked before launch, for training and evaluation.
+VIDEO_RULES = (
+    Rule("MODEL.VIDEO.NUM_CLASSES", "an integer >= 1", int_at_least(1)),
+    Rule("MODEL.VIDEO.NORM", *one_of(("BN", "SyncBN"))),
+    Rule("MODEL.VIDEO.RESNET.DEPTH", *one_of(RESNET_LAYERS)),
+    Rule("MODEL.VIDEO.I3D.VARIANT", *one_of(I3D_VARIANTS)),
+    Rule("INPUT.VIDEO.NUM_FRAMES", "an integer >= 1", int_at_least(1)),
+    Rule("INPUT.VIDEO.DECODER", *one_of(DECODERS)),
+    Rule("TEST.VIDEOS_PER_BATCH", "an integer >= 1", int_at_least(1)),
+    Rule("MULTIGRID.BN_BASE_SIZE", "an integer >= 0", int_at_least(0)),
+    Rule(
+        "SOLVER.LR_SCHEDULER_NAME",
+        "'WarmupMultiStepLR' with multigrid, which rescales a step schedule",
+        lambda v: v == "WarmupMultiStepLR",
+        multigrid_enabled,
+    ),
+)
+
+
+def _dataset_files(cfg: CfgNode) -> dict:
+    """Dataset name -> the files its registration (``register_video_datasets``) reads."""
+    k_root = cfg.DATASETS.KINETICS.ROOT or os.path.join(default_datasets_root(), "kinetics400")
+    train_csv = os.path.join(k_root, "annotations", "train.csv")
+    files = {
+        "kinetics400_train": [train_csv],
+        "kinetics400_val": [os.path.join(k_root, "annotations", "validate.csv"), train_csv],
+    }
+    for name, list_file, _root in cfg.DATASETS.VIDEO_LISTS:
+        files[name] = [list_file]
+    return files
+
+
+def _check_video_keys(cfg: CfgNode, splits) -> None:
+    v = cfg.MODEL.VIDEO
+    names = sorted(name for name, _ in VIDEO_BACKBONE_REGISTRY)
+    if v.BACKBONE not in names:
+        raise ConfigError(
+            f"MODEL.VIDEO.BACKBONE: {v.BACKBONE!r} is not registered; "
+            f"registered: {', '.join(names)}"
+        )
+    try:
+        FrameSampling(cfg.INPUT.VIDEO.SAMPLING, cfg.INPUT.VIDEO.DENSE_STRIDE)
+    except ValueError as e:
+        raise ConfigError(f"INPUT.VIDEO.SAMPLING: {e}") from None
+    if v.PRETRAINED and not os.path.isfile(os.path.expanduser(v.PRETRAINED)):
+        raise ConfigError(
+            f"{v.PRETRAINED}: ImageNet weights (MODEL.VIDEO.PRETRAINED) not found; set it to '' "
+            "to start from scratch"
+        )
+    files = _dataset_files(cfg)
+    for split in splits:
+        for name in cfg.DATASETS[split]:
+            for path in files.get(name, ()):
+                if not os.path.isfile(path):
+                    raise ConfigError(
+                        f"{path}: file of dataset {name!r} (DATASETS.{split}) not found"
+                    )
+
+
+def check_video_config(cfg: CfgNode, world_size: int | None) -> BatchPlan | None:
+    """:func:`largedet.engine.validate.check_config` with :data:`VIDEO_RULES`, then the
+    video keys and the dataset files; ``world_size`` None: evaluation only (the
+    ``DATASETS.TEST`` datasets). ``cfg``'s datasets must be registered
+    (``register_video_datasets``)."""
+    plan = check_config(cfg, world_size, VIDEO_RULES)
+    _check_video_keys(cfg, ("TEST",) if world_size is None else ("TRAIN", "TEST"))
+    return plan
+
+
+def check_video_args(args: argparse.Namespace, default_config: str) -> BatchPlan | None:
+    """``projects/video/train.py``'s check before launch: merge ``--config-file`` (or
+    ``default_config``) and the overrides (``args.opts`` takes the ones
+    :func:`~largedet.engine.validate.merge_checked` returns), register the datasets and
+    check the config (:func:`check_video_config`) for the planned number of processes, or
+    for ``--eval-only``. Raises :class:`~largedet.engine.validate.ConfigError`."""
+    cfg = add_video_config(get_cfg())
+    args.opts = merge_checked(cfg, args.config_file or default_config, args.opts)
+    resolve_device(cfg)
+    register_video_datasets(cfg)
+    return check_video_config(cfg, None if args.eval_only else planned_world_size(args))

@@ -1,0 +1,89 @@
+"""projects/video/train.py: a config that cannot run is one line on stderr, exit 2, before
+any worker starts (largedet's checks plus the video project's own keys and files)."""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from detectron2.config import get_cfg
+from largedet.engine.validate import TRAINING_RULES, check_values, merge_checked
+
+from largedet_video import add_video_config
+from largedet_video.engine.validate import VIDEO_RULES
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
+
+
+def error_lines(stderr):
+    """``stderr`` without Python's warnings: a ``file:line: XWarning: ...`` line and the
+    source line under it (torch deprecations printed when fvcore is imported)."""
+    lines, after_warning = [], False
+    for line in stderr.splitlines():
+        if re.match(r"\S+:\d+: \w*Warning: ", line):
+            after_warning = True
+        elif not (after_warning and line.startswith("  ")):
+            after_warning = False
+            lines.append(line)
+    return lines
+
+
+def run_rejected(args, tmp_path):
+    """Run train.py with ``args``; it must stop with one ``error:`` line and exit 2, with no
+    model built and no video generated. Returns that line."""
+    datasets = tmp_path / "datasets"
+    env = dict(os.environ, LARGEDET_DATASETS=str(datasets), OMP_NUM_THREADS="1")
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, TRAIN_PY, *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    lines = error_lines(proc.stderr)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert time.monotonic() - start < 120  # imports only
+    assert not datasets.exists()  # the moving-shapes videos were not generated
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["MODEL.VIDEO.BACKBONE", "TSMResnet"],
+         "error: MODEL.VIDEO.BACKBONE: 'TSMResnet' is not registered; registered: I3DResNet, TSMResNet, TSNResNet"),
+        (["INPUT.VIDEO.NUM_FRAME", "4"],
+         "error: INPUT.VIDEO.NUM_FRAME: no such config key; did you mean INPUT.VIDEO.NUM_FRAMES?"),
+        (["DATASETS.TRAIN", "('moving_shape_train',)"],
+         "error: DATASETS.TRAIN: dataset 'moving_shape_train' is not registered; registered names close to it: "
+         "moving_shapes_train"),
+        # an integer for a float key is taken as that float; multigrid needs a step schedule
+        (["SOLVER.BASE_LR", "1", "MULTIGRID.LONG_CYCLE", "True", "SOLVER.LR_SCHEDULER_NAME", "WarmupCosineLR"],
+         "error: SOLVER.LR_SCHEDULER_NAME: must be 'WarmupMultiStepLR' with multigrid"),
+    ],
+)  # fmt: skip
+def test_config_errors_are_one_line_before_launch(args, expected, tmp_path):
+    assert run_rejected(args, tmp_path).startswith(expected)
+
+
+def test_missing_config_file_and_dataset_file(tmp_path):
+    missing = str(tmp_path / "nope.yaml")
+    assert run_rejected(["--config-file", missing], tmp_path) == f"error: {missing}: config file not found"
+    csv = os.path.join(str(tmp_path / "kinetics"), "annotations", "train.csv")
+    line = run_rejected(
+        ["DATASETS.KINETICS.ROOT", str(tmp_path / "kinetics"), "DATASETS.TRAIN", "('kinetics400_train',)"],
+        tmp_path,
+    )
+    assert line == f"error: {csv}: file of dataset 'kinetics400_train' (DATASETS.TRAIN) not found"
+
+
+def test_every_video_config_passes_the_value_checks():
+    configs = glob.glob(os.path.join(CONFIG_DIR, "*.yaml"))
+    assert len(configs) >= 5
+    for path in configs:
+        cfg = add_video_config(get_cfg())
+        merge_checked(cfg, path, [])
+        check_values(cfg, (*TRAINING_RULES, *VIDEO_RULES))
