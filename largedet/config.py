@@ -15,6 +15,7 @@ def add_largedet_config(cfg: CN) -> CN:
     _add_large_batch_config(cfg)
     _add_agvm_config(cfg)
     _add_openimages_config(cfg)
+    _add_logging_config(cfg)
     return cfg
 
 
@@ -235,3 +236,24 @@ def _add_openimages_config(cfg: CN) -> None:
     # hierarchy and does not expand detections itself; a detector trained on the
     # labels as annotated (DATASETS.OPENIMAGES.EXPAND_HIERARCHY false) needs this.
     cfg.TEST.OPENIMAGES.EXPAND_DETECTIONS = True
+
+
+def _add_logging_config(cfg: CN) -> None:
+    # --- Weights & Biases (largedet.utils.wandb_writer) --------------------------
+    cfg.WANDB = CN()
+    # Also log the training scalars to Weights & Biases: everything metrics.json
+    # gets (losses, lr, time, evaluation results, agvm/...), with the iteration as
+    # the step, every LOG_PERIOD steps, from the main process only; the whole config
+    # is the run's config. true or false. Needs `pip install wandb` (an error naming
+    # this key otherwise). A resumed run (--resume) starts a new W&B run.
+    cfg.WANDB.ENABLED = False
+    # W&B project the run goes to.
+    cfg.WANDB.PROJECT = "largedet"
+    # Run name; "" means the last folder of OUTPUT_DIR.
+    cfg.WANDB.NAME = ""
+    # W&B team or user (wandb's "entity"); "" means the account's default.
+    cfg.WANDB.ENTITY = ""
+    # wandb.init's mode: "online", "offline" (files only, under OUTPUT_DIR/wandb;
+    # upload later with `wandb sync`) or "disabled"; "" leaves it to wandb
+    # ($WANDB_MODE, else "online").
+    cfg.WANDB.MODE = ""

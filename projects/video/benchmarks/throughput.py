@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Training throughput of TSM vs TSN vs I3D, and decoding throughput of PyAV vs OpenCV.
+"""Training throughput of TSM vs TSN vs I3D, and decoding throughput of each video decoder.
 
     python projects/video/benchmarks/throughput.py                    # CPU: 8 x 112px clips
     python projects/video/benchmarks/throughput.py --device cuda      # GPU: 8 x 224px clips
+    python projects/video/benchmarks/throughput.py --decoders         # decoding only, all decoders
+    python projects/video/benchmarks/throughput.py --decoders pyav torchcodec
 
 1. Training clips/s (forward, backward and SGD step on random clips, all models
    given the same input: 8 frames of --size pixels) for TSM, TSN (the same
@@ -15,11 +17,19 @@
    waiting for busy cores would dominate the timings. FLOPs per clip (fvcore)
    and parameter counts are printed beside.
 2. Decoding clips/s of one worker (the process pinned to one core where the OS
-   allows): open a video and read 8 TSN-sampled frames, with PyAV and OpenCV,
-   on a generated 340x256, 10 s, 25 fps H.264 video (Kinetics' usual size).
+   allows): open a video and read 8 TSN-sampled frames (one clip), with each
+   decoder of INPUT.VIDEO.DECODER that loads here (PyAV, OpenCV, torchcodec on
+   the CPU; torchcodec on NVDEC with --device cuda), on two sets: the built-in
+   moving-shapes videos (the first 16 training videos of the demo's dataset,
+   96x72, 32 frames, H.264, generated to a temporary folder) and a generated
+   340x256, 10 s, 25 fps H.264 video (Kinetics' usual size). Decoders and sets
+   are timed in interleaved rounds of --decode-seconds each; the median round
+   and the range over --decode-rounds rounds are printed, with clips per
+   CPU-second (process CPU time, steadier than wall clock on a shared machine).
+   --decoders runs this part alone.
 
 Ratios printed: TSM / I3D 3x3x3 and TSM / I3D 3x1x1 (the TSM paper: 1.6x and
-2.9x), the shift's cost against TSN (goal: <= 3%), PyAV / OpenCV.
+2.9x), the shift's cost against TSN (goal: <= 3%), each decoder / PyAV.
 """
 
 import argparse
@@ -42,11 +52,14 @@ from fvcore.nn import FlopCountAnalysis  # noqa: E402
 
 from largedet_video import add_video_config  # noqa: E402
 from largedet_video.data import open_video  # noqa: E402
-from largedet_video.data.moving_shapes import (
+from largedet_video.data.decoding import torchcodec_unavailable  # noqa: E402
+from largedet_video.data.moving_shapes import (  # noqa: E402
     MovingShapesSpec,
+    load_moving_shapes,
+    prepare_moving_shapes,
     render_moving_shape,
     write_mp4,
-)  # noqa: E402
+)
 from largedet_video.data.sampling import segment_train_indices  # noqa: E402
 from largedet_video.modeling.backbone import RESNET_LAYERS, resnet  # noqa: E402
 
@@ -163,17 +176,78 @@ def make_video(path, frames, width, height):
     write_mp4(path, render_moving_shape(np.random.default_rng(0), "right", spec), fps=25)
 
 
-def bench_decoding(path, seconds):
+def available_decoders(device):
+    """{decoder: None if it runs here, else why not}, in the order of the table."""
+    reason = torchcodec_unavailable()
+    gpu = None if device.startswith("cuda") else "only with --device cuda"
+    return {
+        "pyav": None,
+        "opencv": None,
+        "torchcodec": reason,
+        "torchcodec_cuda": reason or gpu,
+    }
+
+
+def decode_clips(paths, decoder, seconds, rng):
+    """(clips/s, clips per CPU-second) of one decoder reading 8 TSN-sampled
+    frames per clip, going round ``paths``, for ``seconds`` (at least one clip)."""
+    clips, wall, cpu = 0, time.perf_counter(), time.process_time()
+    while clips == 0 or time.perf_counter() - wall < seconds:
+        with open_video(paths[clips % len(paths)], decoder) as video:
+            video.read(segment_train_indices(video.num_frames, 8, rng))
+        clips += 1
+    return clips / (time.perf_counter() - wall), clips / (time.process_time() - cpu)
+
+
+def bench_decoding(video_sets, decoders, seconds, rounds):
+    """{set: {decoder: ([clips/s per round], [clips/CPU-s per round])}}, the
+    rounds interleaved over sets and decoders."""
     rng = np.random.default_rng(0)
-    result = {}
-    for decoder in ("pyav", "opencv"):
-        clips, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            with open_video(path, decoder) as video:
-                video.read(segment_train_indices(video.num_frames, 8, rng))
-            clips += 1
-        result[decoder] = clips / (time.perf_counter() - start)
+    result = {name: {d: ([], []) for d in decoders} for name in video_sets}
+    for name, paths in video_sets.items():  # warm-up: first opens, library loads
+        for decoder in decoders:
+            decode_clips(paths, decoder, 0.0, rng)
+    for _ in range(rounds):
+        for name, paths in video_sets.items():
+            for decoder in decoders:
+                wall, cpu = decode_clips(paths, decoder, seconds, rng)
+                result[name][decoder][0].append(wall)
+                result[name][decoder][1].append(cpu)
     return result
+
+
+def run_decoding(args, decoders):
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        # The same frames as the first 16 training videos of the built-in dataset.
+        shapes = prepare_moving_shapes(MovingShapesSpec(num_train=16, num_val=0), tmp)
+        kinetics_like = os.path.join(tmp, "kinetics_like.mp4")
+        make_video(kinetics_like, 250, 340, 256)
+        video_sets = {
+            "built-in moving shapes (16 videos, 96x72, 32 frames, H.264)": [
+                r["path"] for r in load_moving_shapes(shapes, "train")
+            ],
+            "Kinetics-like (340x256, 10 s, 25 fps, H.264)": [kinetics_like],
+        }
+        results = bench_decoding(video_sets, decoders, args.decode_seconds, args.decode_rounds)
+    print(
+        "Decoding, one worker (one core), 8 TSN-sampled frames per clip; median "
+        f"[min-max] of {args.decode_rounds} rounds of {args.decode_seconds:g} s:"
+    )
+    median = statistics.median
+    for name, rates in results.items():
+        print(f"  {name}:")
+        for decoder, (wall, cpu) in rates.items():
+            print(
+                f"    {decoder:16s} {median(wall):8.2f} clips/s [{min(wall):.2f}-{max(wall):.2f}]"
+                f"  {median(cpu):8.2f} clips/CPU-s"
+            )
+        for decoder in decoders[1:]:
+            if "pyav" in rates:
+                ratio = median(rates[decoder][0]) / median(rates["pyav"][0])
+                print(f"    {decoder} / PyAV: {ratio:.2f}x")
 
 
 def main():
@@ -195,7 +269,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default 1 on CPU)")
-    parser.add_argument("--decode-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--decode-seconds", type=float, default=5.0, help="seconds per decoder and round"
+    )
+    parser.add_argument("--decode-rounds", type=int, default=3)
+    parser.add_argument(
+        "--decoders",
+        nargs="*",
+        metavar="NAME",
+        help="decoding only, with these decoders (none named: every one that runs here)",
+    )
     parser.add_argument("--skip-decode", action="store_true")
     args = parser.parse_args()
     gpu = args.device.startswith("cuda")
@@ -209,6 +292,17 @@ def main():
         torch.cuda.get_device_name() if gpu else f"CPU, {torch.get_num_threads()} torch thread(s)"
     )
     print(f"Device: {name}; torch {torch.__version__}")
+    available = available_decoders(args.device)
+    for decoder in args.decoders or []:
+        if available.get(decoder, "unknown decoder"):
+            parser.error(f"decoder {decoder}: {available.get(decoder, 'unknown decoder')}")
+    decoders = args.decoders or [d for d, reason in available.items() if reason is None]
+    for decoder, reason in available.items():
+        if reason and decoder not in decoders:
+            print(f"  (no {decoder}: {reason})")
+    if args.decoders is not None:
+        run_decoding(args, decoders)
+        return
     print(
         f"Training: ResNet-{args.depth}, {args.batch} clips x {args.frames} frames x "
         f"{args.size}x{args.size} per step; median of {args.rounds} rounds of {args.steps} steps"
@@ -234,19 +328,8 @@ def main():
         " (goal <= 3%)"
     )
 
-    if args.skip_decode:
-        return
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kinetics_like.mp4")
-        make_video(path, 250, 340, 256)
-        rates = bench_decoding(path, args.decode_seconds)
-    print("Decoding, one worker (one core), 8 TSN-sampled frames of a 340x256 10 s H.264 video:")
-    for decoder, rate in rates.items():
-        print(f"  {decoder:8s} {rate:7.2f} clips/s")
-    print(f"  PyAV / OpenCV: {rates['pyav'] / rates['opencv']:.2f}x")
+    if not args.skip_decode:
+        run_decoding(args, decoders)
 
 
 if __name__ == "__main__":

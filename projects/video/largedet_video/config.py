@@ -101,7 +101,13 @@ def _add_input_config(cfg: CN) -> None:
     cfg.INPUT.VIDEO.TEST_CROP_SIZE = 224
     cfg.INPUT.VIDEO.TEST_NUM_CLIPS = 10
     cfg.INPUT.VIDEO.TEST_NUM_CROPS = 3
-    # Video decoder: "pyav" or "opencv". Folders of JPEG frames need neither.
+    # Video decoder (largedet_video.data.decoding), in each DataLoader worker:
+    # "pyav" (PyAV), "opencv" (OpenCV), "torchcodec" (torchcodec on the CPU) or
+    # "torchcodec_cuda" (torchcodec on the GPU's NVDEC, frames copied back to the
+    # host; needs DATALOADER.NUM_WORKERS 0, since CUDA cannot start in forked
+    # workers). All give the same frames for the same indices (frame-exact) and
+    # skip corrupt files alike. torchcodec needs `pip install torchcodec` and
+    # FFmpeg 4-9's shared libraries. Folders of JPEG frames need no decoder.
     cfg.INPUT.VIDEO.DECODER = "pyav"
 
 

@@ -1,4 +1,4 @@
-"""Reading selected frames of a video: PyAV, OpenCV, or a folder of JPEG frames.
+"""Reading selected frames of a video: PyAV, OpenCV, torchcodec, or a folder of JPEG frames.
 
 Every reader is used the same way::
 
@@ -6,22 +6,44 @@ Every reader is used the same way::
         n = video.num_frames                  # to choose indices
         frames = video.read(indices)          # (len(indices), H, W, 3) uint8 RGB
 
-Videos are decoded once from the start up to the last requested frame; only
-requested frames are converted to RGB. Containers whose header frame count is
-wrong are handled: indices past the last decodable frame get the last frame.
-Any failure to read is raised as :class:`VideoDecodeError`.
+The contract, the same for every decoder: ``read`` returns frame ``i`` of the
+stream for index ``i`` (frame-exact, counted from 0 in display order), in the
+order asked, repeats included; indices past the last decodable frame get the
+last frame (containers whose header frame count is wrong); any failure to read
+raises :class:`VideoDecodeError`, which the dataset skips and counts. A decoder
+that is not installed raises a ``RuntimeError`` instead, which stops the run.
+
+PyAV and OpenCV decode once from the start up to the last requested frame and
+convert only the requested frames to RGB. torchcodec scans the packets once at
+open (its "exact" seek mode, which makes seeking frame-exact), then decodes
+forward, seeking to the last key frame before a requested frame when that skips
+decoding; it runs on the CPU (``"torchcodec"``) or on the GPU's video decoder,
+NVDEC (``"torchcodec_cuda"``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from typing import Dict, List, Optional
 
 import av
 import cv2
 import numpy as np
+import torch
 
-__all__ = ["VideoDecodeError", "open_video", "PyAVVideo", "OpenCVVideo", "FrameFolder", "DECODERS"]
+__all__ = [
+    "VideoDecodeError",
+    "open_video",
+    "PyAVVideo",
+    "OpenCVVideo",
+    "TorchCodecVideo",
+    "TorchCodecCUDAVideo",
+    "FrameFolder",
+    "DECODERS",
+    "torchcodec_unavailable",
+]
 
 _IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 
@@ -149,6 +171,108 @@ class OpenCVVideo(_Video):
         self._cap.release()
 
 
+@functools.lru_cache(maxsize=None)
+def torchcodec_unavailable() -> Optional[str]:
+    """None when torchcodec can decode videos here, else why not, in one line.
+
+    torchcodec imports without FFmpeg (its image decoders need none) and loads
+    its FFmpeg-dependent library at import, trying FFmpeg 9 down to 4; its
+    ``ffmpeg_major_version`` is None when none loaded."""
+    try:
+        import torchcodec
+    except ImportError as e:
+        return f"torchcodec is not installed ({e}); pip install torchcodec"
+    except (OSError, RuntimeError) as e:
+        return f"torchcodec cannot be imported ({str(e).splitlines()[0]})"
+    if torchcodec.ffmpeg_major_version is None:
+        return (
+            f"torchcodec {getattr(torchcodec, '__version__', '?')} cannot load its FFmpeg "
+            "library: FFmpeg 4-9's shared libraries are missing (apt-get install ffmpeg) or "
+            f"this torchcodec was built for another torch than {torch.__version__}"
+        )
+    return None
+
+
+def _torchcodec_message(error: Exception) -> str:
+    # torchcodec's C++ errors start with the function and source location:
+    # "SingleStreamDecoder, .../SingleStreamDecoder.cpp:41, Could not open input file: ..."
+    line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return re.sub(r"^.*?\.cpp:\d+, ", "", line)
+
+
+class TorchCodecVideo(_Video):
+    """torchcodec's ``VideoDecoder`` on the CPU, one FFmpeg thread (loader
+    workers already decode in parallel), frames in the (N, H, W, 3) layout."""
+
+    name = "torchcodec"
+    device = "cpu"
+
+    def __init__(self, path: str):
+        self.path = path
+        reason = torchcodec_unavailable()
+        if reason is not None:
+            raise RuntimeError(f"INPUT.VIDEO.DECODER {self.name!r}: {reason}")
+        self._check_device()
+        if not os.path.isfile(path):
+            raise VideoDecodeError(path, "no such file")
+        from torchcodec.decoders import VideoDecoder
+
+        try:
+            self._decoder = VideoDecoder(
+                path,
+                dimension_order="NHWC",
+                num_ffmpeg_threads=1,
+                device=self.device,
+                seek_mode="exact",
+            )
+            self._num_frames = self._decoder.metadata.num_frames or 0
+        except (RuntimeError, ValueError) as e:
+            raise VideoDecodeError(path, f"cannot open ({_torchcodec_message(e)})") from e
+        if self._num_frames <= 0:
+            raise VideoDecodeError(path, "no frame could be decoded")
+
+    def _check_device(self) -> None:
+        pass
+
+    @property
+    def num_frames(self) -> int:
+        # Counted from the packets by the scan: exact, whatever the header says.
+        return self._num_frames
+
+    def read(self, indices: np.ndarray) -> np.ndarray:
+        clipped = np.minimum(np.asarray(indices, dtype=np.int64), self._num_frames - 1)
+        wanted = np.unique(clipped)  # sorted: one pass forward through the stream
+        try:
+            batch = self._decoder.get_frames_at(wanted.tolist()).data
+        except (RuntimeError, ValueError, IndexError) as e:
+            raise VideoDecodeError(self.path, f"decoding failed ({_torchcodec_message(e)})") from e
+        frames = batch.cpu().numpy()
+        return frames[np.searchsorted(wanted, clipped)]
+
+
+class TorchCodecCUDAVideo(TorchCodecVideo):
+    """torchcodec decoding on the current CUDA device (NVDEC; torchcodec falls
+    back to the CPU for a codec NVDEC lacks). Frames are copied back to the
+    host, as the contract asks: what this saves is the loader's CPU time. CUDA
+    cannot start in a DataLoader worker forked from a process that already uses
+    it, so this decoder needs ``DATALOADER.NUM_WORKERS 0``."""
+
+    name = "torchcodec_cuda"
+    device = "cuda"
+
+    def _check_device(self) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "INPUT.VIDEO.DECODER 'torchcodec_cuda' needs a CUDA GPU; 'torchcodec' "
+                "decodes on the CPU"
+            )
+        if torch.cuda._is_in_bad_fork():
+            raise RuntimeError(
+                "INPUT.VIDEO.DECODER 'torchcodec_cuda' cannot run in a DataLoader worker "
+                "forked after CUDA was initialized; set DATALOADER.NUM_WORKERS 0"
+            )
+
+
 class FrameFolder(_Video):
     """A folder of pre-extracted frames (``*.jpg``/``*.jpeg``/``*.png``), in the
     order of their sorted file names."""
@@ -177,12 +301,17 @@ class FrameFolder(_Video):
         return self._gather(frames, indices, len(self._files) - 1)
 
 
-DECODERS = {"pyav": PyAVVideo, "opencv": OpenCVVideo}
+DECODERS = {
+    "pyav": PyAVVideo,
+    "opencv": OpenCVVideo,
+    "torchcodec": TorchCodecVideo,
+    "torchcodec_cuda": TorchCodecCUDAVideo,
+}
 
 
 def open_video(path: str, decoder: str = "pyav") -> _Video:
-    """Open ``path`` with ``decoder`` ("pyav" or "opencv"); a directory is read
-    as a :class:`FrameFolder` whatever the decoder."""
+    """Open ``path`` with ``decoder`` (a name in :data:`DECODERS`); a directory is
+    read as a :class:`FrameFolder` whatever the decoder."""
     if os.path.isdir(path):
         return FrameFolder(path)
     if decoder not in DECODERS:
