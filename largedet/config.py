@@ -141,11 +141,17 @@ def _add_large_batch_config(cfg: CN) -> None:
     cfg.SOLVER.DIVERGENCE.MAX_ROLLBACKS = 3
 
     # Re-seed Python's, NumPy's and torch's random number generators before every
-    # optimizer step from (SEED, iteration, rank): true makes a resumed run draw the
-    # same random numbers as an uninterrupted one (exact resume also needs SEED >= 0
-    # and DATALOADER.NUM_WORKERS 0, since loader workers keep their own generators);
+    # optimizer step from (SEED, iteration, rank), and each training image's
+    # augmentation from (SEED, its position in the data stream): true makes a resumed
+    # run draw the same random numbers as an uninterrupted one, with any
+    # DATALOADER.NUM_WORKERS and with aspect-ratio grouping (exact resume also needs
+    # SEED >= 0 and the same number of processes and SOLVER.IMS_PER_DEVICE);
     # false: seeded once at start, as in Detectron2.
     cfg.RESEED_EVERY_ITER = False
+    # Unreadable training images (truncated, not an image, missing) are skipped, logged
+    # and counted (data/skipped_images); more than this many in a row in one loader
+    # process stop the run with an error naming the last file.
+    cfg.DATALOADER.MAX_CONSECUTIVE_SKIPS = 10
 
     # Optimizer steps between two writes of the logged metrics (console, metrics.json,
     # TensorBoard); an integer >= 1. Detectron2 writes every 20; short runs (a few dozen

@@ -356,7 +356,6 @@ class SkippedImagesHook(HookBase):
 
 
 def _max_consecutive_skips(cfg: CfgNode) -> int:
-    # DATALOADER.MAX_CONSECUTIVE_SKIPS where the config declares it (the video project's).
     return cfg.DATALOADER.get("MAX_CONSECUTIVE_SKIPS", MAX_CONSECUTIVE_SKIPS)
 
 

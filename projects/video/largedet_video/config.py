@@ -116,9 +116,9 @@ def _add_data_config(cfg: CN) -> None:
     cfg.DATALOADER.PREFETCH_FACTOR = 2
     # Seconds to wait for one batch from the workers before failing (0 = forever).
     cfg.DATALOADER.TIMEOUT = 300
-    # A training sample whose video cannot be read is replaced by the next index;
-    # after this many unreadable videos in a row the loader raises.
-    cfg.DATALOADER.MAX_CONSECUTIVE_SKIPS = 10
+    # (DATALOADER.MAX_CONSECUTIVE_SKIPS, from largedet's config: a training sample whose
+    # video cannot be read is replaced by the next index; after that many unreadable
+    # videos in a row the loader raises.)
 
     # Extra datasets from list files: a list of [name, list_file, root] triples.
     # list_file holds "path label" (or "path num_frames label") lines, or is an
