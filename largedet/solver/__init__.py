@@ -7,7 +7,9 @@ from .build import (
     build_agvm,
     build_optimizer,
     get_optimizer_params,
+    log_param_groups,
     model_parts,
+    optimizer_param_groups,
 )
 from .lr_scheduler import LRScaling, build_lr_scheduler, lr_scaling, with_scaled_lr
 
@@ -20,7 +22,9 @@ __all__ = [
     "build_lr_scheduler",
     "build_optimizer",
     "get_optimizer_params",
+    "log_param_groups",
     "lr_scaling",
     "model_parts",
+    "optimizer_param_groups",
     "with_scaled_lr",
 ]

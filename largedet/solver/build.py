@@ -18,6 +18,10 @@ With ``SOLVER.AGVM.ENABLED`` the parameter groups of :func:`get_optimizer_params
 also split by model part (:func:`model_parts`, ``SOLVER.AGVM.GROUPS``), each group naming
 its part under ``largedet.optim.PART_KEY``, and :func:`build_agvm` builds the
 :class:`~largedet.optim.AGVM` that modulates each part's LR.
+
+:func:`optimizer_param_groups` builds the same groups from explicit arguments, for
+LazyConfig files (``L(PMDLAMB)(params=L(optimizer_param_groups)(...))``);
+:func:`get_optimizer_params` is it with the arguments of ``cfg.SOLVER``.
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ __all__ = [
     "build_agvm",
     "build_optimizer",
     "get_optimizer_params",
+    "log_param_groups",
     "model_parts",
+    "optimizer_param_groups",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,35 +113,46 @@ def model_parts(
     return parts
 
 
-def get_optimizer_params(
-    cfg: CfgNode, model: torch.nn.Module, *, layer_adaptive: bool = False
+def optimizer_param_groups(
+    model: torch.nn.Module,
+    *,
+    base_lr: Optional[float] = None,
+    weight_decay: Optional[float] = None,
+    weight_decay_norm: Optional[float] = None,
+    weight_decay_bias: Optional[float] = None,
+    bias_lr_factor: float = 1.0,
+    layer_adaptive: bool = False,
+    adapt_norm: bool = False,
+    adapt_bias: bool = False,
+    parts: Optional[Sequence[Tuple[str, str]]] = None,
 ) -> List[Dict[str, Any]]:
-    """Parameter groups of ``model``'s trainable parameters, as few as possible.
+    """Parameter groups of ``model``'s trainable parameters, as few as possible, from
+    explicit arguments (for a LazyConfig: ``L(PMDLAMB)(params=L(optimizer_param_groups)(...))``).
 
     Detectron2's ``get_default_optimizer_params`` sets each parameter's ``lr``
-    (``SOLVER.BASE_LR``, times ``SOLVER.BIAS_LR_FACTOR`` for biases) and
-    ``weight_decay`` (``SOLVER.WEIGHT_DECAY``; ``SOLVER.WEIGHT_DECAY_NORM`` for
-    normalization layers, ``SOLVER.WEIGHT_DECAY_BIAS`` for biases). With
-    ``layer_adaptive`` (LAMB, PMD-LAMB, LARS) every group also carries ``adapt``:
-    ``SOLVER.ADAPT_NORM`` for normalization-layer parameters, ``SOLVER.ADAPT_BIAS``
-    for biases (which wins for a normalization layer's bias, as the bias weight decay
-    does in Detectron2), True otherwise. With ``SOLVER.AGVM.ENABLED`` every group also
-    carries its model part's name under ``largedet.optim.PART_KEY`` (:func:`model_parts`),
-    so each part owns its own groups. Groups with equal hyperparameters (and part) are
-    merged by Detectron2's ``reduce_param_groups``.
+    (``base_lr``, times ``bias_lr_factor`` for biases) and ``weight_decay``
+    (``weight_decay``; ``weight_decay_norm`` for normalization layers,
+    ``weight_decay_bias`` for biases); a value left None is not set, so the optimizer's
+    default applies. With ``layer_adaptive`` (LAMB, PMD-LAMB, LARS) every group also
+    carries ``adapt``: ``adapt_norm`` for normalization-layer parameters
+    (:data:`NORM_MODULE_TYPES`), ``adapt_bias`` for biases (which wins for a
+    normalization layer's bias, as the bias weight decay does in Detectron2), True
+    otherwise. With ``parts`` (``(part name, module-name prefix)`` pairs, see
+    :func:`model_parts`) every group also carries its model part's name under
+    ``largedet.optim.PART_KEY``, so each part owns its own groups (AGVM). Groups with
+    equal hyperparameters (and part) are merged by Detectron2's ``reduce_param_groups``.
     """
-    solver = cfg.SOLVER
     params = get_default_optimizer_params(
         model,
-        base_lr=solver.BASE_LR,
-        weight_decay=solver.WEIGHT_DECAY,
-        weight_decay_norm=solver.WEIGHT_DECAY_NORM,
-        bias_lr_factor=solver.BIAS_LR_FACTOR,
-        weight_decay_bias=solver.WEIGHT_DECAY_BIAS,
+        base_lr=base_lr,
+        weight_decay=weight_decay,
+        weight_decay_norm=weight_decay_norm,
+        bias_lr_factor=bias_lr_factor,
+        weight_decay_bias=weight_decay_bias,
     )
-    if solver.AGVM.ENABLED:
+    if parts is not None:
         by_part: Dict[str, List[torch.nn.Parameter]] = {}
-        for p, part in model_parts(model, solver.AGVM.GROUPS).items():
+        for p, part in model_parts(model, parts).items():
             by_part.setdefault(part, []).append(p)
         params = reduce_param_groups(
             params + [{"params": ps, optim.PART_KEY: part} for part, ps in by_part.items()]
@@ -159,10 +176,41 @@ def get_optimizer_params(
         params
         + [
             {"params": everything, "adapt": True},
-            {"params": norm, "adapt": solver.ADAPT_NORM},
-            {"params": bias, "adapt": solver.ADAPT_BIAS},
+            {"params": norm, "adapt": adapt_norm},
+            {"params": bias, "adapt": adapt_bias},
         ]
     )
+
+
+def get_optimizer_params(
+    cfg: CfgNode, model: torch.nn.Module, *, layer_adaptive: bool = False
+) -> List[Dict[str, Any]]:
+    """:func:`optimizer_param_groups` with the arguments of ``cfg.SOLVER``: ``BASE_LR``,
+    ``WEIGHT_DECAY``, ``WEIGHT_DECAY_NORM``, ``WEIGHT_DECAY_BIAS``, ``BIAS_LR_FACTOR``,
+    ``ADAPT_NORM`` and ``ADAPT_BIAS`` (with ``layer_adaptive``: LAMB, PMD-LAMB, LARS), and
+    the parts of ``AGVM.GROUPS`` when ``AGVM.ENABLED``."""
+    solver = cfg.SOLVER
+    return optimizer_param_groups(
+        model,
+        base_lr=solver.BASE_LR,
+        weight_decay=solver.WEIGHT_DECAY,
+        weight_decay_norm=solver.WEIGHT_DECAY_NORM,
+        weight_decay_bias=solver.WEIGHT_DECAY_BIAS,
+        bias_lr_factor=solver.BIAS_LR_FACTOR,
+        layer_adaptive=layer_adaptive,
+        adapt_norm=solver.ADAPT_NORM,
+        adapt_bias=solver.ADAPT_BIAS,
+        parts=solver.AGVM.GROUPS if solver.AGVM.ENABLED else None,
+    )
+
+
+def log_param_groups(name: str, optimizer: torch.optim.Optimizer) -> None:
+    """Log each param group of ``optimizer`` (built as ``name``): its tensor count and its
+    ``lr``, ``weight_decay``, ``adapt`` and AGVM part."""
+    for i, group in enumerate(optimizer.param_groups):
+        keys = ("lr", "weight_decay", "adapt", optim.PART_KEY)
+        hyper = {k: v for k, v in group.items() if k in keys}
+        logger.info("%s param group %d: %d tensors, %s", name, i, len(group["params"]), hyper)
 
 
 def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -170,10 +218,7 @@ def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimiz
     (``cfg.SOLVER.CLIP_GRADIENTS``) when enabled."""
     name = cfg.SOLVER.OPTIMIZER
     optimizer = OPTIMIZER_REGISTRY.get(name)(cfg, model)
-    for i, group in enumerate(optimizer.param_groups):
-        keys = ("lr", "weight_decay", "adapt", optim.PART_KEY)
-        hyper = {k: v for k, v in group.items() if k in keys}
-        logger.info("%s param group %d: %d tensors, %s", name, i, len(group["params"]), hyper)
+    log_param_groups(name, optimizer)
     return maybe_add_gradient_clipping(cfg, optimizer)
 
 

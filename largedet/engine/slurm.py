@@ -1,0 +1,232 @@
+"""Training on a Slurm cluster through submitit, requeued on pre-emption and time-out.
+
+``tools/submit.py`` submits a :class:`TrainingJob`: one Slurm task per node, which starts
+a training script (``tools/train_net.py``, ``tools/lazyconfig_train_net.py`` or
+``projects/video/train.py``) with Detectron2's multi-machine flags, ``--num-gpus G
+--num-machines N --machine-rank NODE --dist-url tcp://FIRST_NODE:PORT`` (:func:`placement`);
+Detectron2's ``launch`` in the script then starts one process per GPU on each node and sets
+up ``torch.distributed`` (NCCL, or gloo on CPUs), exactly as when the script is started by
+hand on every machine. The scripts keep their own ``main`` (the video project its trainer),
+so the job runs them as programs rather than importing them.
+
+Pre-emption and time-out: Slurm signals the job (``USR2``, ``signal_delay_s`` before the
+time limit, and on pre-emption where the cluster sends it:
+``SlurmctldParameters=preempt_send_user_signal``). submitit's handler in the task of node 0
+calls :meth:`TrainingJob.checkpoint`, which stops the training processes and hands back the
+same job with ``--resume``; submitit requeues it (pre-emptions without limit, time-outs
+``max_num_timeout`` times). A job that Slurm requeues by itself (``PreemptMode=REQUEUE``,
+a node failure) resumes too (``SLURM_RESTART_COUNT``). The requeued job continues from the
+last checkpoint in the output folder (``SOLVER.CHECKPOINT_PERIOD`` /
+``train.checkpointer.period``): the steps since then are trained again, and with exact
+resume (``SEED >= 0``, ``RESEED_EVERY_ITER``) the run ends on the weights of an
+uninterrupted one. The training processes ignore the signal themselves: only the job
+decides when they stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Sequence
+
+import submitit
+
+__all__ = ["Placement", "SlurmResources", "TrainingJob", "placement", "submit"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the training script gets to exit on SIGTERM before it is killed.
+STOP_TIMEOUT_S = 30
+#: Seconds between two looks at whether the training script has exited.
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class SlurmResources:
+    """What a training job asks Slurm for. One task per node holds all of the node's GPUs
+    (``gpus_per_node``, one training process each) and ``cpus_per_gpu`` cores per GPU."""
+
+    nodes: int = 1
+    gpus_per_node: int = 8
+    cpus_per_gpu: int = 10
+    partition: str = ""  # "" = the cluster's default partition
+    timeout_min: int = 240  # the job's time limit, per (re)queued run, in minutes
+    mem_gb: float = 0  # memory per node; 0 = the partition's default
+    signal_delay_s: int = 120  # seconds before the time limit at which the job is signalled
+    max_num_timeout: int = 20  # time-outs that requeue; pre-emptions requeue without limit
+    name: str = "largedet"
+
+    def __post_init__(self):
+        if min(self.nodes, self.gpus_per_node, self.cpus_per_gpu, self.timeout_min) < 1:
+            raise ValueError(
+                f"need nodes, gpus_per_node, cpus_per_gpu and timeout_min >= 1, got {self.nodes}, "
+                f"{self.gpus_per_node}, {self.cpus_per_gpu} and {self.timeout_min}"
+            )
+
+    def executor_parameters(self) -> Dict[str, Any]:
+        """The keyword arguments of submitit's ``AutoExecutor.update_parameters``; the
+        ``slurm_`` ones are ignored by the local executor."""
+        params: Dict[str, Any] = dict(
+            name=self.name,
+            nodes=self.nodes,
+            tasks_per_node=1,
+            gpus_per_node=self.gpus_per_node,
+            cpus_per_task=self.gpus_per_node * self.cpus_per_gpu,
+            timeout_min=self.timeout_min,
+            slurm_signal_delay_s=self.signal_delay_s,
+            # requeueable: `scontrol requeue` (submitit's requeue) is refused otherwise where
+            # the cluster's JobRequeue is 0
+            slurm_additional_parameters={"requeue": True},
+        )
+        if self.partition:
+            params["slurm_partition"] = self.partition
+        if self.mem_gb:
+            params["mem_gb"] = self.mem_gb
+        return params
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this node's processes sit in the job: Detectron2's multi-machine arguments."""
+
+    num_machines: int
+    machine_rank: int
+    dist_url: str  # "auto" (a free port on this machine) for one node
+
+    def args(self) -> List[str]:
+        return ["--num-machines", str(self.num_machines), "--machine-rank", str(self.machine_rank),
+                "--dist-url", self.dist_url]  # fmt: skip
+
+
+def placement(env: submitit.JobEnvironment, attempt: int = 0) -> Placement:
+    """This node's :class:`Placement` from submitit's job environment (the first host of the
+    job's node list is the rendezvous; its port is derived from the job id and the attempt,
+    so that every node computes the same one and a requeued run does not meet the last one's
+    sockets)."""
+    if env.num_nodes == 1:
+        return Placement(1, 0, "auto")
+    # in [10000, 30000): below Linux's ephemeral ports
+    port = 10000 + (zlib.crc32(env.job_id.encode()) + attempt) % 20000
+    return Placement(env.num_nodes, env.node, f"tcp://{env.hostnames[0]}:{port}")
+
+
+@dataclass
+class TrainingJob(submitit.helpers.Checkpointable):
+    """A training script run on every node of a submitit job, resumed after a requeue.
+
+    Args:
+        script: the training script (``tools/train_net.py``, ...).
+        gpus_per_node: training processes per node (``--num-gpus``).
+        config_file: ``--config-file`` (None: the script's default).
+        opts: the trailing config overrides, as the script takes them.
+        resume: pass ``--resume`` (continue from the output folder's last checkpoint, or
+            start from the config's weights when there is none).
+        attempt: how many times the job was requeued before this run.
+    """
+
+    script: str
+    gpus_per_node: int
+    config_file: Optional[str] = None
+    opts: Sequence[str] = ()
+    resume: bool = False
+    attempt: int = 0
+    _process: Optional[subprocess.Popen] = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def command(self, where: Placement) -> List[str]:
+        """The script's command line on a node placed at ``where``; with ``--resume`` also
+        when Slurm itself requeued the job (``SLURM_RESTART_COUNT`` > 0: pre-emption with
+        ``PreemptMode=REQUEUE``, node failure), which does not go through :meth:`checkpoint`."""
+        cmd = [sys.executable, self.script]
+        if self.config_file:
+            cmd += ["--config-file", self.config_file]
+        cmd += ["--num-gpus", str(self.gpus_per_node), *where.args()]
+        if self.resume or int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0:
+            cmd.append("--resume")
+        return cmd + list(self.opts)
+
+    def __call__(self) -> None:
+        env = submitit.JobEnvironment()
+        cmd = self.command(placement(env, self.attempt))
+        logger.info("%s, attempt %d: %s", env, self.attempt, " ".join(cmd))
+        preemption = _preemption_signal()
+        self._process = subprocess.Popen(
+            cmd,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN),
+        )
+        try:
+            # poll rather than wait(): a blocking wait() holds the lock that checkpoint()'s
+            # _stop() needs to reap the script, from the signal handler that interrupts it
+            while self._process.poll() is None:
+                time.sleep(POLL_S)
+        finally:
+            self._stop()
+        if self._process.returncode != 0:
+            raise subprocess.CalledProcessError(self._process.returncode, cmd)
+
+    def checkpoint(self) -> submitit.helpers.DelayedSubmission:
+        """Called by submitit on pre-emption or time-out (in the task of node 0): stop the
+        training processes and return this job with ``--resume``, to be requeued."""
+        logger.info("Pre-empted or timed out: stopping training, requeuing with --resume")
+        self._stop()
+        return submitit.helpers.DelayedSubmission(
+            replace(self, resume=True, attempt=self.attempt + 1)
+        )
+
+    def _stop(self) -> None:
+        """SIGTERM to the script's process group (the script and the per-GPU processes it
+        started), SIGKILL to what is left once the script has exited or after
+        :data:`STOP_TIMEOUT_S`."""
+        process = self._process
+        if process is None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:  # the whole group has exited
+            return
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            logger.warning("The training script did not exit on SIGTERM; killing it")
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_process"] = None
+        return state
+
+
+def _preemption_signal() -> signal.Signals:
+    return getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG)
+
+
+def submit(
+    job: TrainingJob,
+    resources: SlurmResources,
+    folder: str,
+    *,
+    cluster: Optional[str] = "slurm",
+) -> submitit.Job:
+    """Submit ``job`` with ``resources``; submitit's files (pickles, logs) go to ``folder``
+    (``%j`` is the job id). ``cluster``: "slurm", or "local" to run it on this machine under
+    submitit's local executor (one node; the same signal, checkpoint and requeue path); None
+    lets submitit pick."""
+    if cluster == "local" and resources.nodes != 1:
+        raise ValueError(f"the local executor runs one node, got nodes={resources.nodes}")
+    executor = submitit.AutoExecutor(
+        folder=folder, cluster=cluster, slurm_max_num_timeout=resources.max_num_timeout
+    )
+    executor.update_parameters(**resources.executor_parameters())
+    return executor.submit(job)

@@ -1,0 +1,162 @@
+"""Slurm through submitit (largedet.engine.slurm): the executor's parameters and sbatch flags,
+each node's command line, and a pre-empted job that submitit's local executor requeues and
+that resumes to the weights of an uninterrupted run (two gloo processes, tools/train_net.py)."""
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+submitit = pytest.importorskip("submitit")
+
+from largedet.engine.slurm import (  # noqa: E402
+    Placement,
+    SlurmResources,
+    TrainingJob,
+    placement,
+    submit,
+)
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+TRAIN_NET = os.path.abspath(os.path.join(ROOT, "tools", "train_net.py"))
+SUBMIT = os.path.join(ROOT, "tools", "submit.py")
+CONFIG = os.path.abspath(
+    os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml")
+)
+
+
+def test_executor_parameters_and_sbatch_flags(tmp_path, monkeypatch):
+    resources = SlurmResources(
+        nodes=2, gpus_per_node=8, cpus_per_gpu=10, partition="P", timeout_min=240
+    )
+    params = resources.executor_parameters()
+    assert params == dict(
+        name="largedet", nodes=2, tasks_per_node=1, gpus_per_node=8, cpus_per_task=80,
+        timeout_min=240, slurm_signal_delay_s=120, slurm_partition="P",
+        slurm_additional_parameters={"requeue": True},
+    )  # fmt: skip
+    monkeypatch.setattr(
+        submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2)
+    )  # no srun here
+    executor = submitit.AutoExecutor(folder=str(tmp_path / "%j"), cluster="slurm")
+    executor.update_parameters(**params)
+    sbatch = executor._executor._make_submission_file_text("CMD", "uid").splitlines()
+    flags = ["--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=8", "--cpus-per-task=80",
+             "--partition=P", "--time=240", "--signal=USR2@120", "--job-name=largedet",
+             "--requeue"]  # fmt: skip
+    for flag in flags:
+        assert f"#SBATCH {flag}" in sbatch
+
+
+def fake_env(num_nodes, node, job_id="4242", hosts=("gpu-a", "gpu-b")):
+    return SimpleNamespace(num_nodes=num_nodes, node=node, job_id=job_id, hostnames=list(hosts))
+
+
+def test_placement_of_each_node():
+    assert placement(fake_env(1, 0)) == Placement(1, 0, "auto")
+    first, second = placement(fake_env(2, 0)), placement(fake_env(2, 1))
+    assert (first.num_machines, first.machine_rank, second.machine_rank) == (2, 0, 1)
+    assert first.dist_url == second.dist_url and first.dist_url.startswith("tcp://gpu-a:")
+    port = int(first.dist_url.rsplit(":", 1)[1])
+    assert 10000 <= port < 30000
+    assert placement(fake_env(2, 0), attempt=1).dist_url != first.dist_url
+
+
+def test_command_of_a_node_and_the_requeued_job(monkeypatch):
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    job = TrainingJob(TRAIN_NET, 8, config_file="cfg.yaml", opts=["SOLVER.MAX_ITER", "10"])
+    where = Placement(2, 1, "tcp://gpu-a:12345")
+    assert job.command(where) == [
+        sys.executable, TRAIN_NET, "--config-file", "cfg.yaml", "--num-gpus", "8", "--num-machines", "2",
+        "--machine-rank", "1", "--dist-url", "tcp://gpu-a:12345", "SOLVER.MAX_ITER", "10",
+    ]  # fmt: skip
+    requeued = job.checkpoint()
+    assert requeued.function == TrainingJob(
+        TRAIN_NET, 8, "cfg.yaml", ["SOLVER.MAX_ITER", "10"], resume=True, attempt=1
+    )
+    assert requeued.function.command(where)[-3:] == ["--resume", "SOLVER.MAX_ITER", "10"]
+    assert pickle.loads(pickle.dumps(requeued.function)) == requeued.function
+    # requeued by Slurm itself (PreemptMode=REQUEUE), without checkpoint(): resumes all the same
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert "--resume" in job.command(where)
+
+
+def test_submit_refuses_a_batch_that_does_not_split_before_queuing(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, SUBMIT, "--local", "--gpus-per-node", "3", "--config", CONFIG,
+         "--job-dir", str(tmp_path / "jobs"), "SOLVER.IMS_PER_BATCH", "4"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "SOLVER.IMS_PER_BATCH 4 is not divisible by the world size 3" in proc.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
+# --- pre-emption, requeue and resume ---------------------------------------------------------
+
+
+def train_opts(spec, out_dir):
+    """The demo config on the tiny shapes set at 64 px: 6 steps of 4 images on two processes
+    (K = 2 micro-batches of 1 each), a checkpoint every 2 steps, exact resume."""
+    return [
+        "DATASETS.SHAPES.ROOT", spec.root, "DATASETS.SHAPES.NUM_TRAIN", str(spec.num_train),
+        "DATASETS.SHAPES.NUM_VAL", str(spec.num_val), "DATASETS.SHAPES.IMAGE_SIZE", str(spec.image_size),
+        "DATASETS.SHAPES.SEED", str(spec.seed), "DATASETS.TEST", "()",
+        "INPUT.MIN_SIZE_TRAIN", "(64,)", "INPUT.MAX_SIZE_TRAIN", "64",
+        "SOLVER.IMS_PER_BATCH", "4", "SOLVER.IMS_PER_DEVICE", "1", "SOLVER.MAX_ITER", "6",
+        "SOLVER.WARMUP_ITERS", "2", "SOLVER.STEPS", "(4,)", "SOLVER.CHECKPOINT_PERIOD", "2",
+        "DATALOADER.NUM_WORKERS", "0", "SEED", "0", "RESEED_EVERY_ITER", "True", "OUTPUT_DIR", str(out_dir),
+    ]  # fmt: skip
+
+
+def local_job(spec, out_dir, folder):
+    job = TrainingJob(
+        TRAIN_NET, gpus_per_node=2, config_file=CONFIG, opts=train_opts(spec, out_dir)
+    )
+    return submit(job, SlurmResources(nodes=1, gpus_per_node=2, cpus_per_gpu=1, timeout_min=30),
+                  str(folder), cluster="local")  # fmt: skip
+
+
+def task_pids(job):
+    """The job's task processes: the children of submitit's local controller."""
+    pid = job._process.pid
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+def final_weights(out_dir):
+    return torch.load(out_dir / "model_final.pth", map_location="cpu", weights_only=False)["model"]
+
+
+def test_preempted_job_is_requeued_and_resumes_to_the_same_weights(tiny_shapes, tmp_path):
+    plain = local_job(tiny_shapes, tmp_path / "plain", tmp_path / "jobs_plain")
+    plain.result()
+
+    out_dir = tmp_path / "preempted"
+    job = local_job(tiny_shapes, out_dir, tmp_path / "jobs_preempted")
+    deadline = time.monotonic() + 600
+    while not (out_dir / "last_checkpoint").exists():  # the checkpoint after step 2 of 6
+        assert job.state == "RUNNING" and time.monotonic() < deadline, job.stderr()
+        time.sleep(0.05)
+    assert not (out_dir / "model_final.pth").exists()
+    (task,) = task_pids(job)
+    os.kill(task, submitit.JobEnvironment._usr_sig())  # what Slurm sends on pre-emption
+    job.result()
+
+    log = job.stdout() + job.stderr()
+    assert "this job is preempted" in log and "Requeued job" in log
+    train_log = (out_dir / "log.txt").read_text()
+    starts = [line for line in train_log.splitlines() if "Starting training from iteration" in line]
+    assert len(starts) == 2 and starts[0].endswith("iteration 0"), starts
+    assert not starts[1].endswith("iteration 0"), (
+        starts
+    )  # resumed from a checkpoint, not from scratch
+    assert "Data stream resumes after" in train_log
+    expected, resumed = final_weights(tmp_path / "plain"), final_weights(out_dir)
+    assert expected.keys() == resumed.keys()
+    assert all(torch.equal(expected[k], resumed[k]) for k in expected)

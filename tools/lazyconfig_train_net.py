@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Train or evaluate a detector described by a LazyConfig (a Python config file) with largedet.
+
+    python tools/lazyconfig_train_net.py --config configs/shapes/lazy/faster_rcnn_R18_FPN_pmdlamb_bs1024.py --num-gpus 8
+    python tools/lazyconfig_train_net.py --config CFG.py train.ims_per_device=8 train.max_iter=100
+    python tools/lazyconfig_train_net.py --config CFG.py --resume   # continue from train.output_dir
+    python tools/lazyconfig_train_net.py --config CFG.py --eval-only train.init_checkpoint=model_final.pth
+
+Trailing ``key=value`` pairs override the config (Detectron2's ``LazyConfig.apply_overrides``).
+The trainer is largedet's, with the global batch ``train.ims_per_batch`` accumulated from
+``train.ims_per_device``-image micro-batches, the LSR and warm-up of ``train.lsr`` and
+``train.warmup``, and the config's optimizer (``largedet.engine.lazy`` describes the parts).
+The batch arithmetic is checked here, before any process starts. Several machines:
+``--num-machines N --machine-rank R --dist-url tcp://HOST:PORT``, as ``tools/train_net.py``.
+"""
+
+import sys
+
+import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.engine import launch
+from detectron2.utils import comm
+
+from largedet.engine import largedet_argument_parser
+from largedet.engine.lazy import (
+    LazyTrainer,
+    build_lazy_model,
+    check_lazy_args,
+    lazy_test,
+    run_config,
+    setup_lazy_config,
+)
+
+
+def main(args):
+    cfg = setup_lazy_config(args)
+    if args.eval_only:
+        model = build_lazy_model(cfg, run_config(cfg).MODEL.DEVICE)
+        DetectionCheckpointer(model, save_dir=cfg.train.output_dir).resume_or_load(
+            cfg.train.init_checkpoint, resume=args.resume
+        )
+        results = lazy_test(cfg, model)
+    else:
+        trainer = LazyTrainer(cfg)
+        trainer.resume_or_load(resume=args.resume)
+        results = trainer.train()
+    if comm.is_main_process():
+        named = {"": results} if "bbox" in results else results
+        for name, dataset_results in named.items():
+            if isinstance(dataset_results, dict) and "bbox" in dataset_results:
+                label = f" ({name})" if len(named) > 1 else ""
+                print(f"box AP{label}: {dataset_results['bbox']['AP']:.1f}")
+    return results
+
+
+if __name__ == "__main__":
+    args = largedet_argument_parser().parse_args()
+    try:
+        check_lazy_args(args)
+    except ValueError as e:  # a config run_config rejects, or a batch that does not split
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    launch(
+        main,
+        args.num_gpus,
+        num_machines=args.num_machines,
+        machine_rank=args.machine_rank,
+        dist_url=args.dist_url,
+        args=(args,),
+    )

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Submit a training run to Slurm through submitit; requeued on pre-emption and time-out, it
+resumes from its last checkpoint by itself.
+
+    python tools/submit.py --config configs/r50_fpn_bs1056.yaml --nodes 20 --gpus-per-node 8 \\
+        --partition learnfair --time 240
+    python tools/submit.py --config configs/shapes/lazy/faster_rcnn_R18_FPN_pmdlamb_bs1024.py \\
+        --nodes 1 --gpus-per-node 8 --partition P train.max_iter=600
+    python tools/submit.py --video --config projects/video/configs/kinetics400_tsm_r50_8f.yaml \\
+        --nodes 4 --gpus-per-node 8 --partition P --time 720
+    python tools/submit.py --local --gpus-per-node 2 --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
+
+The run is tools/train_net.py, tools/lazyconfig_train_net.py for a .py (LazyConfig) config,
+or projects/video/train.py with --video; the config and the trailing overrides are given to
+it as to that script. Each node runs it once with --num-gpus GPUS_PER_NODE and Detectron2's
+multi-machine flags (largedet.engine.slurm). A detection config is checked here, as the
+script checks it, for nodes x GPUs processes before anything is queued. --local runs the job
+on this machine under submitit's local executor (one node; without GPUs, --gpus-per-node
+CPU processes), through the same signal, checkpoint and requeue path.
+"""
+
+import argparse
+import os
+import sys
+
+import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
+from largedet.engine.slurm import SlurmResources, TrainingJob, submit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = {
+    "yacs": os.path.join(ROOT, "tools", "train_net.py"),
+    "lazy": os.path.join(ROOT, "tools", "lazyconfig_train_net.py"),
+    "video": os.path.join(ROOT, "projects", "video", "train.py"),
+}
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", "--config-file", dest="config_file", metavar="FILE", default=None
+    )
+    parser.add_argument("--video", action="store_true", help="train with projects/video/train.py")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="training processes per node")
+    parser.add_argument("--cpus-per-gpu", type=int, default=10)
+    parser.add_argument("--partition", default="", help="Slurm partition (default: the cluster's)")
+    parser.add_argument("--time", type=int, default=240, metavar="MINUTES",
+                        help="time limit of each (re)queued run")  # fmt: skip
+    parser.add_argument("--mem-gb", type=float, default=0, help="memory per node (0: the default)")
+    parser.add_argument("--max-timeouts", type=int, default=20,
+                        help="time-outs that requeue (pre-emptions requeue without limit)")  # fmt: skip
+    parser.add_argument("--job-name", default="largedet")
+    parser.add_argument("--job-dir", default="output/submitit/%j",
+                        help="submitit's pickles and the job's logs (%%j: the job id)")  # fmt: skip
+    parser.add_argument("--resume", action="store_true", help="start from the last checkpoint")
+    parser.add_argument("--local", action="store_true", help="run under submitit's local executor")
+    parser.add_argument(
+        "opts", nargs=argparse.REMAINDER, help="config overrides, as the script takes them"
+    )
+    return parser
+
+
+def check(kind: str, args: argparse.Namespace) -> None:
+    """The script's own pre-launch check, for nodes x GPUs processes (video: at job start)."""
+    script_args = argparse.Namespace(
+        config_file=args.config_file, opts=list(args.opts), eval_only=False,
+        num_gpus=args.gpus_per_node, num_machines=args.nodes,
+    )  # fmt: skip
+    if kind == "yacs":
+        from largedet.engine.validate import check_args
+
+        check_args(script_args)
+    elif kind == "lazy":
+        from largedet.engine.lazy import check_lazy_args
+
+        check_lazy_args(script_args)
+
+
+def main() -> None:
+    parser = argument_parser()
+    args = parser.parse_args()
+    if args.local and args.nodes != 1:
+        parser.error("--local runs one node: --nodes 1")
+    kind = "video" if args.video else "lazy" if (args.config_file or "").endswith(".py") else "yacs"
+    try:
+        check(kind, args)
+        resources = SlurmResources(
+            nodes=args.nodes, gpus_per_node=args.gpus_per_node, cpus_per_gpu=args.cpus_per_gpu,
+            partition=args.partition, timeout_min=args.time, mem_gb=args.mem_gb,
+            max_num_timeout=args.max_timeouts, name=args.job_name,
+        )  # fmt: skip
+    except ValueError as e:  # ConfigError, BatchArithmeticError: one line naming the key
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    job = TrainingJob(
+        script=SCRIPTS[kind],
+        gpus_per_node=args.gpus_per_node,
+        config_file=os.path.abspath(args.config_file) if args.config_file else None,
+        opts=list(args.opts),
+        resume=args.resume,
+    )
+    try:
+        submitted = submit(job, resources, args.job_dir, cluster="local" if args.local else "slurm")
+    except RuntimeError as e:  # submitit: not on a Slurm cluster (no srun), sbatch refused
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    print(f"Submitted job {submitted.job_id} ({args.nodes} node(s) x {args.gpus_per_node} GPU(s)); "
+          f"logs: {submitted.paths.stdout.parent}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
