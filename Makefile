@@ -6,7 +6,7 @@ PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 DEMO_CONFIG ?= configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
 
-.PHONY: setup demo test bench video-demo
+.PHONY: setup demo test bench video-demo gpu-check gpu-wheels
 
 # Succeeds where some OpenCV is installed: a pip distribution of it, or an importable cv2.
 HAS_OPENCV := import importlib.metadata as m, importlib.util as u, sys; sys.exit(not (u.find_spec("cv2") or any((d.metadata["Name"] or "").lower().startswith("opencv") for d in m.distributions())))
@@ -33,3 +33,15 @@ test: setup
 
 bench: setup
 	$(PYTHON) benchmarks/optimizer_step.py
+
+# The GPU check (benchmarks/RESULTS.md, "GPU check"): CUDA tests + GPU benchmarks, results in
+# $(GPU_CHECK_OUT). No `setup` first: a GPU machine may have no package registry; the script
+# installs what does not import from .whl (make gpu-wheels, where the registry is reachable).
+# DRY=1: the same steps on tiny sizes on the CPU; STEPS=a,b: a subset; GPU_CHECK_ARGS: e.g.
+# --budget 540 --archive $$OUT/gpu_check.tar.gz
+GPU_CHECK_OUT ?= $(if $(DRY),output/gpu_check_dry,output/gpu_check)
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --output $(GPU_CHECK_OUT) $(if $(DRY),--dry-run) $(if $(STEPS),--steps $(STEPS)) $(GPU_CHECK_ARGS)
+
+gpu-wheels:
+	$(PYTHON) benchmarks/gpu_check.py --fetch-wheels .whl

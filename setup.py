@@ -42,5 +42,15 @@ setup(
         "packaging",
         "av>=11",
     ],
-    extras_require={"test": ["pytest>=7"], "opencv": ["opencv-python-headless>=4.8"]},
+    extras_require={
+        "opencv": ["opencv-python-headless>=4.8"],
+        # optional features, each pulled in only by its extra
+        "coco": ["faster-coco-eval>=1.6"],  # COCO evaluation without Detectron2's _C
+        "slurm": ["submitit>=1.5"],  # tools/submit.py
+        "wandb": ["wandb>=0.31"],  # WANDB.ENABLED
+        "torchcodec": ["torchcodec>=0.17"],  # INPUT.VIDEO.DECODER torchcodec (needs FFmpeg)
+        # the test suite exercises every optional feature whose package installs
+        "test": ["pytest>=7", "faster-coco-eval>=1.6", "submitit>=1.5", "wandb>=0.31",
+                 "torchcodec>=0.17"],  # fmt: skip
+    },
 )

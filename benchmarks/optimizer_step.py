@@ -2,7 +2,8 @@
 
 The model is Detectron2's ``COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml`` as
 ``build_model`` makes it (stem and res2 frozen: about 41M trainable parameters), on
-the GPU when there is one, else the CPU. Gradients are random; parameter groups come
+the GPU when there is one, else the CPU; trailing ``KEY VALUE`` pairs override its
+config (a smaller model for a dry run, say). Gradients are random; parameter groups come
 from ``largedet.solver.get_optimizer_params`` as in training (biases: no weight
 decay, and for LAMB / PMD-LAMB / LARS no trust ratio). All optimizers share the
 parameters and gradients, each keeps its own state; repetitions are interleaved
@@ -12,13 +13,18 @@ Prints, for each optimizer, the median wall-clock step time and its ratio to
 step in the same round (paired, so slow drifts of the machine's load cancel); the
 median process CPU time per step (all threads; time spent waiting for a core on a
 shared machine is not counted) and its ratio to AdamW's; and the fastest step.
+Where torch has a fused AdamW for the device (CUDA; recent torch on the CPU too), a
+last line gives PMD-LAMB (multi-tensor) against it (the GPU target: <= 1.1x). timm's
+``Lamb`` (defaults: global gradient-norm clipping at 1.0, trust ratio on groups with
+weight decay) is timed too where timm is installed (it is not a largedet dependency).
 
-    python benchmarks/optimizer_step.py [--rounds 15] [--device cpu]
+    python benchmarks/optimizer_step.py [--rounds 15] [--device cpu] [KEY VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import platform
@@ -28,10 +34,11 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 
-import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
+import largedet  # noqa: F401
 from detectron2 import model_zoo
 from detectron2.config import get_cfg
 from detectron2.modeling import build_model
+from largedet import modeling  # noqa: F401  (largedet's backbones, for overrides)
 from largedet.config import add_largedet_config
 from largedet.optim import LAMB, LARS, PMDLAMB
 from largedet.solver import get_optimizer_params
@@ -42,9 +49,14 @@ LR = 1e-6  # small, so that the shared weights stay in range over all rounds
 WEIGHT_DECAY = 1e-4
 
 
-def build_params(device: str):
+PMD_LAMB = "PMD-LAMB (multi-tensor)"
+FUSED_ADAMW = "AdamW(fused=True)"
+
+
+def build_params(device: str, opts: List[str]):
     cfg = add_largedet_config(get_cfg())
     cfg.merge_from_file(model_zoo.get_config_file("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml"))
+    cfg.merge_from_list(opts)
     cfg.MODEL.DEVICE = device
     cfg.SOLVER.BASE_LR = LR
     cfg.SOLVER.WEIGHT_DECAY = WEIGHT_DECAY
@@ -64,7 +76,7 @@ def optimizers(cfg, model, device: str) -> Dict[str, torch.optim.Optimizer]:
         return get_optimizer_params(cfg, model)
 
     makers: Dict[str, Callable[[], torch.optim.Optimizer]] = {
-        "PMD-LAMB (multi-tensor)": lambda: PMDLAMB(
+        PMD_LAMB: lambda: PMDLAMB(
             adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True
         ),
         "PMD-LAMB (per-tensor)": lambda: PMDLAMB(
@@ -79,11 +91,24 @@ def optimizers(cfg, model, device: str) -> Dict[str, torch.optim.Optimizer]:
             plain(), lr=LR, momentum=0.9, weight_decay=WEIGHT_DECAY, foreach=True
         ),
     }
-    if device == "cuda":
-        makers["AdamW(fused=True)"] = lambda: torch.optim.AdamW(
+    if fused_adamw_available(device):
+        makers[FUSED_ADAMW] = lambda: torch.optim.AdamW(
             plain(), lr=LR, weight_decay=WEIGHT_DECAY, fused=True
         )
+    if importlib.util.find_spec("timm") is not None:
+        from timm.optim import Lamb
+
+        makers["timm Lamb"] = lambda: Lamb(plain(), lr=LR, weight_decay=WEIGHT_DECAY)
     return {name: make() for name, make in makers.items()}
+
+
+def fused_adamw_available(device: str) -> bool:
+    """Whether this torch has a fused AdamW kernel for ``device`` (CUDA; the CPU since 2.4)."""
+    try:
+        torch.optim.AdamW([torch.zeros(1, device=device, requires_grad=True)], fused=True)
+    except RuntimeError:
+        return False
+    return True
 
 
 def timed_step(opt: torch.optim.Optimizer, device: str) -> Tuple[float, float]:
@@ -102,10 +127,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15, help="timed steps per optimizer")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per optimizer first")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "opts", nargs=argparse.REMAINDER, help="KEY VALUE overrides of the model's config"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
-    cfg, model = build_params(args.device)
+    cfg, model = build_params(args.device, args.opts)
     n = sum(p.numel() for p in model.parameters() if p.requires_grad)
     opts = optimizers(cfg, model, args.device)
     names: List[str] = list(opts)
@@ -127,8 +155,9 @@ def main() -> None:
         else f"{platform.processor() or platform.machine()}"
     )
     logger.info(
-        "Faster R-CNN R50-FPN: %.1fM trainable parameters, %s (%s, %s cores), torch %s, "
+        "Faster R-CNN R50-FPN%s: %.1fM trainable parameters, %s (%s, %s cores), torch %s, "
         "%d threads, %d rounds",
+        f" ({' '.join(args.opts)})" if args.opts else "",
         n / 1e6,
         args.device,
         where,
@@ -161,6 +190,16 @@ def main() -> None:
             cpu_med * 1e3,
             cpu_med / cpu_base,
             min(times[name]) * 1e3,
+        )
+    if FUSED_ADAMW in times:
+        med = statistics.median(times[PMD_LAMB]) / statistics.median(times[FUSED_ADAMW])
+        paired = statistics.median(t / a for t, a in zip(times[PMD_LAMB], times[FUSED_ADAMW]))
+        logger.info(
+            "%s vs %s: median %.2fx, paired %.2fx (target on the GPU: <= 1.1x)",
+            PMD_LAMB,
+            FUSED_ADAMW,
+            med,
+            paired,
         )
 
 

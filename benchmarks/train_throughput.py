@@ -22,8 +22,16 @@ latter steadier on a shared machine) and the ratios PMD-LAMB / SGD and K=8 / K=1
 to Detectron2's model-zoo figure for this model (0.210 s/iter for 16 images on 8 V100:
 9.5 images/s per GPU, mixed precision off in that measurement's config).
 
+Images are ``--image-size`` pixels high and ``--image-width`` wide (default: square);
+COCO's are 800 high and up to 1333 wide after Detectron2's resize (800 x 1067 for the
+usual 640 x 480 photo). ``--profile`` then runs one more round of the PMD-LAMB K=1 run
+under ``torch.profiler`` and prints the three operators with the most self time on the
+device (self CPU time too on a GPU, where the host can be the bottleneck). Trailing
+``KEY VALUE`` pairs override the model's config (a smaller model for a dry run, say).
+
     python benchmarks/train_throughput.py [--rounds 5] [--ims-per-device 2] [--image-size 800]
-        [--device cuda|cpu] [--amp float16|bfloat16]
+        [--image-width 1067] [--device cuda|cpu] [--amp float16|bfloat16] [--profile]
+        [KEY VALUE ...]
 """
 
 from __future__ import annotations
@@ -37,8 +45,9 @@ import time
 from typing import Dict, List, Tuple
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
-import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
+import largedet  # noqa: F401
 from detectron2 import model_zoo
 from detectron2.config import get_cfg
 from detectron2.modeling import build_model
@@ -54,9 +63,10 @@ RUNS = {"sgd": ("SGD", 1), "pmdlamb": ("PMD_LAMB", 1), "pmdlamb_k8": ("PMD_LAMB"
 
 
 def synthetic_micro_batches(
-    n: int, ims_per_device: int, size: int, seed: int = 0
+    n: int, ims_per_device: int, height: int, width: int, seed: int = 0
 ) -> List[List[dict]]:
     g = torch.Generator().manual_seed(seed)
+    size = torch.tensor([width, height], dtype=torch.float32)
     batches = []
     for _ in range(n):
         batch = []
@@ -64,18 +74,21 @@ def synthetic_micro_batches(
             k = int(torch.randint(3, 9, (1,), generator=g))
             xy = torch.rand(k, 2, generator=g) * size * 0.7
             wh = torch.rand(k, 2, generator=g) * size * 0.3 + 8
-            inst = Instances((size, size))
-            inst.gt_boxes = Boxes(torch.cat([xy, (xy + wh).clamp(max=size - 1)], dim=1))
+            inst = Instances((height, width))
+            inst.gt_boxes = Boxes(torch.cat([xy, torch.minimum(xy + wh, size - 1)], dim=1))
             inst.gt_classes = torch.randint(0, 80, (k,), generator=g)
-            image = torch.randint(0, 256, (3, size, size), generator=g, dtype=torch.uint8)
-            batch.append({"image": image, "instances": inst, "height": size, "width": size})
+            image = torch.randint(0, 256, (3, height, width), generator=g, dtype=torch.uint8)
+            batch.append({"image": image, "instances": inst, "height": height, "width": width})
         batches.append(batch)
     return batches
 
 
-def build_run(optimizer_name: str, k: int, device: str, batches, amp_dtype) -> AccumulationTrainer:
+def build_run(
+    optimizer_name: str, k: int, device: str, batches, amp_dtype, opts: List[str]
+) -> AccumulationTrainer:
     cfg = add_largedet_config(get_cfg())
     cfg.merge_from_file(model_zoo.get_config_file("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml"))
+    cfg.merge_from_list(opts)
     cfg.MODEL.DEVICE = device
     cfg.MODEL.WEIGHTS = ""
     cfg.SOLVER.OPTIMIZER = optimizer_name
@@ -111,6 +124,37 @@ def time_round(
     return images / (time.perf_counter() - wall), images / (time.process_time() - cpu)
 
 
+def top_ops(prof, key: str, n: int = 3) -> Tuple[float, List[Tuple[str, float]]]:
+    """The total and the ``n`` largest of the operators' self times ``key``
+    ("self_cpu_time_total" or "self_device_time_total"), in ms. Operators are the events
+    recorded on the host (aten ops, forward and backward); a kernel's device time counts
+    for the operator that launched it."""
+    ops = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CPU]
+    if ops and not hasattr(ops[0], key):  # torch < 2.4 names device time after CUDA
+        key = key.replace("device", "cuda")
+    times = sorted(((e.key, getattr(e, key) / 1e3) for e in ops), key=lambda kv: -kv[1])
+    return sum(t for _, t in times), times[:n]
+
+
+def profile_round(trainer: AccumulationTrainer, device: str, ims_per_device: int) -> None:
+    """One more round of ``trainer`` under torch.profiler; prints the top three operators by
+    self device time (CUDA) and by self CPU time."""
+    gpu = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with profile(activities=activities) as prof:
+        time_round(trainer, device, ims_per_device)
+    keys = (["self_device_time_total"] if gpu else []) + ["self_cpu_time_total"]
+    for key in keys:
+        total, top = top_ops(prof, key)
+        where = "CUDA" if key == "self_device_time_total" else "CPU"
+        print(
+            f"  profile, one round (PMD-LAMB, K=1): top 3 operators by self {where} time "
+            f"(of {total:.1f} ms):"
+        )
+        for rank, (name, ms) in enumerate(top, start=1):
+            print(f"    {rank}. {name}  {ms:.1f} ms  {100 * ms / total:.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -120,19 +164,30 @@ def main() -> None:
         "--image-size",
         type=int,
         default=None,
-        help="square images (default: 800 on GPU, 320 on CPU)",
+        help="image height (default: 800 on GPU, 320 on CPU)",
+    )
+    parser.add_argument(
+        "--image-width", type=int, default=None, help="image width (default: --image-size)"
     )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--amp", choices=["float16", "bfloat16"], default=None)
+    parser.add_argument(
+        "--profile", action="store_true", help="profile one more round; print the top 3 operators"
+    )
     parser.add_argument("--verbose", action="store_true", help="print every round")
+    parser.add_argument(
+        "opts", nargs=argparse.REMAINDER, help="KEY VALUE overrides of the model's config"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     size = args.image_size or (800 if args.device.startswith("cuda") else 320)
+    width = args.image_width or size
     amp_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16, None: None}[args.amp]
 
-    batches = synthetic_micro_batches(MICRO_BATCHES_PER_ROUND, args.ims_per_device, size)
+    batches = synthetic_micro_batches(MICRO_BATCHES_PER_ROUND, args.ims_per_device, size, width)
     runs = {
-        name: build_run(opt, k, args.device, batches, amp_dtype) for name, (opt, k) in RUNS.items()
+        name: build_run(opt, k, args.device, batches, amp_dtype, args.opts)
+        for name, (opt, k) in RUNS.items()
     }
     rates: Dict[str, List[float]] = {name: [] for name in runs}
     cpu_rates: Dict[str, List[float]] = {name: [] for name in runs}
@@ -154,8 +209,10 @@ def main() -> None:
 
     gpu = args.device.startswith("cuda")
     device_name = torch.cuda.get_device_name() if gpu else platform.processor() or "cpu"
+    overrides = f" ({' '.join(args.opts)})" if args.opts else ""
     print(
-        f"Faster R-CNN R50-FPN training, {args.ims_per_device} images of {size}x{size} per pass, "
+        f"Faster R-CNN R50-FPN{overrides} training, {args.ims_per_device} images of "
+        f"{width}x{size} (width x height) per pass, "
         f"{args.amp or 'fp32'}, {args.device} ({device_name}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} CPU threads); median of {args.rounds} rounds of "
         f"{MICRO_BATCHES_PER_ROUND} micro-batches"
@@ -181,6 +238,9 @@ def main() -> None:
             f"  per GPU with AMP: {median['pmdlamb_k8']:.1f} images/s (PMD-LAMB, K=8) vs Detectron2 "
             f"model zoo {MODEL_ZOO_IMAGES_PER_S_PER_GPU:.1f} images/s per V100"
         )
+    if args.profile:
+        with storages["pmdlamb"]:
+            profile_round(runs["pmdlamb"], args.device, args.ims_per_device)
 
 
 if __name__ == "__main__":

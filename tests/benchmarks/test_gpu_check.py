@@ -1,0 +1,82 @@
+"""benchmarks/gpu_check.py end to end on the CPU: the dry run executes every step of the GPU
+suite on tiny sizes, records each in results.json with the figures parsed from its output,
+writes the summary and the archive; run again, it skips the steps that passed."""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_check.py")
+STEPS = [
+    "cuda-tests",
+    "optimizer-step",
+    "train-throughput-bf16",
+    "train-throughput-fp16",
+    "video-throughput",
+    "multigrid",
+]
+CUDA_TESTS = 17  # the tests under tests/cuda, all skipped without a GPU
+
+
+def dry_run(tmp_path, *extra):
+    """The driver as a subprocess (one torch thread per step), with a wheel folder that does
+    not exist: nothing is installed."""
+    cmd = [sys.executable, SCRIPT, "--dry-run", "--output", str(tmp_path / "gpu_check")]
+    cmd += ["--wheels", str(tmp_path / "no_wheels"), "--site", str(tmp_path / "site"), *extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(tmp_path / "gpu_check" / "results.json") as f:
+        return proc.stdout, json.load(f)
+
+
+def test_dry_run_records_every_step_and_a_rerun_skips_them(tmp_path):
+    archive = tmp_path / "gpu_check.tar.gz"
+    _, results = dry_run(tmp_path, "--archive", str(archive))
+    out = tmp_path / "gpu_check"
+
+    assert results["dry_run"] is True and results["environment"]["missing"] == {}
+    assert list(results["steps"]) == STEPS
+    for name, record in results["steps"].items():
+        assert record["status"] == "passed" and record["exit_code"] == 0, (name, record)
+        assert "missing_figures" not in record and "parse_error" not in record, name
+        assert record["command"][0] == "python" and record["wall_s"] > 0
+        assert record["device"] and record["torch"] and record["date"]
+        assert (out / record["log"]).is_file()
+
+    figures = {name: record["figures"] for name, record in results["steps"].items()}
+    tests = figures["cuda-tests"]
+    assert (tests["passed"], tests["failed"], tests["errors"]) == (0, 0, 0)
+    assert tests["skipped"] == CUDA_TESTS
+    optimizers = figures["optimizer-step"]["step_ms"]
+    assert {"PMD-LAMB (multi-tensor)", "LAMB", "LARS", "AdamW(foreach=True)"} <= set(optimizers)
+    assert all(ms > 0 for ms in optimizers.values())
+    for amp in ("bf16", "fp16"):
+        train = figures[f"train-throughput-{amp}"]
+        assert set(train["images_per_s"]) == {"sgd", "pmdlamb", "pmdlamb_k8"}
+        assert train["pmdlamb_vs_sgd"] > 0 and train["k8_vs_k1"] > 0
+        assert len(train["profile_top3_cpu"]) == 3
+        assert all(op["op"] and op["ms"] > 0 for op in train["profile_top3_cpu"])
+    video = figures["video-throughput"]
+    models = {"TSN", "TSM", "TSM (naive shift)", "I3D 3x3x3", "I3D 3x1x1"}
+    assert set(video["clips_per_s"]) == models
+    assert video["tsm_vs_i3d_3x3x3"] > 0 and video["tsm_vs_i3d_3x1x1"] > 0
+    multigrid = figures["multigrid"]
+    runs = {"base shape", "multigrid, 1.5x epochs", "multigrid, 1x epochs"}
+    assert set(multigrid["runs"]) == runs
+    assert set(multigrid["speedup"]) == set(multigrid["top1_diff"]) == {"1.5x", "1x"}
+
+    summary = (out / "summary.md").read_text()
+    assert "dry run" in summary
+    assert all(f"| {name}: " in summary and "| passed |" in summary for name in STEPS)
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    expected = {"results.json", "summary.md", "cuda-tests.xml"} | {f"{n}.log" for n in STEPS}
+    assert names == {f"gpu_check/{name}" for name in expected}
+
+    stdout, again = dry_run(tmp_path)
+    assert stdout.count("skipped (--force runs it again)") == len(STEPS)
+    assert again["steps"] == results["steps"]
