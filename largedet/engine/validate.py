@@ -42,6 +42,7 @@ from ..solver import OPTIMIZER_REGISTRY
 from ..solver.lr_scheduler import LSR_RULES
 from .batch import BatchPlan, batch_plan
 from .defaults import setup_cfg
+from .launch import planned_world_size
 from .train_loop import check_agvm_estimates
 from .trainer import Trainer
 
@@ -292,6 +293,7 @@ TRAINING_RULES: tuple[Rule, ...] = (
     Rule("SOLVER.AGVM.MOMENTUM", "a number in [0, 1)", _fraction, _agvm),
     Rule("SOLVER.AGVM.CLIP_MAX_NORM", "a number >= 0 (0: off)", _non_negative, _agvm),
     Rule("SOLVER.AGVM.CLIP_ITERS", "two integers >= 0", _pair_of(int_at_least(0)), _agvm),
+    Rule("WANDB.MODE", *one_of(("", "online", "offline", "disabled"))),
 )  # fmt: skip
 
 
@@ -394,8 +396,9 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     """``tools/train_net.py``'s check before ``launch``: merge ``--config-file`` and the
     overrides (:func:`merge_checked`; ``args.opts`` takes the overrides it returns), build
     the config every worker will (:func:`~largedet.engine.defaults.setup_cfg`) and check it
-    (:func:`check_config`) for ``--num-gpus`` x ``--num-machines`` processes, or for
-    ``--eval-only``. Raises :class:`ConfigError`."""
+    (:func:`check_config`) for the job's processes (torchrun's ``WORLD_SIZE``, or
+    ``--num-gpus`` x ``--num-machines``: :func:`~largedet.engine.launch.planned_world_size`),
+    or for ``--eval-only``. Raises :class:`ConfigError`."""
     args.opts = merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
     cfg = setup_cfg(args, log=False)
-    return check_config(cfg, None if args.eval_only else args.num_gpus * args.num_machines)
+    return check_config(cfg, None if args.eval_only else planned_world_size(args))

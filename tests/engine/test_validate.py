@@ -129,6 +129,8 @@ def test_every_shipped_config_merges_and_passes_the_value_checks():
          "SOLVER.AGVM.REFERENCE: 'trunk' is not a part of SOLVER.AGVM.GROUPS"),
         (["SOLVER.AGVM.ENABLED", "True"], "SOLVER.AGVM.ENABLED needs two independent gradient estimates"),
         (["LOG_PERIOD", "0"], "LOG_PERIOD: must be an integer >= 1, got 0"),
+        (["WANDB.MODE", "offlne"],
+         "WANDB.MODE: must be one of '', 'disabled', 'offline', 'online', got 'offlne'"),
         (["SOLVER.IMS_PER_DEVICE", "3"], "SOLVER.IMS_PER_BATCH 8 is not a whole multiple of world size 1"),
     ],
 )  # fmt: skip

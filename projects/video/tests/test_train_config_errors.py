@@ -87,3 +87,18 @@ def test_every_video_config_passes_the_value_checks():
         cfg = add_video_config(get_cfg())
         merge_checked(cfg, path, [])
         check_values(cfg, (*TRAINING_RULES, *VIDEO_RULES))
+
+
+def test_torchcodec_decoder_that_cannot_decode_here_is_a_config_error(monkeypatch):
+    from largedet.engine.validate import ConfigError
+    from largedet_video.engine import validate
+
+    cfg = add_video_config(get_cfg())
+    merge_checked(cfg, os.path.join(CONFIG_DIR, "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml"),
+                  ["INPUT.VIDEO.DECODER", "torchcodec"])  # fmt: skip
+    validate.register_video_datasets(cfg)
+    monkeypatch.setattr(validate, "torchcodec_unavailable", lambda: "no FFmpeg here")
+    with pytest.raises(ConfigError, match=r"^INPUT.VIDEO.DECODER: 'torchcodec': no FFmpeg here$"):
+        validate.check_video_config(cfg, 1)
+    monkeypatch.setattr(validate, "torchcodec_unavailable", lambda: None)
+    validate.check_video_config(cfg, 1)  # decodes here: no error

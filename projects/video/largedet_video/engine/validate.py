@@ -14,7 +14,7 @@ import argparse
 import os
 
 from detectron2.config import CfgNode, get_cfg
-from largedet.engine import BatchPlan, resolve_device
+from largedet.engine import BatchPlan, planned_world_size, resolve_device
 from largedet.engine.validate import (
     ConfigError,
     Rule,
@@ -26,11 +26,11 @@ from largedet.engine.validate import (
 
 from ..config import add_video_config
 from ..data import FrameSampling, register_video_datasets
-from ..data.decoding import DECODERS
+from ..data.decoding import DECODERS, torchcodec_unavailable
 from ..data.moving_shapes import default_datasets_root
 from ..modeling import I3D_VARIANTS, RESNET_LAYERS, VIDEO_BACKBONE_REGISTRY
 from ..multigrid import multigrid_enabled
-from .launch import planned_world_size
+from .defaults import DEFAULT_CONFIG
 
 __all__ = ["VIDEO_RULES", "check_video_args", "check_video_config"]
 
@@ -84,6 +84,10 @@ def _check_video_keys(cfg: CfgNode, splits) -> None:
             f"{v.PRETRAINED}: ImageNet weights (MODEL.VIDEO.PRETRAINED) not found; set it to '' "
             "to start from scratch"
         )
+    if cfg.INPUT.VIDEO.DECODER.startswith("torchcodec"):
+        reason = torchcodec_unavailable()
+        if reason:
+            raise ConfigError(f"INPUT.VIDEO.DECODER: {cfg.INPUT.VIDEO.DECODER!r}: {reason}")
     files = _dataset_files(cfg)
     for split in splits:
         for name in cfg.DATASETS[split]:
@@ -104,12 +108,15 @@ def check_video_config(cfg: CfgNode, world_size: int | None) -> BatchPlan | None
     return plan
 
 
-def check_video_args(args: argparse.Namespace, default_config: str) -> BatchPlan | None:
+def check_video_args(
+    args: argparse.Namespace, default_config: str = DEFAULT_CONFIG
+) -> BatchPlan | None:
     """``projects/video/train.py``'s check before launch: merge ``--config-file`` (or
     ``default_config``) and the overrides (``args.opts`` takes the ones
     :func:`~largedet.engine.validate.merge_checked` returns), register the datasets and
-    check the config (:func:`check_video_config`) for the planned number of processes, or
-    for ``--eval-only``. Raises :class:`~largedet.engine.validate.ConfigError`."""
+    check the config (:func:`check_video_config`) for the job's processes (torchrun's
+    ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``), or for ``--eval-only``.
+    Raises :class:`~largedet.engine.validate.ConfigError`."""
     cfg = add_video_config(get_cfg())
     args.opts = merge_checked(cfg, args.config_file or default_config, args.opts)
     resolve_device(cfg)
