@@ -6,8 +6,6 @@ import os
 import pytest
 import torch
 
-import largedet  # noqa: F401  (Detectron2 fallback before any detectron2 import)
-
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 

@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
 from detectron2.config import get_cfg
 from detectron2.engine import HookBase
 from detectron2.layers import FrozenBatchNorm2d

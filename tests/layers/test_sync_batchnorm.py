@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
 from detectron2.config import get_cfg
 from detectron2.engine import launch
 from detectron2.layers import FrozenBatchNorm2d, NaiveSyncBatchNorm

@@ -5,7 +5,6 @@ import pytest
 import torch
 from torch import nn
 
-import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
 from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
 from largedet.optim import AGVM, PART_KEY

@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
 from detectron2.config import get_cfg
 from largedet import optim
 from largedet.config import _add_solver_config, add_largedet_config

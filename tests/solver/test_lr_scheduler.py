@@ -3,7 +3,6 @@
 import pytest
 from torch import nn
 
-import largedet  # noqa: F401  (before detectron2: installs the _C fallback where needed)
 from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
 from largedet.solver import build_lr_scheduler, build_optimizer, lr_scaling, with_scaled_lr

@@ -8,8 +8,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import largedet  # noqa: E402,F401  (before any detectron2 import)
-
 
 @pytest.fixture(scope="session")
 def tiny_shapes_spec():

@@ -1,12 +1,15 @@
 """TSM / TSN / I3D backbones, the head, the classifier, weights and Sync-BN."""
 
+import math
+from collections import Counter
+
 import pytest
 import torch
 import torchvision
 from detectron2.config import get_cfg
 from detectron2.layers import NaiveSyncBatchNorm
 from detectron2.modeling import build_model
-from fvcore.nn import FlopCountAnalysis
+from torch.profiler import ProfilerActivity, profile
 
 from largedet_video import add_video_config
 
@@ -43,16 +46,92 @@ def test_registry_holds_the_backbones():
     assert {"TSMResNet", "TSNResNet", "I3DResNet"} <= set(VIDEO_BACKBONE_REGISTRY._obj_map)
 
 
+# What the shift's forward and backward may run: allocate, view, copy, fill with zeros.
+MEMORY_OPS = {
+    "aten::empty_like", "aten::empty_strided", "aten::view", "aten::slice", "aten::as_strided",
+    "aten::copy_", "aten::fill_", "aten::lift_fresh",
+}  # fmt: skip
+SHIFT_EVENTS = ("_TemporalShiftFn", "_TemporalShiftFnBackward")
+
+
+def profiled(fn):
+    """torch.profiler's CPU events of ``fn()``, with input shapes, memory and FLOPs."""
+    with profile(
+        activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True, with_flops=True
+    ) as prof:
+        fn()
+    return prof.events()
+
+
+def under(event):
+    """The events ``event`` called, at any depth."""
+    for child in event.cpu_children:
+        yield child
+        yield from under(child)
+
+
+def split_shift_ops(events):
+    """([(shift event, the aten ops inside it)] for each forward and backward of the shift;
+    every other aten op). fvcore counts an ``autograd.Function`` as zero FLOPs whatever it
+    does, so the shift is checked on the ops it runs instead."""
+    calls = [(e, list(under(e))) for e in events if e.name in SHIFT_EVENTS]
+    inside = {id(e) for _, call in calls for e in call}
+    rest = [e for e in events if e.name.startswith("aten::") and id(e) not in inside]
+    return [(e, [op for op in call if op.name.startswith("aten::")]) for e, call in calls], rest
+
+
+def assert_moves_memory_only(shift, ops):
+    """The ``ops`` of one ``shift`` event (forward or backward) allocate one float32 tensor of
+    its input's shape, write each of its elements once (copies and zero fills), and do no
+    arithmetic."""
+    numel = math.prod(shift.input_shapes[0])
+    assert {e.name for e in ops} <= MEMORY_OPS, {e.name for e in ops} - MEMORY_OPS
+    allocated = sum(e.self_cpu_memory_usage for e in ops if e.self_cpu_memory_usage > 0)
+    assert allocated == numel * 4
+    writes = ("aten::copy_", "aten::fill_")  # a fill_ runs a copy_ of its own: count it once
+    written = [
+        math.prod(e.input_shapes[0])
+        for e in ops
+        if e.name in writes and not (e.cpu_parent and e.cpu_parent.name in writes)
+    ]
+    assert sum(written) == numel
+    assert sum(e.flops for e in ops) == 0
+
+
+def test_the_shift_only_moves_memory():
+    x = torch.randn(2 * 4, 16, 5, 5, requires_grad=True)
+    grad_out = torch.randn_like(x)
+    events = profiled(lambda: torch.autograd.grad(temporal_shift(x, 4, 8), x, grad_out))
+    calls, rest = split_shift_ops(events)
+    assert [e.name for e, _ in calls] == list(SHIFT_EVENTS)
+    for shift, ops in calls:
+        assert shift.input_shapes[0] == list(x.shape)
+        assert_moves_memory_only(shift, ops)
+    assert rest == []
+
+
 @pytest.mark.parametrize("depth", [18, 50])
-def test_tsm_adds_no_parameters_and_no_flops(depth):
-    tsm = ResNet2D(depth=depth, width=16, shift_div=8).eval()
-    tsn = ResNet2D(depth=depth, width=16, shift_div=0).eval()
+def test_tsm_adds_no_parameters_and_no_arithmetic(depth):
+    tsm = ResNet2D(depth=depth, width=16, shift_div=8)
+    tsn = ResNet2D(depth=depth, width=16, shift_div=0)
     assert num_params(tsm) == num_params(tsn)
     assert list(tsm.state_dict()) == list(tsn.state_dict())
+    tsn.load_state_dict(tsm.state_dict())
     clip = torch.randn(2, 4, 3, 32, 32)
-    flops_tsm = FlopCountAnalysis(tsm, clip).unsupported_ops_warnings(False)
-    flops_tsn = FlopCountAnalysis(tsn, clip).unsupported_ops_warnings(False)
-    assert flops_tsm.total() == flops_tsn.total() > 0
+    tsm_shifts, tsm_ops = split_shift_ops(profiled(lambda: tsm(clip).sum().backward()))
+    tsn_shifts, tsn_ops = split_shift_ops(profiled(lambda: tsn(clip).sum().backward()))
+    # Besides its shifts (forward and backward in each shifted block), TSM runs exactly
+    # TSN's ops on the same shapes: the same FLOPs.
+    blocks = sum(blk.shift_div > 0 for stage in tsm.stages for blk in stage)
+    assert len(tsm_shifts) == 2 * blocks and tsn_shifts == []
+    for shift, ops in tsm_shifts:
+        assert_moves_memory_only(shift, ops)
+
+    def signature(ops):
+        return Counter((e.name, str(e.input_shapes)) for e in ops)
+
+    assert signature(tsm_ops) == signature(tsn_ops)
+    assert sum(e.flops for e in tsm_ops) == sum(e.flops for e in tsn_ops) > 0
 
 
 def test_shift_placement_every_block_then_every_other_block():
