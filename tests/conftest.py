@@ -1,6 +1,11 @@
 """Shared fixtures: a tiny shapes dataset in a temporary cache, the OpenImages fixture, and
 CPU-friendly torch settings."""
 
+# setuptools (and its distutils shim) before anything imports the standard library's
+# distutils: Detectron2's collect_env imports torch.utils.cpp_extension, hence setuptools,
+# which refuses a stdlib distutils that another library imported earlier in the session.
+import setuptools  # noqa: F401,E402
+
 import os
 
 import pytest

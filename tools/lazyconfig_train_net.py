@@ -11,17 +11,17 @@ The trainer is largedet's, with the global batch ``train.ims_per_batch`` accumul
 ``train.ims_per_device``-image micro-batches, the LSR and warm-up of ``train.lsr`` and
 ``train.warmup``, and the config's optimizer (``largedet.engine.lazy`` describes the parts).
 The batch arithmetic is checked here, before any process starts. Several machines:
-``--num-machines N --machine-rank R --dist-url tcp://HOST:PORT``, as ``tools/train_net.py``.
+``--num-machines N --machine-rank R --dist-url tcp://HOST:PORT``, or ``torchrun``, as
+``tools/train_net.py``.
 """
 
 import sys
 
 import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
 from detectron2.checkpoint import DetectionCheckpointer
-from detectron2.engine import launch
 from detectron2.utils import comm
 
-from largedet.engine import largedet_argument_parser
+from largedet.engine import largedet_argument_parser, launch
 from largedet.engine.lazy import (
     LazyTrainer,
     build_lazy_model,
@@ -60,11 +60,4 @@ if __name__ == "__main__":
     except ValueError as e:  # a config run_config rejects, or a batch that does not split
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    launch(
-        main,
-        args.num_gpus,
-        num_machines=args.num_machines,
-        machine_rank=args.machine_rank,
-        dist_url=args.dist_url,
-        args=(args,),
-    )
+    launch(main, args)

@@ -14,9 +14,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from largedet.utils.plotting import (  # noqa: E402
+from largedet.utils.plotting import (
     load_run,
     load_study,
     plot_ap_vs_batch,

@@ -1,12 +1,19 @@
 """Training: the trainer (gradient accumulation, DDP no_sync, AMP), hooks, checkpoints,
-the resumable data stream, the command line and set-up."""
+the resumable data stream, the command line, set-up and process launch."""
 
 from .. import modeling  # noqa: F401  (registers largedet's backbones)
 from .batch import BatchArithmeticError, BatchPlan, batch_plan
 from .checkpoint import AtomicCheckpointer
 from .data import ResumableLoader, ResumableTrainingSampler, build_train_loader
-from .defaults import check_batch_arithmetic, largedet_argument_parser, resolve_device, setup_cfg
+from .defaults import (
+    check_batch_arithmetic,
+    largedet_argument_parser,
+    resolve_device,
+    setup_cfg,
+    train_or_evaluate,
+)
 from .hooks import DivergenceGuard, ReseedEveryIter, step_seed
+from .launch import launch, launched_by_torchrun, planned_world_size
 from .train_loop import AccumulationTrainer
 from .trainer import Trainer, describe_run
 
@@ -25,7 +32,11 @@ __all__ = [
     "check_batch_arithmetic",
     "describe_run",
     "largedet_argument_parser",
+    "launch",
+    "launched_by_torchrun",
+    "planned_world_size",
     "resolve_device",
     "setup_cfg",
     "step_seed",
+    "train_or_evaluate",
 ]

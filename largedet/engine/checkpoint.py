@@ -1,26 +1,50 @@
-"""Checkpoints that are complete or absent, never half-written."""
+"""Checkpoints that are complete or absent, never half-written, and a resume that checks them."""
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
-from typing import Any
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.utils import comm
 
-__all__ = ["AtomicCheckpointer"]
+__all__ = ["AtomicCheckpointer", "FoundCheckpoint", "NoCompleteCheckpointError"]
 
 logger = logging.getLogger(__name__)
 
+_TAG = "last_checkpoint"
 
-def _write_atomically(path: str, write) -> None:
+
+class NoCompleteCheckpointError(RuntimeError):
+    """``--resume`` found checkpoint files, or a ``last_checkpoint`` tag, but no checkpoint
+    that loads completely."""
+
+
+# ".<file>.<pid>-<8 hex digits>.tmp"; also mkstemp's ".<file>.<8 characters>.tmp", the
+# names of the temporary files of earlier versions
+_TEMPORARY = re.compile(r"^\.(.+\.pth|last_checkpoint)\.(\d+-[0-9a-f]{8}|[a-z0-9_]{8})\.tmp$")
+
+
+def _is_temporary(name: str) -> bool:
+    """Whether ``name`` is one of :func:`_write_atomically`'s temporary files."""
+    return _TEMPORARY.match(name) is not None
+
+
+def _write_atomically(path: str, write: Callable) -> None:
     """Call ``write(file)`` on a temporary file beside ``path``, flush it to disk, then
     rename it to ``path`` (``os.replace``: atomic on POSIX and Windows). On any error the
-    temporary file is removed and ``path`` is untouched."""
+    temporary file is removed and ``path`` is untouched. The file is created with mode
+    0o666 less the process's umask, as ``open()`` creates files."""
     directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    tmp = os.path.join(
+        directory, f".{os.path.basename(path)}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+    )
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -34,17 +58,47 @@ def _write_atomically(path: str, write) -> None:
 
 
 class AtomicCheckpointer(DetectionCheckpointer):
-    """Detectron2's ``DetectionCheckpointer`` whose files are written atomically.
+    """Detectron2's ``DetectionCheckpointer`` whose files are written atomically and whose
+    resume uses the newest checkpoint that loads completely.
 
-    A checkpoint is written to a temporary file in the same folder and renamed into
-    place once complete; the ``last_checkpoint`` tag is written the same way, and only
-    after the checkpoint file is in place. A crash at any moment leaves the previous
-    checkpoint and tag intact. Folders that are not local paths (``PathManager`` URLs)
-    are written by ``DetectionCheckpointer`` as usual.
+    Saving: a checkpoint is written to a temporary file in the same folder and renamed
+    into place once complete; the ``last_checkpoint`` tag is written the same way, and
+    only after the checkpoint file is in place. A crash at any moment leaves the
+    previous checkpoint and tag intact; the temporary files a killed save leaves behind
+    are removed by the next save and by resume. Files are created with mode 0o666 less
+    the process's umask, as ``open()`` creates them. A model state with a NaN or an
+    infinity is never written or tagged: ``FloatingPointError`` names its tensors (the
+    check costs one host sync per save).
+
+    Resuming (:meth:`resume_or_load` with ``resume=True``): the ``*.pth`` files of the
+    folder are tried newest modification time first, until one loads completely:
+    ``torch.load`` reads it whole and it holds the model and every checkpointable (for
+    the trainer: iteration, hooks, optimizer, gradient scaler, AGVM, data position).
+    That one is used whether ``last_checkpoint`` names it or not (a run killed between
+    writing a checkpoint and tagging it resumes from that checkpoint, not from the
+    previous one or from scratch), and the files skipped on the way and what is wrong
+    with the tag (empty, dangling, behind) are logged as a warning. A file that loads but
+    holds none of the checkpointables (e.g. pretrained weights kept in the folder) is
+    not a checkpoint of the run and is passed over. When the folder holds checkpoints
+    (files that do not load, or a tag) but none that loads completely,
+    :class:`NoCompleteCheckpointError` lists them with the reasons: a resume never
+    silently starts from scratch. Under ``torch.distributed`` every process searches
+    the folder, and all must find the same file. :attr:`resumed_from` is the file the
+    last :meth:`resume_or_load` resumed from ("" when none).
+
+    Folders that are not local paths (``PathManager`` URLs) are written and resumed by
+    ``DetectionCheckpointer`` as usual.
     """
+
+    def __init__(self, model, save_dir: str = "", **kwargs: Any):
+        super().__init__(model, save_dir, **kwargs)
+        self.resumed_from = ""
+        self._preloaded: Optional[Tuple[str, Dict[str, Any]]] = None
 
     def _is_local(self) -> bool:
         return "://" not in self.save_dir
+
+    # --- saving --------------------------------------------------------------------------
 
     def save(self, name: str, **kwargs: Any) -> None:
         if not self._is_local():
@@ -52,6 +106,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
         if not self.save_dir or not self.save_to_disk:
             return
         data = {"model": self.model.state_dict()}
+        _check_finite(data["model"], f"{name}.pth")
         for key, obj in self.checkpointables.items():
             data[key] = obj.state_dict()
         data.update(kwargs)
@@ -59,6 +114,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
         save_file = os.path.join(self.save_dir, basename)
         logger.info("Saving checkpoint to %s", save_file)
         os.makedirs(self.save_dir, exist_ok=True)
+        self.remove_temporary_files()
         _write_atomically(save_file, lambda f: torch.save(data, f))
         self.tag_last_checkpoint(basename)
 
@@ -66,6 +122,182 @@ class AtomicCheckpointer(DetectionCheckpointer):
         if not self._is_local():
             return super().tag_last_checkpoint(last_filename_basename)
         _write_atomically(
-            os.path.join(self.save_dir, "last_checkpoint"),
+            os.path.join(self.save_dir, _TAG),
             lambda f: f.write(last_filename_basename.encode()),
         )
+
+    def remove_temporary_files(self) -> None:
+        """Remove the temporary files of saves that were killed midway (main process only:
+        the one that writes)."""
+        if not (self._is_local() and self.save_to_disk and os.path.isdir(self.save_dir)):
+            return
+        for name in os.listdir(self.save_dir):
+            if _is_temporary(name):
+                logger.info("Removing %s, left by an interrupted save", name)
+                os.remove(os.path.join(self.save_dir, name))
+
+    # --- resuming ------------------------------------------------------------------------
+
+    def resume_or_load(self, path: str, *, resume: bool = True) -> Dict[str, Any]:
+        """With ``resume``, load everything from the newest complete checkpoint of
+        ``save_dir`` (see the class docstring), else, or when the folder has no
+        checkpoint, only the model's weights from ``path``."""
+        self.resumed_from = ""
+        if not resume or not self._is_local():
+            if resume and self.has_checkpoint():
+                self.resumed_from = self.get_checkpoint_file()
+            return super().resume_or_load(path, resume=resume)
+        self.remove_temporary_files()
+        found = self.newest_complete_checkpoint()
+        if found is None:
+            logger.info("No checkpoint in %s: starting from %r", self.save_dir, path)
+            return self.load(path, checkpointables=[])
+        logger.log(found.log_level, "Resuming from %s%s", found.path, found.notes())
+        extra = self.load_found(found)
+        self.resumed_from = found.path
+        return extra
+
+    def newest_complete_checkpoint(self) -> Optional["FoundCheckpoint"]:
+        """The newest checkpoint of ``save_dir`` that loads completely, loaded, or None
+        when the folder holds no checkpoint; raises :class:`NoCompleteCheckpointError`
+        when it holds some but none is complete."""
+        found, skipped, ignored = self._search()
+        chosen = os.path.basename(found[0]) if found else ""
+        tag = self._tag_problem(chosen, [name for name, _ in skipped], ignored)
+        if comm.get_world_size() > 1:
+            choices = comm.all_gather(chosen)
+            if len(set(choices)) > 1:
+                raise RuntimeError(
+                    f"The processes found different checkpoints in {self.save_dir} "
+                    f"(rank: file): {dict(enumerate(choices))}"
+                )
+        if found is not None:
+            return FoundCheckpoint(found[0], found[1], skipped, tag)
+        if skipped or tag:
+            reasons = [f"{name}: {why}" for name, why in skipped] + ([tag] if tag else [])
+            raise NoCompleteCheckpointError(
+                f"No checkpoint in {self.save_dir} loads completely:\n  "
+                + "\n  ".join(reasons)
+                + f"\nRestore a checkpoint, or remove these files (and {_TAG}) to start "
+                "from scratch."
+            )
+        return None
+
+    def load_found(
+        self, found: "FoundCheckpoint", checkpointables: Optional[List[str]] = None
+    ) -> Dict[str, Any]:
+        """``load(found.path, checkpointables)`` from the contents the search already read
+        (once: they are consumed)."""
+        self._preloaded = (os.path.abspath(found.path), found.data)
+        try:
+            return self.load(found.path, checkpointables)
+        finally:
+            self._preloaded = None
+
+    def _torch_load(self, f: str) -> Dict[str, Any]:
+        if self._preloaded is not None and os.path.abspath(f) == self._preloaded[0]:
+            data, self._preloaded = self._preloaded[1], None
+            return data
+        return super()._torch_load(f)
+
+    def _search(
+        self,
+    ) -> Tuple[Optional[Tuple[str, Dict[str, Any]]], List[Tuple[str, str]], List[str]]:
+        """(path, data) of the newest complete checkpoint (or None), (file, why) for each
+        newer file that failed, and the newer files that are no training checkpoint."""
+        skipped: List[Tuple[str, str]] = []
+        ignored: List[str] = []
+        keys = list(self.checkpointables)
+        for name in self._candidates():
+            path = os.path.join(self.save_dir, name)
+            try:
+                data = self._torch_load(path)
+            except Exception as e:  # any reason a file does not load makes it unusable
+                skipped.append((name, f"does not load ({type(e).__name__}: {e})"))
+                continue
+            if not isinstance(data, dict):
+                skipped.append((name, f"holds a {type(data).__name__}, not a checkpoint dict"))
+                continue
+            if keys and not any(k in data for k in keys):
+                logger.info("Ignoring %s: it holds no training state (not a checkpoint)", path)
+                ignored.append(name)
+                continue
+            missing = [k for k in ["model", *keys] if k not in data]
+            if missing:
+                skipped.append((name, f"incomplete: no {', '.join(map(repr, missing))}"))
+                continue
+            return (path, data), skipped, ignored
+        return None, skipped, ignored
+
+    def _candidates(self) -> List[str]:
+        """The ``*.pth`` files of ``save_dir``, newest modification time first (then by name)."""
+        if not os.path.isdir(self.save_dir):
+            return []
+        stamped = []
+        for name in os.listdir(self.save_dir):
+            path = os.path.join(self.save_dir, name)
+            if name.endswith(".pth") and not _is_temporary(name) and os.path.isfile(path):
+                stamped.append((os.stat(path).st_mtime_ns, name))
+        return [name for _, name in sorted(stamped, reverse=True)]
+
+    def _tag_problem(self, chosen: str, skipped: List[str], ignored: List[str]) -> str:
+        """What is wrong with ``last_checkpoint``, given the file ``chosen`` ("" when none)
+        and the files ``skipped`` (whose reasons are given already) and ``ignored``; ""
+        when it names ``chosen``, or there is neither a tag nor a checkpoint."""
+        tag_file = os.path.join(self.save_dir, _TAG)
+        if not os.path.isfile(tag_file):
+            return f"{_TAG} is missing" if chosen else ""
+        with open(tag_file) as f:
+            tagged = f.read().strip()
+        if not tagged:
+            return f"{_TAG} is empty"
+        if tagged == chosen or tagged in skipped:
+            return ""
+        if not os.path.isfile(os.path.join(self.save_dir, tagged)):
+            return f"{_TAG} names {tagged}, which does not exist"
+        if tagged in ignored:
+            return f"{_TAG} names {tagged}, which holds no training state"
+        return (
+            f"{_TAG} names {tagged}, but {chosen} is newer (as when a run stops between "
+            "writing a checkpoint and tagging it)"
+        )
+
+
+@dataclass(frozen=True)
+class FoundCheckpoint:
+    """A checkpoint file that loaded completely, its contents (``data``, consumed by
+    :meth:`AtomicCheckpointer.load_found`), the newer files ``skipped`` on the way, as
+    (file, why), and what was wrong with the ``last_checkpoint`` tag ("" when nothing)."""
+
+    path: str
+    data: Dict[str, Any]
+    skipped: List[Tuple[str, str]]
+    tag_problem: str
+
+    @property
+    def log_level(self) -> int:
+        return logging.WARNING if self.skipped or self.tag_problem else logging.INFO
+
+    def notes(self) -> str:
+        """The files skipped and the tag's problem, one per line ("" when none)."""
+        lines = [f"skipped {name}: {why}" for name, why in self.skipped]
+        lines += [self.tag_problem] if self.tag_problem else []
+        return "".join(f"\n  {line}" for line in lines)
+
+
+def _check_finite(state: Dict[str, Any], filename: str) -> None:
+    """Raise ``FloatingPointError`` naming the tensors of a model state that hold a NaN or
+    an infinity; one host sync for all of them."""
+    tensors = {
+        k: v for k, v in state.items() if isinstance(v, torch.Tensor) and v.is_floating_point()
+    }
+    if not tensors:
+        return
+    flags = [torch.isfinite(v).all() for v in tensors.values()]
+    finite = torch.stack([f.to(flags[0].device) for f in flags]).tolist()
+    if all(finite):
+        return
+    bad = [k for k, ok in zip(tensors, finite) if not ok]
+    raise FloatingPointError(
+        f"Not saving checkpoint {filename}: the model has non-finite values in {', '.join(bad)}"
+    )

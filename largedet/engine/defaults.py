@@ -7,6 +7,7 @@ import logging
 from dataclasses import replace
 
 import torch
+from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode, get_cfg
 from detectron2.engine import default_argument_parser, default_setup
 from detectron2.utils import comm
@@ -15,6 +16,7 @@ from detectron2.utils.logger import setup_logger
 from ..config import add_largedet_config
 from ..data import register_all_openimages, register_shapes, shapes_spec_from_config
 from .batch import BatchPlan, batch_plan
+from .launch import planned_world_size
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +67,26 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
 
 
 def check_batch_arithmetic(args: argparse.Namespace) -> BatchPlan:
-    """The batch plan of the run ``args`` describe (``--num-gpus`` x ``--num-machines``
-    processes), computed before any worker is spawned; raises
-    :class:`~largedet.engine.batch.BatchArithmeticError` naming the global batch, the world
-    size and the per-device batch when they do not fit."""
+    """The batch plan of the run ``args`` describe (torchrun's ``WORLD_SIZE``, or
+    ``--num-gpus`` x ``--num-machines`` processes), computed before any worker is spawned;
+    raises :class:`~largedet.engine.batch.BatchArithmeticError` naming the global batch, the
+    world size and the per-device batch when they do not fit."""
     cfg = setup_cfg(args, log=False)
-    return batch_plan(cfg, args.num_gpus * args.num_machines)
+    return batch_plan(cfg, planned_world_size(args))
+
+
+def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> dict:
+    """What a training script's ``main`` does with its config, in each process: with
+    ``--eval-only``, build ``trainer_cls``'s model, load ``MODEL.WEIGHTS`` (with
+    ``--resume``, the last checkpoint of ``OUTPUT_DIR`` where there is one) and test it;
+    otherwise train a ``trainer_cls`` (``DefaultTrainer``'s interface), from the last
+    checkpoint with ``--resume``. Returns the evaluation results (``{}`` when none ran)."""
+    if args.eval_only:
+        model = trainer_cls.build_model(cfg)
+        DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+            cfg.MODEL.WEIGHTS, resume=args.resume
+        )
+        return trainer_cls.test(cfg, model)
+    trainer = trainer_cls(cfg)
+    trainer.resume_or_load(resume=args.resume)
+    return trainer.train()

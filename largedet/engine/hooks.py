@@ -6,12 +6,14 @@ import logging
 import math
 import statistics
 from collections import deque
-from typing import Deque, Dict
+from typing import Deque
 
 import numpy as np
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
+
+from .checkpoint import FoundCheckpoint, NoCompleteCheckpointError
 
 __all__ = ["DivergenceGuard", "ReseedEveryIter", "step_seed"]
 
@@ -39,23 +41,32 @@ class ReseedEveryIter(HookBase):
 
 
 class DivergenceGuard(HookBase):
-    """Stops (or rolls back) a run whose loss is not finite or spikes.
+    """Stops (or rolls back) a run whose loss or gradient is not finite, or whose loss spikes.
 
-    After each step it reads the step's total loss, averaged over micro-batches and
-    ranks (the same number on every rank, so all ranks decide alike), from
-    ``trainer.last_losses``. The step diverged when that loss is not finite, or when
-    ``spike_factor > 0``, at least ``window`` earlier steps were seen, and the loss exceeds
-    ``spike_factor`` times the median of the last ``window`` losses.
+    After each step it reads, from the trainer, the step's total loss averaged over
+    micro-batches and ranks (``last_total_loss``) and the norm of its gradient
+    (``last_grad_norm``): the same numbers on every rank, so all ranks decide alike. The
+    step diverged when the loss is not finite; when the gradient is not finite while the
+    loss is (the trainer then skipped the optimizer step, so the weights stay finite),
+    unless a gradient scaler is in use (fp16: the scaler skips such steps by design);
+    or when ``spike_factor > 0``, at least ``window`` earlier steps were seen, and the
+    loss exceeds ``spike_factor`` times the median of the last ``window`` losses. This
+    hook must run before the checkpointer, so that a diverged step is never saved.
 
     Without ``rollback`` the hook raises ``FloatingPointError`` naming the iteration, the
-    loss dict and the last good checkpoint (the one ``trainer.checkpointer`` last
-    tagged; this hook must run before the checkpointer so that a diverged step is never
-    saved). With ``rollback`` it reloads the weights and optimizer state of that
-    checkpoint (and the gradient scaler's, if any) and multiplies the LR scheduler's base
-    LRs by ``lr_factor``; the LR reaches the optimizer through the scheduler, so this hook
-    must run before the ``LRScheduler`` hook. The iteration count, schedule and data
-    stream go on. It raises instead when there is no checkpoint yet or after
-    ``max_rollbacks`` rollbacks.
+    reason, the loss dict and the last good checkpoint (the one ``last_checkpoint``
+    names). With ``rollback`` it restores the newest checkpoint that loads completely
+    (``AtomicCheckpointer.newest_complete_checkpoint``) with the trainer's
+    ``roll_back``: the weights and everything else the checkpoint holds (iteration, LR
+    scheduler, optimizer, gradient scaler, AGVM's ``mu``, this hook's loss history) but
+    the data position, so that the steps after the checkpoint are run again on the data
+    that follows, not on the batches that diverged; the hooks after this one get no
+    ``after_step`` for the undone step (no save, no LR step, no evaluation, no write).
+    Then it multiplies the LR (the
+    scheduler's base LRs and the optimizer's current LRs) by ``lr_factor``, relative to
+    the LR before the rollback, so successive rollbacks compound. It raises instead when
+    there is no checkpoint yet, when no checkpoint loads completely, or after
+    ``max_rollbacks`` rollbacks (counted across resumes: the count is not rolled back).
     """
 
     def __init__(
@@ -93,10 +104,13 @@ class DivergenceGuard(HookBase):
             max_rollbacks=d.MAX_ROLLBACKS,
         )
 
-    def check(self, loss: float) -> str:
-        """Why ``loss`` is a divergence ("" when it is not)."""
+    def check(self, loss: float, grad_norm: float = 0.0) -> str:
+        """Why a step with total loss ``loss`` and gradient norm ``grad_norm`` diverged
+        ("" when it did not)."""
         if not math.isfinite(loss):
             return f"non-finite loss {loss}"
+        if not math.isfinite(grad_norm):
+            return f"non-finite gradient (norm {grad_norm}) with a finite loss; step skipped"
         if self.spike_factor and len(self.history) == self.window:
             median = statistics.median(self.history)
             if loss > self.spike_factor * median:
@@ -107,46 +121,57 @@ class DivergenceGuard(HookBase):
         return ""
 
     def after_step(self):
-        loss = self.trainer.last_total_loss
-        reason = self.check(loss)
+        trainer = self.trainer
+        loss = trainer.last_total_loss
+        # with a gradient scaler, steps with non-finite gradients are part of fp16 training
+        grad_norm = trainer.last_grad_norm if trainer.grad_scaler is None else 0.0
+        reason = self.check(loss, grad_norm)
         if not reason:
             self.history.append(loss)
             return
-        checkpointer = self.trainer.checkpointer
+        checkpointer = trainer.checkpointer
         last_good = checkpointer.get_checkpoint_file() if checkpointer.has_checkpoint() else ""
         message = (
-            f"Training diverged at iteration {self.trainer.iter}: {reason}; "
-            f"loss_dict = {self.trainer.last_losses}. "
+            f"Training diverged at iteration {trainer.iter}: {reason}; "
+            f"loss_dict = {trainer.last_losses}. "
             f"Last good checkpoint: {last_good or 'none'}"
         )
         if not self.rollback:
             raise FloatingPointError(message)
-        if not last_good:
-            raise FloatingPointError(message + " (nothing to roll back to)")
         if self.rollbacks >= self.max_rollbacks:
             raise FloatingPointError(message + f" (after {self.rollbacks} rollback(s))")
-        self._roll_back(last_good)
+        try:
+            found = checkpointer.newest_complete_checkpoint()
+        except NoCompleteCheckpointError as e:
+            raise FloatingPointError(f"{message} (nothing to roll back to: {e})") from e
+        if found is None:
+            raise FloatingPointError(message + " (nothing to roll back to)")
+        self._roll_back(found)
         logger.warning(
-            "%s. Rolled back to it (weights and optimizer state) with the LR x %g (rollback %d of %d).",
+            "%s. Rolled back to %s (iteration %d; weights, optimizer, LR scheduler, AGVM and "
+            "the other training state; the data stream goes on) with the LR x %g "
+            "(rollback %d of %d)%s",
             message,
+            found.path,
+            trainer.iter,
             self.lr_factor,
             self.rollbacks,
             self.max_rollbacks,
+            found.notes(),
         )
 
-    def _roll_back(self, path: str) -> None:
+    def _roll_back(self, found: FoundCheckpoint) -> None:
         trainer = self.trainer
-        extra = trainer.checkpointer.load(path, checkpointables=[])  # the model's weights
-        inner_state: Dict = extra["trainer"][
-            "_trainer"
-        ]  # Detectron2's DefaultTrainer.state_dict layout
-        trainer.optimizer.load_state_dict(inner_state["optimizer"])
-        grad_scaler = getattr(trainer._trainer, "grad_scaler", None)
-        if grad_scaler is not None and "grad_scaler" in inner_state:
-            grad_scaler.load_state_dict(inner_state["grad_scaler"])
+        rollbacks = self.rollbacks + 1
+        lowered = [lr * self.lr_factor for lr in trainer.scheduler.base_lrs]
+        trainer.roll_back(found)  # restores this hook's state and the scheduler's too
+        self.rollbacks = rollbacks
         scheduler = trainer.scheduler
-        scheduler.base_lrs = [lr * self.lr_factor for lr in scheduler.base_lrs]
-        self.rollbacks += 1
+        for group, new, restored in zip(
+            trainer.optimizer.param_groups, lowered, scheduler.base_lrs
+        ):  # the LR the next step uses: the schedule's value at the restored iteration
+            group["lr"] = group["lr"] * new / restored if restored else 0.0
+        scheduler.base_lrs = lowered
 
     def state_dict(self):
         return {"history": list(self.history), "rollbacks": self.rollbacks}

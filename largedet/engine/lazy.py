@@ -64,6 +64,7 @@ from ..solver import log_param_groups, lr_scaling, optimizer_param_groups
 from .batch import BatchPlan, batch_plan
 from .data import build_test_loader, build_train_loader
 from .defaults import resolve_device
+from .launch import planned_world_size
 from .trainer import Trainer
 
 __all__ = [
@@ -320,12 +321,13 @@ def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConf
 
 
 def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
-    """The batch plan of the run ``args`` describe (``--num-gpus`` x ``--num-machines``
-    processes), before any worker is spawned: raises ``ValueError`` for a config that
-    :func:`run_config` rejects and :class:`~largedet.engine.BatchArithmeticError` for a
-    global batch that does not split into whole micro-batches."""
+    """The batch plan of the run ``args`` describe (torchrun's ``WORLD_SIZE``, or
+    ``--num-gpus`` x ``--num-machines`` processes), before any worker is spawned: raises
+    ``ValueError`` for a config that :func:`run_config` rejects and
+    :class:`~largedet.engine.BatchArithmeticError` for a global batch that does not split
+    into whole micro-batches."""
     run = run_config(setup_lazy_config(args, log=False))
-    return batch_plan(run, args.num_gpus * args.num_machines)
+    return batch_plan(run, planned_world_size(args))
 
 
 def build_lazy_model(cfg: DictConfig, device: str) -> torch.nn.Module:

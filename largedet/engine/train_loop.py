@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from typing import Dict, List, Mapping, Optional, Tuple
 
@@ -19,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..optim import AGVM
 
-__all__ = ["AccumulationTrainer", "check_agvm_estimates"]
+__all__ = ["AccumulationTrainer", "check_agvm_estimates", "total_norm"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +68,18 @@ class AccumulationTrainer(SimpleTrainer):
     scalars, its gradient clipping around the end of warmup, and the optimizer step with
     each group's LR times its part's ``mu``.
 
+    Non-finite gradients: after the ``after_backward`` hooks, the global L2 norm of the
+    step's gradient (after unscaling) is computed by one fused reduction and read back
+    with the losses, in the one host sync per step that the metrics need anyway. When it
+    is not finite the step is skipped: the weights, the optimizer's state and AGVM's
+    ``mu`` stay as they were (with a gradient scaler, the scaler's step skips it and
+    lowers the scale, as fp16 training expects; without one a warning is logged, and
+    largedet's ``DivergenceGuard`` treats the step as diverged).
+
     After each step, :attr:`last_losses` holds the step's losses (floats averaged over
-    micro-batches and ranks, identical on every rank) and :attr:`last_total_loss` their sum.
+    micro-batches and ranks, identical on every rank), :attr:`last_total_loss` their sum
+    and :attr:`last_grad_norm` the gradient's norm (the largest over ranks; NaN or inf
+    when the step was skipped).
     """
 
     def __init__(
@@ -100,6 +111,7 @@ class AccumulationTrainer(SimpleTrainer):
             check_agvm_estimates(accumulation_steps, comm.get_world_size())
         self.last_losses: Dict[str, float] = {}
         self.last_total_loss = float("nan")
+        self.last_grad_norm = float("nan")
 
     def _autocast(self):
         if self.amp_dtype is None:
@@ -149,7 +161,12 @@ class AccumulationTrainer(SimpleTrainer):
                 "grad_scaler", self.grad_scaler.get_scale(), smoothing_hint=False
             )
         self.after_backward()
-        self._write_metrics(step_losses, data_time)
+        grads = [p.grad for g in self.optimizer.param_groups for p in g["params"]]
+        grad_norm = total_norm([g for g in grads if g is not None])
+        self._write_metrics(step_losses, data_time, grad_norm=grad_norm)
+        if not math.isfinite(self.last_grad_norm):
+            self._skip_step()
+            return
         if self.agvm is None:
             self._optimizer_step()
             return
@@ -158,6 +175,19 @@ class AccumulationTrainer(SimpleTrainer):
         self.agvm.clip_gradients(self.iter)
         with self.agvm.modulated_lr():
             self._optimizer_step()
+
+    def _skip_step(self) -> None:
+        """Leave the weights, the optimizer's state and AGVM's ``mu`` as they are: the
+        gradient is not finite."""
+        if self.grad_scaler is not None:  # its step skips the update and lowers the scale
+            self._optimizer_step()
+            return
+        logger.warning(
+            "Iteration %d: the gradient's norm is %s (losses %s): optimizer step skipped",
+            self.iter,
+            self.last_grad_norm,
+            self.last_losses,
+        )
 
     def _optimizer_step(self) -> None:
         if self.grad_scaler is not None:
@@ -232,19 +262,30 @@ class AccumulationTrainer(SimpleTrainer):
         data_time: float,
         prefix: str = "",
         iter: Optional[int] = None,
+        *,
+        grad_norm: Optional[Tensor] = None,
     ) -> None:
         """Record the step's losses, averaged over ranks, on every rank (:attr:`last_losses`)
         and in the event storage of the main process; data_time is the slowest rank's.
+        ``grad_norm`` (a 0-d tensor) is read back in the same host sync as the losses, and
+        its largest value over ranks becomes :attr:`last_grad_norm`.
 
         Unlike Detectron2's ``SimpleTrainer.write_metrics`` this does not raise on a
         non-finite loss: largedet's ``DivergenceGuard`` hook decides, on all ranks alike.
         """
         names = list(loss_dict)
-        values = torch.stack([loss_dict[n] for n in names]).tolist() if names else []
+        tensors = [loss_dict[n].float() for n in names]
+        if grad_norm is not None:
+            tensors.append(grad_norm.float())
+        values = (
+            torch.stack([t.to(tensors[0].device) for t in tensors]).tolist() if tensors else []
+        )
         gathered = comm.all_gather((values, data_time))
-        mean = np.mean([v for v, _ in gathered], axis=0) if names else []
+        mean = np.mean([v[: len(names)] for v, _ in gathered], axis=0) if names else []
         self.last_losses = {n: float(v) for n, v in zip(names, mean)}
         self.last_total_loss = float(sum(self.last_losses.values()))
+        if grad_norm is not None:
+            self.last_grad_norm = float(np.max([v[-1] for v, _ in gathered]))
         if comm.is_main_process():
             iter = self.iter if iter is None else iter
             storage = get_event_storage()
@@ -271,6 +312,25 @@ class AccumulationTrainer(SimpleTrainer):
                 self.agvm.load_state_dict(state_dict["agvm"])
             else:
                 logger.warning("The checkpoint has no AGVM state: every part's mu starts at 1")
+
+
+def total_norm(tensors: List[Tensor]) -> Tensor:
+    """The L2 norm of ``tensors`` taken together, a float32 0-d tensor on the first one's
+    device (0 when there are none), without a host sync: one fused ``torch._foreach_norm``
+    per (device, dtype), accumulated in float32 at least (finite float16 values do not
+    overflow), then the norm of those norms. NaN or inf when any value is not finite."""
+    if not tensors:
+        return torch.zeros(())
+    device = tensors[0].device
+    groups: Dict[Tuple[torch.device, torch.dtype], List[Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    norms = [
+        n.to(device, torch.float32)
+        for (_, dtype), ts in groups.items()
+        for n in torch._foreach_norm(ts, 2.0, dtype=torch.promote_types(dtype, torch.float32))
+    ]
+    return torch.linalg.vector_norm(torch.stack(norms))
 
 
 def _copy(grad: Optional[Tensor]) -> Optional[Tensor]:

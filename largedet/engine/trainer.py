@@ -12,9 +12,11 @@ What it adds to ``DefaultTrainer``, each in one place:
 - "SyncBN" norms that run on the CPU too (``largedet.layers``);
 - DDP on CPU processes (gloo) as well as GPUs;
 - exact resume: atomic checkpoints (:class:`~largedet.engine.checkpoint.AtomicCheckpointer`)
-  that also hold the data position (:class:`~largedet.engine.data.ResumableLoader`), and
-  optionally per-step seeding (``RESEED_EVERY_ITER``);
-- the divergence guard (``SOLVER.DIVERGENCE``);
+  that also hold the data position (:class:`~largedet.engine.data.ResumableLoader`), a
+  resume from the newest checkpoint that loads completely, and optionally per-step
+  seeding (``RESEED_EVERY_ITER``);
+- the divergence guard (``SOLVER.DIVERGENCE``), whose rollback (:meth:`Trainer.roll_back`)
+  sends the iteration back to the restored checkpoint's;
 - AGVM (``SOLVER.AGVM``): per-part LR multipliers from each part's gradient variance,
   measured on two halves of the accumulated micro-batches (or of the processes);
 - one log block at start with the run's derived numbers.
@@ -25,18 +27,24 @@ With ``IMS_PER_DEVICE`` 0 (one micro-batch per step) and the LSR off it trains a
 
 from __future__ import annotations
 
+import atexit
+import functools
+import gc
 import logging
 import os
 import weakref
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
-from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model
+from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model, default_writers
 from detectron2.engine.hooks import PeriodicWriter
+from detectron2.evaluation import verify_results
 from detectron2.modeling import build_model
 from detectron2.utils import comm
+from detectron2.utils.events import EventStorage
 from detectron2.utils.logger import setup_logger
 
 from .. import HAS_COMPILED_D2_OPS
@@ -52,8 +60,9 @@ from ..solver import (
     lr_scaling,
     with_scaled_lr,
 )
+from ..utils.wandb_writer import build_wandb_writers
 from .batch import BatchPlan, batch_plan
-from .checkpoint import AtomicCheckpointer
+from .checkpoint import AtomicCheckpointer, FoundCheckpoint
 from .data import (
     DetectionTrainLoader,
     ResumableLoader,
@@ -64,7 +73,7 @@ from .data import (
 from .hooks import DivergenceGuard, ReseedEveryIter
 from .train_loop import AccumulationTrainer, check_agvm_estimates
 
-__all__ = ["Trainer", "describe_run"]
+__all__ = ["Trainer", "describe_run", "shut_down_distributed"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,15 +120,16 @@ class Trainer(DefaultTrainer):
             amp_dtype=self.amp_dtype(cfg),
             agvm=agvm,
         )
+        self.max_iter = self.run_length(cfg)
         self.scheduler = self.build_lr_scheduler(cfg, optimizer)
         self.checkpointer = AtomicCheckpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self))
         self.start_iter = 0
-        self.max_iter = cfg.SOLVER.MAX_ITER
         self.cfg = cfg
         self.data_seed = (
             data_loader.sampler.seed if isinstance(data_loader, ResumableLoader) else None
         )
         self.data_position = 0  # images of the global stream trained on so far
+        self._rolled_back = False  # set by roll_back, read by after_step
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
             size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
@@ -141,6 +151,14 @@ class Trainer(DefaultTrainer):
             )
         return _AMP_DTYPES[cfg.SOLVER.AMP.PRECISION]
 
+    def run_length(self, cfg) -> int:
+        """The run's length in optimizer steps, ``self.max_iter``: where the training loop
+        stops, what the writers' ETA counts down and the steps the LR schedule of
+        :meth:`build_lr_scheduler` spans. ``SOLVER.MAX_ITER`` here; a trainer whose schedule
+        sets its own length (the video project's multigrid plan) overrides it. Called in
+        ``__init__`` before the scheduler and the hooks are built."""
+        return cfg.SOLVER.MAX_ITER
+
     # --- builders -----------------------------------------------------------------------
 
     @classmethod
@@ -155,10 +173,10 @@ class Trainer(DefaultTrainer):
         """``largedet.solver.build_optimizer`` (``SOLVER.OPTIMIZER``) at the peak LR of ``SOLVER.LSR``."""
         return build_optimizer(with_scaled_lr(cfg), model)
 
-    @classmethod
-    def build_lr_scheduler(cls, cfg, optimizer):
-        """Detectron2's warmup + schedule around the peak LR (``largedet.solver.build_lr_scheduler``)."""
-        return build_lr_scheduler(cfg, optimizer)
+    def build_lr_scheduler(self, cfg, optimizer):
+        """Detectron2's warmup + schedule around the peak LR (``largedet.solver.build_lr_scheduler``)
+        over :meth:`run_length` steps."""
+        return build_lr_scheduler(cfg, optimizer, self.max_iter)
 
     @classmethod
     def build_train_loader(cls, cfg):
@@ -206,6 +224,11 @@ class Trainer(DefaultTrainer):
         hooks[1:1] = ours
         return hooks
 
+    def build_writers(self):
+        """Detectron2's writers (console with the ETA, ``metrics.json``, TensorBoard) over
+        :meth:`run_length` steps, and W&B's with ``WANDB.ENABLED``."""
+        return default_writers(self.cfg.OUTPUT_DIR, self.max_iter) + build_wandb_writers(self.cfg)
+
     # --- training -----------------------------------------------------------------------
 
     @property
@@ -216,6 +239,25 @@ class Trainer(DefaultTrainer):
     @property
     def last_total_loss(self) -> float:
         return self._trainer.last_total_loss
+
+    @property
+    def last_grad_norm(self) -> float:
+        """The last step's gradient norm (NaN or inf when the step was skipped)."""
+        return self._trainer.last_grad_norm
+
+    @property
+    def grad_scaler(self) -> Optional[torch.amp.GradScaler]:
+        """The fp16 gradient scaler (None in full precision and bfloat16)."""
+        return self._trainer.grad_scaler
+
+    def resume_or_load(self, resume=True):
+        """``DefaultTrainer.resume_or_load`` with :class:`AtomicCheckpointer`'s resume: from
+        the newest checkpoint in ``OUTPUT_DIR`` that loads completely, tagged or not; never
+        from scratch when checkpoints exist but none loads (an error says why)."""
+        self.checkpointer.resume_or_load(self.cfg.MODEL.WEIGHTS, resume=resume)
+        if self.checkpointer.resumed_from:
+            # the checkpoint holds the iteration that had just finished
+            self.start_iter = self.iter + 1
 
     def before_train(self):
         # Create the data iterator now: the loader draws its base seed from torch's global
@@ -230,9 +272,57 @@ class Trainer(DefaultTrainer):
         self.data_position += self.batch.global_batch
 
     def train(self):
-        """Train, then return the last evaluation results (``{}`` when none ran)."""
-        super().train()
+        """Train, then return the last evaluation results (``{}`` when none ran).
+
+        The loop of Detectron2's ``TrainerBase.train``, except that it follows
+        :attr:`iter` when a rollback (:meth:`roll_back`) sends it back: training goes on
+        from the iteration after the restored one, until ``max_iter``. After a
+        distributed run that ended without an error, :func:`shut_down_distributed` is
+        registered to run when the process exits.
+        """
+        loop_logger = logging.getLogger("detectron2.engine.train_loop")  # its messages as before
+        loop_logger.info("Starting training from iteration %d", self.start_iter)
+        self.iter = self.start_iter
+        with EventStorage(self.start_iter) as self.storage:
+            try:
+                self.before_train()
+                while self.iter < self.max_iter:
+                    self.before_step()
+                    self.run_step()
+                    self.after_step()
+                    self.iter += 1
+            except Exception:
+                loop_logger.exception("Exception during training:")
+                raise
+            finally:
+                self.after_train()
+        if comm.get_world_size() > 1:
+            _shut_down_distributed_at_exit()
+        if len(self.cfg.TEST.EXPECTED_RESULTS) and comm.is_main_process():
+            assert hasattr(self, "_last_eval_results"), "No evaluation results during training!"
+            verify_results(self.cfg, self._last_eval_results)
         return getattr(self, "_last_eval_results", None) or {}
+
+    def after_step(self):
+        """Every hook's ``after_step`` in order, but none after a hook that rolled back
+        (:meth:`roll_back`): the step they would act on (save, evaluate, step the LR,
+        write) was undone."""
+        self._rolled_back = False
+        for hook in self._hooks:
+            hook.after_step()
+            if self._rolled_back:
+                break
+
+    def roll_back(self, found: FoundCheckpoint) -> None:
+        """Restore everything the checkpoint ``found`` holds but the data position: the
+        weights, :attr:`iter`, the hooks' state (LR scheduler, divergence guard), the
+        optimizer's, the gradient scaler's and AGVM's. Training goes on after the restored
+        iteration on the data stream where it is, so the batches of the undone steps are
+        not replayed. Called from a hook's ``after_step``; the hooks after it are skipped
+        for this step."""
+        extra = self.checkpointer.load_found(found, checkpointables=[])  # the weights
+        super().load_state_dict(extra["trainer"])  # DefaultTrainer's: not the data position
+        self._rolled_back = True
 
     @property
     def agvm(self):
@@ -257,6 +347,33 @@ class Trainer(DefaultTrainer):
         logger.info(
             "Data stream resumes after %d images (seed %d)", self.data_position, self.data_seed
         )
+
+
+def shut_down_distributed() -> None:
+    """Destroy this process's process groups now, while the interpreter is fully alive.
+
+    Detectron2's ``launch`` never destroys them, and its ``comm`` module keeps references
+    (its local process group, its cached gloo group) that would keep them alive even
+    after ``destroy_process_group``. Gloo's worker threads then run on into interpreter
+    finalization; one that drops the last reference to a tensor of a collective at that
+    moment must take the GIL, the finalizing interpreter ends the thread, and the process
+    aborts (``terminate called without an active exception``, SIGABRT) after training
+    finished. Here the groups are destroyed, Detectron2's references dropped and garbage
+    collected, which joins gloo's threads (and the store's). A no-op outside
+    ``torch.distributed``.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.destroy_process_group()
+    comm._LOCAL_PROCESS_GROUP = None
+    comm._get_global_gloo_group.cache_clear()
+    gc.collect()
+
+
+@functools.lru_cache(maxsize=None)
+def _shut_down_distributed_at_exit() -> None:
+    # once per process; atexit handlers run before the interpreter starts to finalize
+    atexit.register(shut_down_distributed)
 
 
 def _warn_unused_lsr_keys(cfg) -> None:

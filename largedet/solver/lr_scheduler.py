@@ -89,12 +89,21 @@ def with_scaled_lr(cfg: CfgNode) -> CfgNode:
 
 
 def build_lr_scheduler(
-    cfg: CfgNode, optimizer: torch.optim.Optimizer
+    cfg: CfgNode, optimizer: torch.optim.Optimizer, max_iter: int | None = None
 ) -> torch.optim.lr_scheduler.LRScheduler:
-    """Detectron2's schedule (``SOLVER.LR_SCHEDULER_NAME``, warmup, steps) around the peak LR.
+    """Detectron2's schedule (``SOLVER.LR_SCHEDULER_NAME``, warmup, steps) around the peak LR,
+    over ``max_iter`` optimizer steps (default ``SOLVER.MAX_ITER``; the trainer gives its
+    run length, :meth:`largedet.engine.Trainer.run_length`).
 
     The returned ``LRMultiplier`` multiplies each parameter group's initial LR (which
     the optimizer got from :func:`with_scaled_lr`) by the schedule at each step; only
     ``WarmupCosineLR`` reads the peak LR itself (``BASE_LR_END`` is relative to it).
+    ``SOLVER.WARMUP_ITERS`` and ``SOLVER.STEPS`` are steps whatever the length.
     """
-    return _d2_build_lr_scheduler(with_scaled_lr(cfg), optimizer)
+    cfg = with_scaled_lr(cfg)
+    if max_iter is not None and max_iter != cfg.SOLVER.MAX_ITER:
+        cfg = cfg.clone()  # handed to Detectron2's builder, not kept
+        cfg.defrost()
+        cfg.SOLVER.MAX_ITER = max_iter
+        cfg.freeze()
+    return _d2_build_lr_scheduler(cfg, optimizer)

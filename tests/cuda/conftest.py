@@ -3,8 +3,9 @@
 
 They run for the first time on a GPU machine, inside the GPU check
 (``benchmarks/gpu_check.py``), so each states its tolerances and what they allow for.
-The engine tests' tiny detector (``tests/engine/engine_testing.py``) and the video package
-(``projects/video``) are put on the import path, as their own test folders do.
+The engine tests' tiny detector (``tests/engine/engine_testing.py``) is put on the import
+path, as pytest does for its own test folder; the video package (``largedet_video``) imports
+as installed with largedet, or from the GPU check's PYTHONPATH.
 """
 
 import os
@@ -15,10 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-for path in (os.path.join(ROOT, "tests", "engine"), os.path.join(ROOT, "projects", "video")):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+ENGINE_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine")
+if ENGINE_TESTS not in sys.path:
+    sys.path.insert(0, ENGINE_TESTS)
 
 import largedet  # noqa: E402,F401
 

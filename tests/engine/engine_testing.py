@@ -7,6 +7,8 @@ gradient of one batch of K*B images, and it draws no random numbers.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import socket
 
@@ -152,6 +154,22 @@ class StopAt(HookBase):
     def before_step(self):
         if self.trainer.iter == self.at:
             raise KeyboardInterrupt(f"killed before iteration {self.at}")
+
+
+@contextlib.contextmanager
+def largedet_log(caplog):
+    """Within the block, largedet's INFO and higher log records reach ``caplog`` (its logger
+    does not propagate once Detectron2's ``setup_logger`` has set it up)."""
+    logger = logging.getLogger("largedet")
+    propagate = logger.propagate
+    logger.addHandler(caplog.handler)
+    logger.propagate = False  # each record reaches caplog's handler once, set up or not
+    try:
+        with caplog.at_level(logging.INFO, logger="largedet"):
+            yield
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.propagate = propagate
 
 
 def _free_port() -> int:

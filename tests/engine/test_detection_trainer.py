@@ -178,3 +178,40 @@ def test_log_period_must_be_positive(tiny_shapes, tmp_path):
 
     with pytest.raises(ValueError, match="LOG_PERIOD must be an integer >= 1, got 0"):
         Trainer(tiny_cfg(str(tmp_path), "LOG_PERIOD", 0))
+
+
+class ThreeStepTrainer(Trainer):
+    """A run whose length is not SOLVER.MAX_ITER (as the video project's multigrid plan)."""
+
+    def run_length(self, cfg):
+        return 3
+
+
+def test_run_length_sets_the_loop_the_schedule_and_the_writers(tiny_shapes, tmp_path, monkeypatch):
+    from detectron2.engine.hooks import PeriodicWriter
+    from detectron2.utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
+    from engine_testing import tiny_cfg
+
+    from largedet.utils.wandb_writer import WandbWriter
+
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = tiny_cfg(
+        str(tmp_path), "SOLVER.MAX_ITER", 10, "SOLVER.WARMUP_ITERS", 0,
+        "SOLVER.LR_SCHEDULER_NAME", "WarmupCosineLR", "WANDB.ENABLED", True, "WANDB.MODE", "offline",
+    )  # fmt: skip
+    trainer = ThreeStepTrainer(cfg)
+    (writer_hook,) = [h for h in trainer._hooks if isinstance(h, PeriodicWriter)]
+    writers = writer_hook._writers
+    assert [type(w) for w in writers] == [
+        CommonMetricPrinter, JSONWriter, TensorboardXWriter, WandbWriter
+    ]  # fmt: skip
+    assert trainer.max_iter == 3 and writers[0]._max_iter == 3  # the ETA counts 3 steps
+    record = RecordLR()
+    trainer.register_hooks([record])
+    trainer.train()
+    # cosine over the run's 3 steps from 0.1: 0.1 x (1 + cos(pi i / 3)) / 2 (over MAX_ITER's
+    # 10 it would be 0.1, 0.0976, 0.0905)
+    assert record.lrs == pytest.approx([0.1, 0.075, 0.025], rel=1e-12)
+    assert trainer.iter == 3

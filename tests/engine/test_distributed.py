@@ -1,5 +1,9 @@
 """Two gloo processes with accumulation equal one process with the same global batch,
-and DDP all-reduces once per optimizer step (counted with a communication hook)."""
+DDP all-reduces once per optimizer step (counted with a communication hook), and the
+processes exit cleanly."""
+
+import atexit
+import os
 
 import pytest
 import torch
@@ -90,3 +94,39 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(two_process_
     assert max_abs_diff(reference, distributed) < 1e-6 < max_abs_diff(reference, initial)
     for name, value in single.last_losses.items():
         assert two_process_result["losses"][name] == pytest.approx(value, abs=1e-6)
+
+
+def _native_threads():
+    tasks = sorted(os.listdir("/proc/self/task"), key=int)
+    return [open(f"/proc/self/task/{t}/comm").read().strip() for t in tasks]
+
+
+def _write_threads_at_exit(path):
+    with open(path, "w") as f:
+        f.write("\n".join(_native_threads()))
+
+
+def _train_then_exit(spec, output_dir, result_file):
+    # registered before training, so it runs after the Trainer's exit handler (LIFO)
+    atexit.register(_write_threads_at_exit, f"{result_file}.threads{comm.get_rank()}")
+    register_shapes(spec, prefix="tiny_shapes")
+    trainer = Trainer(tiny_cfg(output_dir, "SOLVER.IMS_PER_DEVICE", 2, "SOLVER.MAX_ITER", 2))
+    trainer.train()
+    losses = comm.all_gather(trainer.last_losses)  # a collective just before the exit
+    if comm.is_main_process():
+        torch.save({"losses": losses, "iter": trainer.iter}, result_file)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="lists threads from /proc")
+def test_two_process_runs_exit_cleanly(tiny_shapes, tmp_path):
+    # Without destroying the process groups (and the references Detectron2's comm keeps),
+    # gloo's threads ran into interpreter finalization and, now and then, a worker aborted
+    # with SIGABRT after training ("terminate called without an active exception").
+    for run in range(3):
+        out = tmp_path / f"run{run}"
+        result = run_on_two_processes(_train_then_exit, tiny_shapes, out)  # raises on SIGABRT
+        assert result["iter"] == 2 and result["losses"][0] == result["losses"][1]
+        for rank in range(2):
+            threads = (out / f"result.pth.threads{rank}").read_text().split("\n")
+            # at exit, after the Trainer's handler: gloo's and the store's threads are joined
+            assert [t for t in threads if "gloo" in t or "tcpstore" in t] == [], (run, rank)

@@ -1,7 +1,9 @@
 """The divergence guard: when a step diverges, and what the run then does."""
 
+import copy
 import math
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,14 +28,32 @@ def test_check_non_finite_and_spikes():
         DivergenceGuard(spike_factor=0.5)
 
 
+def test_a_non_finite_gradient_diverges_unless_a_gradient_scaler_handles_it():
+    guard = DivergenceGuard()
+    guard.trainer = SimpleNamespace(
+        last_total_loss=1.0, last_grad_norm=math.inf, last_losses={"loss": 1.0}, iter=7,
+        grad_scaler=torch.amp.GradScaler("cpu"), checkpointer=None,
+    )  # fmt: skip
+    guard.after_step()  # fp16: the scaler skipped the step and lowered its scale
+    assert list(guard.history) == [1.0]
+    guard.trainer.grad_scaler = None
+    guard.trainer.checkpointer = SimpleNamespace(has_checkpoint=lambda: False)
+    with pytest.raises(FloatingPointError, match=r"iteration 7: non-finite gradient \(norm inf\)"):
+        guard.after_step()
+
+
 class ScaleLossAt(HookBase):
-    """Multiplies the model's losses by ``factor`` during iteration ``at`` only."""
+    """Multiplies the model's losses by ``factor`` during the first run of iteration ``at``
+    only (a rollback runs it again)."""
 
     def __init__(self, at, factor):
         self.at, self.factor = at, factor
+        self.fired = False
 
     def before_step(self):
-        self.trainer.model.loss_scale = self.factor if self.trainer.iter == self.at else 1.0
+        fire = self.trainer.iter == self.at and not self.fired
+        self.fired |= fire
+        self.trainer.model.loss_scale = self.factor if fire else 1.0
 
 
 def run(tmp_path, *opts, at=3, factor=math.nan, extra_hooks=()):
@@ -68,30 +88,132 @@ def test_a_spike_stops_the_run(tiny_shapes, tmp_path):
         run(tmp_path, "SOLVER.DIVERGENCE.WINDOW", 2, factor=1000.0)
 
 
-class Observe(HookBase):
-    """Weights and LR at the start of iteration ``at``."""
+class Record(HookBase):
+    """At the start of every step: the iteration, weights, LR, optimizer and scheduler state,
+    AGVM's mu and the data position."""
 
-    def __init__(self, at):
-        self.at = at
+    def __init__(self):
+        self.steps = []
 
     def before_step(self):
-        if self.trainer.iter == self.at:
-            self.weights = weights(self.trainer.model)
-            self.lr = self.trainer.optimizer.param_groups[0]["lr"]
+        t = self.trainer
+        self.steps.append(
+            {
+                "iter": t.iter,
+                "weights": weights(t.model),
+                "lr": t.optimizer.param_groups[0]["lr"],
+                "optimizer": copy.deepcopy(t.optimizer.state_dict()),
+                "scheduler": copy.deepcopy(t.scheduler.state_dict()),
+                "mu": dict(t.agvm.mu) if t.agvm is not None else None,
+                "data_position": t.data_position,
+            }
+        )
 
 
 def test_rollback_restores_the_last_good_checkpoint_and_lowers_the_lr(tiny_shapes, tmp_path):
-    observe = Observe(4)
+    record = Record()
     trainer = run(tmp_path, "SOLVER.DIVERGENCE.ROLLBACK", True, "SOLVER.DIVERGENCE.ROLLBACK_LR_FACTOR", 0.25,
-                  extra_hooks=[observe])  # fmt: skip
+                  extra_hooks=[record])  # fmt: skip
+    # NaN at iteration 3: back to model_0000001 (iteration 1), then 2 ... 5 again
+    assert [step["iter"] for step in record.steps] == [0, 1, 2, 3, 2, 3, 4, 5]
     assert trainer.iter == 6  # the run went on to the end
     saved = torch.load(tmp_path / "model_0000001.pth", weights_only=False)
-    assert all(torch.equal(observe.weights[k], saved["model"][k]) for k in saved["model"])
-    assert observe.lr == pytest.approx(0.1 * 0.25)  # after warmup the schedule is at BASE_LR 0.1
+    after = record.steps[4]
+    assert all(torch.equal(after["weights"][k], saved["model"][k]) for k in saved["model"])
+    assert after["lr"] == pytest.approx(0.1 * 0.25)  # after warmup the schedule is at BASE_LR 0.1
+    assert after["data_position"] == 4 * 4  # the data stream went on: 4 steps of 4 images
     assert [g["lr"] for g in trainer.optimizer.param_groups] == pytest.approx([0.025, 0.025])
     final = torch.load(tmp_path / "model_final.pth", weights_only=False)["trainer"]["hooks"]
     assert final["DivergenceGuard"]["rollbacks"] == 1
     assert final["LRScheduler"]["base_lrs"] == pytest.approx([0.025, 0.025])
+
+
+class InfiniteGradientAt(HookBase):
+    """During the first run of iteration ``at`` only, the gradient of the parameter ``name``
+    becomes +inf (a tensor hook on it): the loss stays finite. (The hook is removed at the
+    next ``before_step``: after a rollback the hooks after the guard get no ``after_step``.)"""
+
+    def __init__(self, at, name="head.weight"):
+        self.at, self.name = at, name
+        self.fired = False
+        self.handle = None
+
+    def before_step(self):
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+        if self.trainer.iter == self.at and not self.fired:
+            self.fired = True
+            param = dict(self.trainer.model.named_parameters())[self.name]
+            self.handle = param.register_hook(lambda g: torch.full_like(g, math.inf))
+
+
+def assert_finite_checkpoints(folder):
+    """Every checkpoint in ``folder``, and the tagged one, holds finite weights only."""
+    files = sorted(name for name in os.listdir(folder) if name.endswith(".pth"))
+    assert (folder / "last_checkpoint").read_text() in files
+    for name in files:
+        model = torch.load(folder / name, weights_only=False)["model"]
+        assert all(torch.isfinite(v).all() for v in model.values() if v.is_floating_point()), name
+
+
+def test_an_infinite_gradient_with_a_finite_loss_is_not_stepped_and_stops(tiny_shapes, tmp_path):
+    record = Record()
+    with pytest.raises(FloatingPointError) as error:
+        run(tmp_path, at=-1, extra_hooks=[InfiniteGradientAt(3), record])
+    assert "iteration 3: non-finite gradient (norm inf) with a finite loss; step skipped" in str(
+        error.value
+    )
+    assert "'loss_box': nan" not in str(error.value)  # the loss was finite
+    # the step was skipped: the weights are those it started from (the trainer still holds them)
+    final = weights(record.trainer.model)
+    assert all(torch.equal(final[k], record.steps[-1]["weights"][k]) for k in final)
+    assert (tmp_path / "last_checkpoint").read_text() == "model_0000001.pth"
+    assert not os.path.exists(tmp_path / "model_0000003.pth")
+    assert_finite_checkpoints(tmp_path)
+
+
+AGVM_OPTS = [
+    "SOLVER.IMS_PER_DEVICE", 2,  # K = 2 micro-batches: AGVM's two estimates
+    "SOLVER.AGVM.ENABLED", True,
+    "SOLVER.AGVM.GROUPS", (("backbone", "conv"), ("backbone", "norm"), ("head", "head")),
+    "SOLVER.AGVM.PERIOD", 1, "SOLVER.AGVM.START_ITER", 0, "SOLVER.AGVM.MOMENTUM", 0.5,
+]  # fmt: skip
+
+
+def test_rollback_after_an_infinite_gradient_restores_the_whole_training_state(
+    tiny_shapes, tmp_path
+):
+    record = Record()
+    trainer = run(tmp_path, "SOLVER.DIVERGENCE.ROLLBACK", True, *AGVM_OPTS,
+                  at=-1, extra_hooks=[InfiniteGradientAt(3), record])  # fmt: skip
+    assert [step["iter"] for step in record.steps] == [0, 1, 2, 3, 2, 3, 4, 5]
+    assert trainer.iter == 6
+    for step in record.steps:
+        assert all(torch.isfinite(v).all() for v in step["weights"].values()), step["iter"]
+    assert_finite_checkpoints(tmp_path)
+
+    saved = torch.load(tmp_path / "model_0000001.pth", weights_only=False)
+    state, after = saved["trainer"], record.steps[4]  # the first step after the rollback
+    assert all(torch.equal(after["weights"][k], saved["model"][k]) for k in saved["model"])
+    # the optimizer's state (momentum buffers) and param groups, the LR lowered by 0.5
+    optimizer = state["_trainer"]["optimizer"]
+    assert after["optimizer"]["state"].keys() == optimizer["state"].keys()
+    for index, buffers in optimizer["state"].items():
+        restored = after["optimizer"]["state"][index]["momentum_buffer"]
+        assert torch.equal(restored, buffers["momentum_buffer"])
+    assert [g["lr"] for g in after["optimizer"]["param_groups"]] == pytest.approx(
+        [0.5 * g["lr"] for g in optimizer["param_groups"]]
+    )
+    # the LR scheduler: its position (iteration 2) and its base LRs, lowered
+    scheduler = state["hooks"]["LRScheduler"]
+    assert after["scheduler"]["last_epoch"] == scheduler["last_epoch"] == 2
+    lowered = [0.5 * lr for lr in scheduler["base_lrs"]]
+    assert after["scheduler"]["base_lrs"] == pytest.approx(lowered)
+    # AGVM's mu: moved by iteration 2's estimate before the divergence, restored after it
+    assert after["mu"] == state["_trainer"]["agvm"]["mu"] != record.steps[3]["mu"]
+    # 2 in the checkpoint (iterations 0, 1), then 2 ... 5; without the restore it would be 7
+    assert trainer.agvm.num_estimates == 6
 
 
 def test_rollback_without_a_checkpoint_stops(tiny_shapes, tmp_path):

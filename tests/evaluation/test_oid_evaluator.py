@@ -1,7 +1,7 @@
-"""OIDEvaluator (Detectron2) and tools/oid_eval.py on one hand-made validation set."""
+"""OIDEvaluator (Detectron2) and the command line of tools/oid_eval.py
+(largedet.evaluation.oid_cli) on one hand-made validation set."""
 
 import csv
-import importlib.util
 import json
 import os
 
@@ -14,9 +14,9 @@ from detectron2.structures import Boxes, Instances
 
 from largedet.config import add_largedet_config
 from largedet.data.openimages import register_openimages
+from largedet.evaluation.oid_cli import main as oid_eval_main
 from largedet.evaluation.oid_evaluator import OIDEvaluator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANIMAL, DOG, CAT = 0, 1, 2  # contiguous ids = vocabulary order
 
 # Two images: img0 is 200 wide and 100 high, img1 100 wide and 200 high.
@@ -196,22 +196,13 @@ def test_evaluator_from_config_and_errors(dataset):
 # ------------------------------------------------------------------------------ CLI
 
 
-def _cli():
-    spec = importlib.util.spec_from_file_location(
-        "oid_eval_cli", os.path.join(ROOT, "tools", "oid_eval.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
 def run_cli(paths, detections, *extra, expect_rc=0, capsys=None):
     import contextlib
     import io
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = _cli()(
+        rc = oid_eval_main(
             [
                 "--boxes",
                 paths["boxes"],

@@ -158,7 +158,7 @@ def test_periodic_writer_of_a_training_loop(tmp_path, offline_wandb):
     model = Model()
     data = itertools.repeat(torch.tensor([1.0, -2.0]))
     trainer = SimpleTrainer(model, data, torch.optim.SGD(model.parameters(), lr=0.1))
-    cfg = _cfg(tmp_path, ENABLED=True)
+    cfg = _cfg(tmp_path, ENABLED=True, MODE="offline")
     writers = default_writers(str(tmp_path), 5) + build_wandb_writers(cfg)
     trainer.register_hooks([hooks.IterationTimer(), hooks.PeriodicWriter(writers, period=2)])
     trainer.train(0, 5)

@@ -32,20 +32,17 @@ each run is printed too.
 """
 
 import argparse
-import importlib.util
 import logging
 import os
-import sys
 import time
 
 import cv2
+import largedet_video  # noqa: F401  (imports largedet first)
 import numpy as np
+from largedet.engine import largedet_argument_parser
+from tabulate import tabulate
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import largedet  # noqa: E402,F401  (before detectron2)
-from largedet.engine import largedet_argument_parser  # noqa: E402
-from tabulate import tabulate  # noqa: E402
+from largedet_video.engine import VideoTrainer, build_cfg, setup
 
 VIDEO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(
@@ -53,24 +50,13 @@ DEFAULT_CONFIG = os.path.join(
 )
 
 
-def load_train_script():
-    spec = importlib.util.spec_from_file_location(
-        "video_train", os.path.join(VIDEO_DIR, "train.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def frame_folders(script, config_file, opts):
+def frame_folders(config_file, opts):
     """Extract the configured moving-shapes videos to JPEG frame folders (once, beside
     the dataset) and return the overrides that train and test on them."""
     from largedet_video.data import load_video_list, open_video, prepare_moving_shapes
     from largedet_video.data.builtin import moving_shapes_spec
 
-    cfg = script.build_cfg(
-        largedet_argument_parser().parse_args(["--config-file", config_file, *opts])
-    )
+    cfg = build_cfg(largedet_argument_parser().parse_args(["--config-file", config_file, *opts]))
     folder = prepare_moving_shapes(moving_shapes_spec(cfg), cfg.DATASETS.MOVING_SHAPES.ROOT)
     frames_root = folder + "_frames"
     lists = []
@@ -102,24 +88,24 @@ def frame_folders(script, config_file, opts):
     ]
 
 
-def run(script, config_file, overrides, output_dir):
+def run(config_file, overrides, output_dir):
     """Train (timed), then test (timed apart); returns the row of the results table."""
     args = largedet_argument_parser().parse_args(
         ["--config-file", config_file, *overrides, "OUTPUT_DIR", output_dir]
     )
-    cfg = script.setup(args)
+    cfg = setup(args)
     load_before = os.getloadavg()[0]
     train_cfg = cfg.clone()
     train_cfg.defrost()
     train_cfg.DATASETS.TEST = ()  # evaluate once, below, outside the training time
     train_cfg.freeze()
-    trainer = script.Trainer(train_cfg)
+    trainer = VideoTrainer(train_cfg)
     trainer.resume_or_load(resume=False)
     start = time.perf_counter()
     trainer.train()
     train_time = time.perf_counter() - start
     start = time.perf_counter()
-    results = script.Trainer.test(cfg, trainer.model)
+    results = VideoTrainer.test(cfg, trainer.model)
     test_time = time.perf_counter() - start
     plan = trainer.multigrid
     epochs = (
@@ -155,10 +141,9 @@ def main():
     )
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     args = parser.parse_args()
-    script = load_train_script()
     opts = list(args.opts)
     if args.data == "frames":
-        opts += frame_folders(script, args.config_file, opts)
+        opts += frame_folders(args.config_file, opts)
 
     variants = [("base shape", [])] + [
         (
@@ -170,9 +155,7 @@ def main():
     ]
     rows = {}
     for i, (name, overrides) in enumerate(variants):
-        rows[name] = run(
-            script, args.config_file, opts + overrides, os.path.join(args.output, str(i))
-        )
+        rows[name] = run(args.config_file, opts + overrides, os.path.join(args.output, str(i)))
         logging.getLogger("largedet_video").info("%s: %s", name, rows[name])
 
     print(f"\nconfig {args.config_file} {' '.join(args.opts)}; data: {args.data}")

@@ -36,32 +36,29 @@ import argparse
 import contextlib
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import largedet_video  # noqa: F401  (imports largedet first)
+import numpy as np
+import torch
+from detectron2.config import get_cfg
+from detectron2.modeling import build_model
+from detectron2.utils.events import EventStorage
+from fvcore.nn import FlopCountAnalysis
 
-import largedet_video  # noqa: E402,F401  (imports largedet first)
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from detectron2.config import get_cfg  # noqa: E402
-from detectron2.modeling import build_model  # noqa: E402
-from detectron2.utils.events import EventStorage  # noqa: E402
-from fvcore.nn import FlopCountAnalysis  # noqa: E402
-
-from largedet_video import add_video_config  # noqa: E402
-from largedet_video.data import open_video  # noqa: E402
-from largedet_video.data.decoding import torchcodec_unavailable  # noqa: E402
-from largedet_video.data.moving_shapes import (  # noqa: E402
+from largedet_video import add_video_config
+from largedet_video.data import open_video
+from largedet_video.data.decoding import torchcodec_unavailable
+from largedet_video.data.moving_shapes import (
     MovingShapesSpec,
     load_moving_shapes,
     prepare_moving_shapes,
     render_moving_shape,
     write_mp4,
 )
-from largedet_video.data.sampling import segment_train_indices  # noqa: E402
-from largedet_video.modeling.backbone import RESNET_LAYERS, resnet  # noqa: E402
+from largedet_video.data.sampling import segment_train_indices
+from largedet_video.modeling.backbone import RESNET_LAYERS, resnet
 
 MODELS = {
     # name: (backbone, I3D variant)

@@ -1,12 +1,11 @@
-"""Puts ``projects/video`` on the import path (``import largedet_video``) and
-provides a tiny generated moving-shapes dataset."""
+"""A tiny generated moving-shapes dataset (``largedet_video`` is installed with largedet)."""
 
-import os
-import sys
+# setuptools (and its distutils shim) before anything imports the standard library's
+# distutils: Detectron2's collect_env imports torch.utils.cpp_extension, hence setuptools,
+# which refuses a stdlib distutils that another library imported earlier in the session.
+import setuptools  # noqa: F401,E402
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 changes in place (same model object, optimizer state kept, BN regrouped), precise
 BN at stage ends, resume mid-schedule, and two gloo processes."""
 
-import importlib.util
 import json
 import logging
 import os
@@ -17,7 +16,7 @@ from detectron2.engine.hooks import PreciseBN
 from largedet.engine import largedet_argument_parser
 
 from largedet_video.data import MovingShapesSpec, prepare_moving_shapes
-from largedet_video.engine import build_multigrid_lr_scheduler
+from largedet_video.engine import VideoTrainer, build_multigrid_lr_scheduler, setup
 from largedet_video.layers import SubBatchNorm2d
 from largedet_video.multigrid import MultigridParamScheduler, MultigridPlan
 from largedet_video.multigrid import build_multigrid_schedule
@@ -79,8 +78,8 @@ SPEC = MovingShapesSpec(num_train=64, num_val=4, num_frames=12, width=48, height
 
 @pytest.fixture(scope="module", autouse=True)
 def restore_loggers():
-    """``train.py``'s set-up gives these loggers handlers and stops their
-    propagation; put them back so that later tests' log capture works."""
+    """The video set-up (``largedet_video.engine.setup``) gives these loggers handlers and
+    stops their propagation; put them back so that later tests' log capture works."""
     names = ["detectron2", "fvcore", "largedet", "largedet_video"]
     saved = {
         n: (logging.getLogger(n).propagate, list(logging.getLogger(n).handlers)) for n in names
@@ -140,17 +139,10 @@ def overrides(output_dir, **extra):
     return [str(x) for pair in values.items() for x in pair]
 
 
-def load_train_script():
-    spec = importlib.util.spec_from_file_location("video_train_script_mg", TRAIN_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class Recorder(HookBase):
-    """Per step: the model object, the optimizer's momentum buffer of the first
-    parameter, the LR, and (from a forward hook) the batch's shape and labels and the
-    BN grouping it was normalized with."""
+    """Per step: the model object, the first parameter before the step, its gradient and
+    the optimizer's momentum buffer of it after the step, the LR, and (from a forward hook)
+    the batch's shape and labels and the BN grouping it was normalized with."""
 
     def __init__(self):
         self.steps = []
@@ -169,6 +161,7 @@ class Recorder(HookBase):
     def before_step(self):
         self._batch = None
         self.lr = self.trainer.optimizer.param_groups[0]["lr"]
+        self.param_before = self.trainer.optimizer.param_groups[0]["params"][0].detach().clone()
 
     def after_step(self):
         optimizer = self.trainer.optimizer
@@ -177,6 +170,8 @@ class Recorder(HookBase):
             {
                 "iter": self.trainer.iter,
                 "model": self.trainer.model,
+                "param_before": self.param_before,
+                "grad": param.grad.clone(),
                 "momentum": optimizer.state[param].get("momentum_buffer"),
                 "momentum_value": optimizer.state[param]["momentum_buffer"].clone(),
                 "lr": self.lr,
@@ -187,10 +182,10 @@ class Recorder(HookBase):
         )
 
 
-def train(script, output_dir, resume=False, **extra):
+def train(output_dir, resume=False, **extra):
     args = largedet_argument_parser().parse_args(overrides(output_dir, **extra))
-    cfg = script.setup(args)
-    trainer = script.Trainer(cfg)
+    cfg = setup(args)
+    trainer = VideoTrainer(cfg)
     recorder = Recorder()
     trainer.register_hooks([recorder])
     trainer.resume_or_load(resume=resume)
@@ -202,7 +197,6 @@ def train(script, output_dir, resume=False, **extra):
 def uninterrupted(datasets_root, tmp_path_factory):
     os.environ["LARGEDET_DATASETS"] = datasets_root
     torch.set_num_threads(1)
-    script = load_train_script()
     counts = {"precise_bn": 0}
     original = PreciseBN.update_stats
 
@@ -213,14 +207,14 @@ def uninterrupted(datasets_root, tmp_path_factory):
     PreciseBN.update_stats = counting
     try:
         out = str(tmp_path_factory.mktemp("mg_run"))
-        trainer, steps = train(script, out)
+        trainer, steps = train(out)
     finally:
         PreciseBN.update_stats = original
-    return script, out, trainer, steps, counts["precise_bn"]
+    return out, trainer, steps, counts["precise_bn"]
 
 
 def test_stage_changes_in_place(uninterrupted):
-    _, _, trainer, steps, precise_bn_runs = uninterrupted
+    _, trainer, steps, precise_bn_runs = uninterrupted
     plan = trainer.multigrid
     # 64 clips, B=2: stage 0 cycles 32x1x16, 16x1x23, 16x1x23 (3 batches per epoch,
     # 3 epochs), ... 59 steps; the LR changes at the stage starts only.
@@ -246,25 +240,34 @@ def test_stage_changes_in_place(uninterrupted):
     # each stage change (not reset).
     assert all(s["model"] is steps[0]["model"] for s in steps)
     assert trainer.model is steps[0]["model"]
+    group = trainer.optimizer.param_groups[0]
+    assert (group["momentum"], group["dampening"], group["nesterov"]) == (0.9, 0, False)
     for _, end in plan.stage_end_iterations()[:-1]:
         before, after = steps[end - 1], steps[end]
         assert after["momentum"] is before["momentum"]
-        # SGD: buf = 0.9 buf + grad, so the new buffer keeps 0.9 of the old one.
-        assert not torch.equal(after["momentum_value"], 0.9 * before["momentum_value"])
-        assert after["momentum_value"].abs().sum() > 0
+        # torch's SGD: buf = 0.9 buf + (grad + weight_decay x param), from the stage's
+        # last buffer: a buffer reset at the stage change would give the bracket alone.
+        d_p = after["grad"] + group["weight_decay"] * after["param_before"]
+        expected = 0.9 * before["momentum_value"] + d_p
+        assert torch.allclose(after["momentum_value"], expected, rtol=1e-5, atol=1e-7)
+        assert not torch.allclose(d_p, expected, rtol=1e-3, atol=1e-6)  # the old buffer counts
     # Precise BN after each non-empty stage (stage 3 rounds to zero epochs here).
     assert [s.index for s, _ in plan.stage_end_iterations()] == [0, 1, 2, 4]
     assert precise_bn_runs == 4
 
 
 def test_resume_mid_schedule(uninterrupted, tmp_path):
-    script, out, trainer, steps, _ = uninterrupted
+    out, trainer, steps, _ = uninterrupted
     resumed_dir = str(tmp_path / "resumed")
     shutil.copytree(out, resumed_dir)
-    # Checkpoint after 10 steps: stage 1 (epochs 3-5), epoch 3, batch 1 of its short cycle.
+    # A run stopped after its checkpoint at 10 steps: stage 1 (epochs 3-5), epoch 3, batch 1
+    # of its short cycle (the later checkpoints removed: --resume takes the newest complete one).
+    for name in os.listdir(resumed_dir):
+        if name.endswith(".pth") and name != "model_0000009.pth":
+            os.remove(os.path.join(resumed_dir, name))
     with open(os.path.join(resumed_dir, "last_checkpoint"), "w") as f:
         f.write("model_0000009.pth")
-    resumed, resumed_steps = train(script, resumed_dir, resume=True)
+    resumed, resumed_steps = train(resumed_dir, resume=True)
     assert resumed.start_iter == 10
     assert resumed.multigrid.position_of_iteration(10) == (3, 1)
     assert [s["iter"] for s in resumed_steps] == list(range(10, 59))

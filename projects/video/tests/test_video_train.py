@@ -1,16 +1,18 @@
 """projects/video/train.py end to end on a tiny config: two gloo processes (DDP
-with synchronized BN) train and evaluate; checkpoints, --resume, --eval-only
-(in this process, through the script's main())."""
+with synchronized BN), started by Detectron2's launch or by torchrun, train and evaluate;
+checkpoints, --resume, --eval-only (in this process, through the library's
+``train_or_evaluate`` with the ``VideoTrainer``, as the script's main() runs them)."""
 
 import glob
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from largedet.engine import largedet_argument_parser
+from largedet.engine import largedet_argument_parser, train_or_evaluate
+
+from largedet_video.engine import VideoTrainer, setup
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 
@@ -41,13 +43,23 @@ def tiny_overrides(spec, output_dir):
     return [str(x) for pair in overrides.items() for x in pair]
 
 
-def run_train(args, datasets_root):
+def run_train(args, datasets_root, launcher=(), succeeds=True):
+    """Run train.py with ``args`` (under ``launcher``, e.g. torchrun's command line), which
+    must exit 0 or, with ``succeeds`` False, not; returns its stdout and stderr together."""
     env = dict(os.environ, LARGEDET_DATASETS=datasets_root, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, TRAIN_PY, *args], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, *launcher, TRAIN_PY, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout + proc.stderr
+    output = proc.stdout + proc.stderr
+    assert (proc.returncode == 0) == succeeds, output[-6000:]
+    return output
+
+
+TORCHRUN_2_CPU = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
 
 
 def test_two_gloo_processes_train_and_evaluate(tiny_shapes, tiny_shapes_spec, tmp_path):
@@ -70,23 +82,43 @@ def test_two_gloo_processes_train_and_evaluate(tiny_shapes, tiny_shapes_spec, tm
     assert any("classification/top1" in m for m in metrics)
 
 
-def load_train_script():
-    spec = importlib.util.spec_from_file_location("video_train_script", TRAIN_PY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_torchrun_two_cpu_processes_train_and_evaluate(tiny_shapes, tiny_shapes_spec, tmp_path):
+    out = str(tmp_path / "torchrun")
+    log = run_train(
+        tiny_overrides(tiny_shapes_spec, out), os.path.dirname(tiny_shapes), TORCHRUN_2_CPU
+    )
+    assert "world size 2; global batch 4 (SOLVER.IMS_PER_BATCH); 2 image(s) per device" in log
+    assert log.count("moving_shapes_val: top-1") == 1  # printed by the main process
+    assert os.path.isfile(os.path.join(out, "model_final.pth"))
+    assert os.path.isfile(os.path.join(out, "log.txt.rank1"))
+
+
+def test_torchrun_batch_that_does_not_split_is_refused_before_training(
+    tiny_shapes, tiny_shapes_spec, tmp_path
+):
+    # checked against torchrun's WORLD_SIZE (2), not --num-gpus (1), in each process
+    out = str(tmp_path / "refused")
+    args = tiny_overrides(tiny_shapes_spec, out) + ["SOLVER.IMS_PER_BATCH", "3"]
+    log = run_train(args, os.path.dirname(tiny_shapes), TORCHRUN_2_CPU, succeeds=False)
+    errors = {line for line in log.splitlines() if line.startswith("error: ")}
+    assert errors == {
+        "error: SOLVER.IMS_PER_BATCH 3 is not divisible by the world size 2 (SOLVER.IMS_PER_DEVICE "
+        "0: IMS_PER_BATCH / world size images per device); set SOLVER.IMS_PER_DEVICE or change "
+        "the number of devices"
+    }
+    assert "Starting training" not in log and not os.path.exists(out)
 
 
 @pytest.mark.usefixtures("single_thread")
 def test_resume_and_eval_only_in_process(tiny_shapes, tiny_shapes_spec, tmp_path, monkeypatch):
     monkeypatch.setenv("LARGEDET_DATASETS", os.path.dirname(tiny_shapes))
-    script = load_train_script()
     parser = largedet_argument_parser()
     out = str(tmp_path / "single")
     args = tiny_overrides(tiny_shapes_spec, out) + ["DATALOADER.NUM_WORKERS", "1"]
 
     def run(flags, overrides):
-        return script.main(parser.parse_args([*flags, *args, *overrides]))
+        parsed = parser.parse_args([*flags, *args, *overrides])
+        return train_or_evaluate(VideoTrainer, setup(parsed), parsed)
 
     assert run([], ["DATASETS.TEST", "()"]) == {}
     with open(os.path.join(out, "last_checkpoint")) as f:

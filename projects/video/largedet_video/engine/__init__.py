@@ -1,15 +1,18 @@
-"""Training: hooks and process launch. The trainer itself is largedet's
-(``largedet.engine.Trainer``) with the video builders of ``projects/video/train.py``."""
+"""Training: the video trainer (largedet's ``largedet.engine.Trainer`` with video data,
+evaluation and multigrid), its config and set-up, hooks, the multigrid LR scheduler and
+stage hook. Processes are started by largedet's ``largedet.engine.launch``."""
 
+from .defaults import DEFAULT_CONFIG, build_cfg, setup
 from .hooks import SkippedVideosHook
-from .launch import launch, launched_by_torchrun, planned_world_size
 from .multigrid import MultigridHook, build_multigrid_lr_scheduler
+from .trainer import VideoTrainer
 
 __all__ = [
+    "DEFAULT_CONFIG",
     "MultigridHook",
     "SkippedVideosHook",
+    "VideoTrainer",
+    "build_cfg",
     "build_multigrid_lr_scheduler",
-    "launch",
-    "launched_by_torchrun",
-    "planned_world_size",
+    "setup",
 ]

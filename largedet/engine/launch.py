@@ -1,8 +1,20 @@
-"""Starting one process per device: Detectron2's ``launch``, or ``torchrun``."""
+"""Starting one process per device, for every training script: Detectron2's ``launch``, or
+``torchrun``.
+
+    python tools/train_net.py --config CFG --num-gpus 8 \\
+        [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
+    torchrun --nproc_per_node 8 tools/train_net.py --config CFG
+
+A script checks its config for :func:`planned_world_size` processes before calling
+:func:`launch`, so that a batch that does not split over torchrun's processes is refused
+as it is for ``--num-gpus``.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -18,22 +30,27 @@ def launched_by_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ and "LOCAL_RANK" in os.environ
 
 
-def planned_world_size(args) -> int:
+def planned_world_size(args: argparse.Namespace) -> int:
     """The number of processes the job will have: torchrun's ``WORLD_SIZE``, or
-    ``--num-gpus`` x ``--num-machines``. Known before any process starts."""
+    ``--num-gpus`` x ``--num-machines``. Known before any process group exists."""
     if launched_by_torchrun():
         return int(os.environ["WORLD_SIZE"])
     return args.num_gpus * args.num_machines
 
 
-def launch(main_func, args, timeout: timedelta = timedelta(minutes=30)) -> None:
+def launch(
+    main_func: Callable[[argparse.Namespace], object],
+    args: argparse.Namespace,
+    timeout: timedelta = timedelta(minutes=30),
+) -> None:
     """Run ``main_func(args)`` in every process of the job.
 
     Under ``torchrun`` the processes exist already: join the process group from
-    torchrun's environment (NCCL on GPUs, gloo on the CPU). Otherwise use
-    Detectron2's ``launch`` with ``args.num_gpus`` processes per machine (on a
-    machine without GPUs, that many CPU processes on gloo) and
-    ``--num-machines/--machine-rank/--dist-url`` for several machines.
+    torchrun's environment (NCCL on GPUs, gloo on the CPU), with Detectron2's per-machine
+    group, and ignore ``--num-gpus`` and the machine flags. Otherwise use Detectron2's
+    ``launch`` with ``args.num_gpus`` processes per machine (on a machine without GPUs,
+    that many CPU processes on gloo) and ``--num-machines/--machine-rank/--dist-url`` for
+    several machines.
     """
     if not launched_by_torchrun():
         d2_launch(
@@ -46,11 +63,10 @@ def launch(main_func, args, timeout: timedelta = timedelta(minutes=30)) -> None:
             timeout=timeout,
         )
         return
-    local_rank = int(os.environ["LOCAL_RANK"])
     has_gpu = torch.cuda.is_available()
+    if has_gpu:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl" if has_gpu else "gloo", init_method="env://", timeout=timeout)
     comm.create_local_process_group(int(os.environ["LOCAL_WORLD_SIZE"]))
-    if has_gpu:
-        torch.cuda.set_device(local_rank)
     comm.synchronize()
     main_func(args)

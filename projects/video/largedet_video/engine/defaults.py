@@ -1,0 +1,59 @@
+"""The video project's config and set-up, as :mod:`largedet.engine.defaults` for detection."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import torch
+from detectron2.config import CfgNode, get_cfg
+from detectron2.engine import default_setup
+from detectron2.utils import comm
+from detectron2.utils.logger import setup_logger
+from largedet.engine import resolve_device
+
+from ..config import add_video_config
+from ..data import register_video_datasets
+
+__all__ = ["DEFAULT_CONFIG", "build_cfg", "setup"]
+
+logger = logging.getLogger(__name__)
+
+#: The config of a run without ``--config-file``: the built-in CPU demo (TSM-R18 on the
+#: generated moving-shapes videos), in the checkout this package lives in
+#: (``projects/video/configs``).
+DEFAULT_CONFIG = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "configs",
+    "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml",
+)
+
+
+def build_cfg(args: argparse.Namespace) -> CfgNode:
+    """The frozen config of ``--config-file`` (default :data:`DEFAULT_CONFIG`) with the
+    trailing ``KEY VALUE`` overrides, on ``cpu`` where CUDA is asked for and absent."""
+    cfg = add_video_config(get_cfg())
+    cfg.merge_from_file(args.config_file or DEFAULT_CONFIG)
+    cfg.merge_from_list(args.opts)
+    resolve_device(cfg)
+    cfg.freeze()
+    return cfg
+
+
+def setup(args: argparse.Namespace) -> CfgNode:
+    """:func:`build_cfg`, then Detectron2's ``default_setup`` (loggers, env info, config
+    dump), the ``largedet`` and ``largedet_video`` loggers (console and
+    ``OUTPUT_DIR/log.txt``), ``CPU_THREADS`` torch threads on the CPU, and the config's
+    video datasets registered (``register_video_datasets``)."""
+    cfg = build_cfg(args)
+    default_setup(cfg, args)
+    for name in ("largedet", "largedet_video"):
+        setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name=name)
+    if not args.config_file:
+        logger.info("No --config-file given: running the built-in demo %s", DEFAULT_CONFIG)
+    if cfg.CPU_THREADS and cfg.MODEL.DEVICE == "cpu":
+        torch.set_num_threads(cfg.CPU_THREADS)
+        logger.info("CPU_THREADS: %d torch thread(s) per process", cfg.CPU_THREADS)
+    register_video_datasets(cfg)
+    return cfg

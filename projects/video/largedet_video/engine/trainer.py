@@ -1,0 +1,94 @@
+"""The video trainer: largedet's trainer with video data, evaluation and multigrid."""
+
+from __future__ import annotations
+
+import logging
+
+from detectron2.data import DatasetCatalog
+from detectron2.engine import hooks
+from detectron2.utils import comm
+from largedet.engine import Trainer, batch_plan
+from largedet.solver import lr_scaling
+
+from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader
+from ..evaluation import VideoClassificationEvaluator
+from ..multigrid import build_multigrid_plan, multigrid_enabled
+from .hooks import SkippedVideosHook
+from .multigrid import MultigridHook, build_multigrid_lr_scheduler
+
+__all__ = ["VideoTrainer"]
+
+logger = logging.getLogger(__name__)
+
+
+class VideoTrainer(Trainer):
+    """largedet's trainer (global batch with accumulation, LSR + warmup, PMD-LAMB and
+    the other optimizers, Sync-BN, DDP on GPUs or CPUs, W&B with ``WANDB.ENABLED``) with
+    video data and evaluation.
+
+    With ``MULTIGRID.LONG_CYCLE`` or ``SHORT_CYCLE`` it trains on the multigrid plan
+    (``self.multigrid``): its loader, its LR through the one LR scheduler, its length
+    in steps (:meth:`run_length`), precise BN at the base shape after each stage; a stage
+    change is the sampler's next epoch and a regrouping of sub-batch BN, in place."""
+
+    def __init__(self, cfg):
+        self.multigrid = None
+        if multigrid_enabled(cfg):
+            num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
+            self.multigrid = build_multigrid_plan(cfg, num_samples, comm.get_world_size())
+        super().__init__(cfg)
+        if self.multigrid is not None and comm.is_main_process():
+            logger.info(self.multigrid.describe(lr_scaling(cfg).lr))
+
+    def run_length(self, cfg) -> int:
+        """The multigrid plan's optimizer steps, or ``SOLVER.MAX_ITER``."""
+        if self.multigrid is None:
+            return super().run_length(cfg)
+        return self.multigrid.max_iter
+
+    @classmethod
+    def build_train_loader(cls, cfg):
+        if multigrid_enabled(cfg):
+            return build_multigrid_train_loader(cfg)
+        return build_video_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
+
+    def build_lr_scheduler(self, cfg, optimizer):
+        """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps."""
+        if self.multigrid is None:
+            return super().build_lr_scheduler(cfg, optimizer)
+        return build_multigrid_lr_scheduler(cfg, optimizer, self.multigrid)
+
+    @classmethod
+    def build_test_loader(cls, cfg, dataset_name):
+        return build_video_test_loader(cfg, dataset_name)
+
+    @classmethod
+    def build_evaluator(cls, cfg, dataset_name, output_folder=None):
+        return VideoClassificationEvaluator(dataset_name)
+
+    def build_hooks(self):
+        ret = super().build_hooks()
+        ret.insert(1, SkippedVideosHook(self._trainer.data_loader))
+        if self.multigrid is not None:
+            # Precise BN at stage ends, at the base shape, in place of Detectron2's.
+            ret = [h for h in ret if not isinstance(h, hooks.PreciseBN)]
+            lr_hook = next(i for i, h in enumerate(ret) if isinstance(h, hooks.LRScheduler))
+            ret.insert(lr_hook + 1, self._multigrid_hook())
+        return ret
+
+    def _base_shape_loader(self):
+        """Training batches at the base shape for precise BN, without loader workers
+        (as Detectron2's ``PreciseBN`` loader)."""
+        cfg = self.cfg.clone()
+        cfg.defrost()
+        cfg.DATALOADER.NUM_WORKERS = 0
+        return build_video_train_loader(cfg, self.batch.per_device)
+
+    def _multigrid_hook(self):
+        precise_bn = self.cfg.TEST.PRECISE_BN
+        return MultigridHook(
+            self.multigrid,
+            self.model,
+            self._base_shape_loader() if precise_bn.ENABLED else None,
+            precise_bn.NUM_ITER,
+        )

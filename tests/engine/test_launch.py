@@ -1,0 +1,75 @@
+"""largedet.engine.launch: the number of processes a job will have, and tools/train_net.py
+under torchrun with two CPU processes (gloo): the config checked against torchrun's world
+size before any training, then DDP training (the video project's train.py is tested so in
+projects/video/tests/test_video_train.py)."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from largedet.engine import launched_by_torchrun, planned_world_size
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml")
+TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
+TORCHRUN_2_CPU = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+
+
+def test_planned_world_size_is_torchruns_or_the_flags(monkeypatch):
+    args = argparse.Namespace(num_gpus=4, num_machines=3)
+    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert not launched_by_torchrun() and planned_world_size(args) == 12
+    monkeypatch.setenv("WORLD_SIZE", "5")  # set by other launchers too: not torchrun's alone
+    assert planned_world_size(args) == 12
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert launched_by_torchrun() and planned_world_size(args) == 5
+
+
+def torchrun_train_net(args, tmp_path, succeeds=True):
+    """tools/train_net.py with ``args`` under torchrun, two processes on the CPU; returns
+    stdout and stderr together."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
+               DETECTRON2_DATASETS=str(tmp_path / "d2"))  # fmt: skip
+    proc = subprocess.run([sys.executable, *TORCHRUN_2_CPU, TRAIN_NET, "--config", CONFIG, *args],
+                          capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert (proc.returncode == 0) == succeeds, output[-6000:]
+    return output
+
+
+def tiny_overrides(tiny_shapes, out_dir):
+    return [
+        "DATASETS.SHAPES.ROOT", tiny_shapes.root, "DATASETS.SHAPES.NUM_TRAIN", str(tiny_shapes.num_train),
+        "DATASETS.SHAPES.NUM_VAL", str(tiny_shapes.num_val), "DATASETS.SHAPES.IMAGE_SIZE", str(tiny_shapes.image_size),
+        "DATASETS.SHAPES.SEED", str(tiny_shapes.seed),
+        "INPUT.MIN_SIZE_TRAIN", "(64,)", "INPUT.MAX_SIZE_TRAIN", "64", "INPUT.MIN_SIZE_TEST", "64",
+        "INPUT.MAX_SIZE_TEST", "64", "SOLVER.IMS_PER_BATCH", "4", "SOLVER.MAX_ITER", "2",
+        "SOLVER.WARMUP_ITERS", "1", "SOLVER.STEPS", "()", "DATALOADER.NUM_WORKERS", "0",
+        "DATASETS.TEST", "()", "OUTPUT_DIR", str(out_dir),
+    ]  # fmt: skip
+
+
+def test_train_net_under_torchrun_trains_on_two_processes(tiny_shapes, tmp_path):
+    out = tmp_path / "run"
+    log = torchrun_train_net(tiny_overrides(tiny_shapes, out), tmp_path)
+    assert "world size 2; global batch 4 (SOLVER.IMS_PER_BATCH); 2 image(s) per device" in log
+    assert (out / "model_final.pth").is_file() and (out / "log.txt.rank1").is_file()
+    with open(out / "metrics.json") as f:
+        iterations = [json.loads(line)["iteration"] for line in f]
+    assert iterations == [1]  # both steps, written once (LOG_PERIOD 20) by the main process
+
+
+def test_train_net_under_torchrun_checks_the_batch_against_its_world_size(tiny_shapes, tmp_path):
+    # 6 images split over --num-gpus 1 (the default), not over torchrun's 2 processes x 2
+    out = tmp_path / "refused"
+    args = tiny_overrides(tiny_shapes, out) + ["SOLVER.IMS_PER_BATCH", "6", "SOLVER.IMS_PER_DEVICE", "2"]
+    log = torchrun_train_net(args, tmp_path, succeeds=False)
+    errors = {line for line in log.splitlines() if line.startswith("error: ")}
+    assert len(errors) == 1, log[-6000:]  # each process stops on the same one line
+    (error,) = errors
+    assert error.startswith("error: SOLVER.IMS_PER_BATCH 6 is not a whole multiple of world size 2")
+    assert "Starting training" not in log and not out.exists()
