@@ -122,7 +122,9 @@ def _add_large_batch_config(cfg: CN) -> None:
 
     cfg.SOLVER.DIVERGENCE = CN()
     # Divergence guard. A step whose loss (total_loss averaged over devices and
-    # micro-batches) is not finite always counts as divergence. So does a spike: a
+    # micro-batches) is not finite always counts as divergence, and so does a step
+    # whose gradient norm is not finite (that step is not taken; with the float16
+    # gradient scaler the scaler skips it instead and it is no divergence). So does a spike: a
     # loss above SPIKE_FACTOR x the median loss of the previous WINDOW steps; a
     # float > 1, or 0 to disable the spike test.
     cfg.SOLVER.DIVERGENCE.SPIKE_FACTOR = 10.0
@@ -130,9 +132,9 @@ def _add_large_batch_config(cfg: CN) -> None:
     # starts once that many steps have been seen.
     cfg.SOLVER.DIVERGENCE.WINDOW = 50
     # What divergence does. false: stop with the loss dict and the last good
-    # checkpoint in the error. true: reload the weights and optimizer state of the last
-    # good checkpoint (the iteration count, the LR schedule and the data stream go
-    # on) and multiply the LR by ROLLBACK_LR_FACTOR; stop when there is no checkpoint
+    # checkpoint in the error. true: restore the newest complete checkpoint (weights,
+    # iteration, LR schedule, optimizer, gradient scaler, AGVM's mu; the data stream
+    # goes on) and multiply the LR by ROLLBACK_LR_FACTOR; stop when there is no checkpoint
     # yet or after MAX_ROLLBACKS rollbacks in a run.
     cfg.SOLVER.DIVERGENCE.ROLLBACK = False
     # Factor applied to the LR at each rollback, in (0, 1].
