@@ -61,8 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.per_class:
         write_per_class_csv(args.per_class, result, ann.label_names, ann.display_names)
-    print(
-        f"classes with ground truth: {int((result.num_ground_truth > 0).sum())} of {len(result.class_indices)}"
-    )
+    with_ground_truth = int((result.num_ground_truth > 0).sum())
+    print(f"classes with ground truth: {with_ground_truth} of {len(result.class_indices)}")
     print(f"mAP@0.5: {result.mean_ap:.6f}")
     return 0

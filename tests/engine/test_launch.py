@@ -66,7 +66,8 @@ def test_train_net_under_torchrun_trains_on_two_processes(tiny_shapes, tmp_path)
 def test_train_net_under_torchrun_checks_the_batch_against_its_world_size(tiny_shapes, tmp_path):
     # 6 images split over --num-gpus 1 (the default), not over torchrun's 2 processes x 2
     out = tmp_path / "refused"
-    args = tiny_overrides(tiny_shapes, out) + ["SOLVER.IMS_PER_BATCH", "6", "SOLVER.IMS_PER_DEVICE", "2"]
+    args = tiny_overrides(tiny_shapes, out)
+    args += ["SOLVER.IMS_PER_BATCH", "6", "SOLVER.IMS_PER_DEVICE", "2"]
     log = torchrun_train_net(args, tmp_path, succeeds=False)
     errors = {line for line in log.splitlines() if line.startswith("error: ")}
     assert len(errors) == 1, log[-6000:]  # each process stops on the same one line
