@@ -18,17 +18,28 @@ last line gives PMD-LAMB (multi-tensor) against it (the GPU target: <= 1.1x). ti
 ``Lamb`` (defaults: global gradient-norm clipping at 1.0, trust ratio on groups with
 weight decay) is timed too where timm is installed (it is not a largedet dependency).
 
-    python benchmarks/optimizer_step.py [--rounds 15] [--device cpu] [KEY VALUE ...]
+With ``--processes N`` the measurement runs in N fresh processes, one after another, and
+a last table gives each optimizer's ratio to AdamW(foreach=True) per process (median
+and paired) with the spread over processes: an allocator or memory-layout effect that
+differs between processes shows there, not within one. The minor page faults per step
+(CPU) are printed too: a step that allocates model-sized temporaries faults them in
+again at every step.
+
+    python benchmarks/optimizer_step.py [--rounds 15] [--processes 5] [--device cpu] [KEY VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import logging
 import os
 import platform
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from typing import Callable, Dict, List, Tuple
 
@@ -76,9 +87,7 @@ def optimizers(cfg, model, device: str) -> Dict[str, torch.optim.Optimizer]:
         return get_optimizer_params(cfg, model)
 
     makers: Dict[str, Callable[[], torch.optim.Optimizer]] = {
-        PMD_LAMB: lambda: PMDLAMB(
-            adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True
-        ),
+        PMD_LAMB: lambda: PMDLAMB(adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=True),
         "PMD-LAMB (per-tensor)": lambda: PMDLAMB(
             adaptive(), lr=LR, weight_decay=WEIGHT_DECAY, foreach=False
         ),
@@ -111,15 +120,75 @@ def fused_adamw_available(device: str) -> bool:
     return True
 
 
-def timed_step(opt: torch.optim.Optimizer, device: str) -> Tuple[float, float]:
-    """(wall-clock seconds, process CPU seconds) of one ``opt.step()``."""
+def timed_step(opt: torch.optim.Optimizer, device: str) -> Tuple[float, float, int]:
+    """(wall-clock seconds, process CPU seconds, minor page faults) of one ``opt.step()``."""
     if device == "cuda":
         torch.cuda.synchronize()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     wall, cpu = time.perf_counter(), time.process_time()
     opt.step()
     if device == "cuda":
         torch.cuda.synchronize()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+REF = "AdamW(foreach=True)"
+
+
+def spread(args: argparse.Namespace) -> None:
+    """Runs the measurement in ``args.processes`` fresh processes; prints the spread."""
+    runs: List[Dict[str, Dict[str, float]]] = []
+    for k in range(args.processes):
+        cmd = [sys.executable, os.path.abspath(__file__), "--rounds", str(args.rounds)]
+        cmd += [
+            "--warmup",
+            str(args.warmup),
+            "--device",
+            args.device,
+            "--json",
+            *args.opts,
+        ]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+        runs.append(json.loads(line[len("RESULT ") :]))
+        logger.info("process %d/%d: %s", k + 1, args.processes, ", ".join(
+            f"{name} {r['median_ratio']:.2f}x" for name, r in runs[-1].items() if name != REF
+        ))  # fmt: skip
+    logger.info(
+        "\nRatio to %s over %d fresh processes (%d rounds each): median of each process, "
+        "then min / median / max over processes",
+        REF,
+        args.processes,
+        args.rounds,
+    )
+    logger.info("%-32s %-34s %-22s %s", "optimizer", "per-process median ratio", "min/med/max",
+                "paired min/med/max")  # fmt: skip
+    for name in runs[0]:
+        if name == REF:
+            continue
+        med = [r[name]["median_ratio"] for r in runs]
+        paired = [r[name]["paired_ratio"] for r in runs]
+        logger.info(
+            "%-32s %-34s %.2f/%.2f/%.2fx       %.2f/%.2f/%.2fx",
+            name,
+            " ".join(f"{x:.2f}" for x in med),
+            min(med),
+            statistics.median(med),
+            max(med),
+            min(paired),
+            statistics.median(paired),
+            max(paired),
+        )
+    ok = sum(r[PMD_LAMB]["median_ratio"] <= 1.0 for r in runs)
+    logger.info(
+        "%s <= 1.0x %s (median) in %d of %d processes; AdamW's own median step %s ms",
+        PMD_LAMB,
+        REF,
+        ok,
+        len(runs),
+        "/".join(f"{r[REF]['median_ms']:.0f}" for r in runs),
+    )
 
 
 def main() -> None:
@@ -128,10 +197,22 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per optimizer first")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument(
-        "opts", nargs=argparse.REMAINDER, help="KEY VALUE overrides of the model's config"
+        "--processes",
+        type=int,
+        default=1,
+        help="fresh processes to measure in (spread)",
+    )
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "opts",
+        nargs=argparse.REMAINDER,
+        help="KEY VALUE overrides of the model's config",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.processes > 1:
+        spread(args)
+        return
 
     cfg, model = build_params(args.device, args.opts)
     n = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -142,12 +223,14 @@ def main() -> None:
             opts[name].step()
     times: Dict[str, List[float]] = {name: [] for name in names}
     cpu_times: Dict[str, List[float]] = {name: [] for name in names}
+    faults: Dict[str, List[int]] = {name: [] for name in names}
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            wall, cpu = timed_step(opts[name], args.device)
+            wall, cpu, fault = timed_step(opts[name], args.device)
             times[name].append(wall)
             cpu_times[name].append(cpu)
+            faults[name].append(fault)
 
     where = (
         torch.cuda.get_device_name()
@@ -166,10 +249,10 @@ def main() -> None:
         torch.get_num_threads(),
         args.rounds,
     )
-    ref = "AdamW(foreach=True)"
+    ref = REF
     base, cpu_base = statistics.median(times[ref]), statistics.median(cpu_times[ref])
     logger.info(
-        "%-32s %12s %9s %12s %13s %9s %9s",
+        "%-32s %12s %9s %12s %13s %9s %9s %13s",
         "optimizer",
         "median (ms)",
         "vs AdamW",
@@ -177,12 +260,17 @@ def main() -> None:
         "CPU med (ms)",
         "vs AdamW",
         "min (ms)",
+        "faults/step",
     )
+    summary: Dict[str, Dict[str, float]] = {}
     for name in names:
-        med, cpu_med = statistics.median(times[name]), statistics.median(cpu_times[name])
+        med, cpu_med = (
+            statistics.median(times[name]),
+            statistics.median(cpu_times[name]),
+        )
         paired = statistics.median(t / a for t, a in zip(times[name], times[ref]))
         logger.info(
-            "%-32s %12.1f %8.2fx %11.2fx %13.1f %8.2fx %9.1f",
+            "%-32s %12.1f %8.2fx %11.2fx %13.1f %8.2fx %9.1f %13.0f",
             name,
             med * 1e3,
             med / base,
@@ -190,7 +278,16 @@ def main() -> None:
             cpu_med * 1e3,
             cpu_med / cpu_base,
             min(times[name]) * 1e3,
+            statistics.median(faults[name]),
         )
+        summary[name] = {
+            "median_ms": med * 1e3,
+            "median_ratio": med / base,
+            "paired_ratio": paired,
+            "cpu_ratio": cpu_med / cpu_base,
+        }
+    if args.json:
+        print("RESULT " + json.dumps(summary), flush=True)
     if FUSED_ADAMW in times:
         med = statistics.median(times[PMD_LAMB]) / statistics.median(times[FUSED_ADAMW])
         paired = statistics.median(t / a for t, a in zip(times[PMD_LAMB], times[FUSED_ADAMW]))

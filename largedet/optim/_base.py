@@ -10,7 +10,9 @@ What is shared is the torch.optim contract, not the math:
 * hyperparameters are validated per parameter group, naming the argument;
 * the multi-tensor path groups tensors by (device, dtype), on the CPU in cache-sized
   buckets, and computes per-tensor trust ratios on the device, with zero norms
-  guarded by ``torch.where`` (no host synchronisation).
+  guarded by ``torch.where`` (no host synchronisation);
+* on the CPU, element-wise chains run on cache-sized flat pieces (``cpu_pieces``) into
+  reusable ``Scratch`` buffers, so that a step allocates no model-sized temporaries.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-__all__ = ["LayerwiseOptimizer", "state_dtype", "foreach_buckets", "layerwise_trust", "upcast"]
+__all__ = [
+    "LayerwiseOptimizer",
+    "Scratch",
+    "state_dtype",
+    "foreach_buckets",
+    "cpu_pieces",
+    "layerwise_trust",
+    "upcast",
+]
 
 LOW_PRECISION_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -40,6 +50,14 @@ def state_dtype(param: Tensor) -> torch.dtype:
 #: made PMD-LAMB's CPU step about 1.5x slower). On accelerators a bucket is a whole
 #: (device, dtype) group: fewer, larger kernel launches.
 CPU_BUCKET_NUMEL = 1 << 16
+
+
+#: On the CPU, the element-wise ops of a step run on pieces of at most this many elements
+#: (1 MiB per float32 operand): a tensor larger than that is cut into flat chunks, so
+#: that every op of the chain finds its operands still in cache from the op before it
+#: (about 6 MiB for PMD-LAMB's six operands) instead of streaming a 9 MiB tensor from
+#: memory once per op.
+CPU_CHUNK_NUMEL = 1 << 18
 
 
 def foreach_buckets(tensors: Sequence[Tensor]) -> List[Tuple[torch.dtype, List[int]]]:
@@ -66,6 +84,66 @@ def foreach_buckets(tensors: Sequence[Tensor]) -> List[Tuple[torch.dtype, List[i
             buckets[-1][1].append(i)
             size += n
     return buckets
+
+
+def cpu_pieces(
+    lists: Sequence[Sequence[Tensor]], limit: Optional[int] = None
+) -> List[Tuple[List[int], List[List[Tensor]]]]:
+    """Flat pieces of parallel tensor lists, grouped for ``torch._foreach_*`` calls.
+
+    ``lists`` are lists of contiguous tensors of equal shapes position by position (a
+    parameter, its gradient, its moments, ...). Each tensor is flattened; one larger than
+    ``limit`` (default ``CPU_CHUNK_NUMEL``) is cut into consecutive chunks of ``limit``
+    elements. Consecutive pieces are grouped so that a group holds at most ``limit``
+    elements. Returns, per group, the position in ``lists`` of each piece's tensor and
+    one list of pieces per input list. Element-wise ops on the pieces compute exactly
+    what they compute on the whole tensors.
+    """
+    limit = CPU_CHUNK_NUMEL if limit is None else limit
+    groups: List[Tuple[List[int], List[List[Tensor]]]] = []
+    size = limit
+    for position, column in enumerate(zip(*lists)):
+        n = column[0].numel()
+        flats = [t.view(-1) for t in column]
+        for start in range(0, n, limit):
+            length = min(limit, n - start)
+            if size + length > limit:
+                groups.append(([], [[] for _ in lists]))
+                size = 0
+            groups[-1][0].append(position)
+            for pieces, flat in zip(groups[-1][1], flats):
+                pieces.append(flat[start : start + length] if length < n else flat)
+            size += length
+    return groups
+
+
+class Scratch:
+    """Reusable flat scratch buffers of an optimizer, per (name, device, dtype).
+
+    Not optimizer state: never saved, grown on demand, so that a CPU step allocates no
+    model-sized temporaries (each would be page-faulted in afresh at every step).
+    """
+
+    def __init__(self) -> None:
+        self._buffers: Dict[Tuple[str, torch.device, torch.dtype], Tensor] = {}
+
+    def flat(self, name: str, numel: int, like: Tensor) -> Tensor:
+        """A flat buffer of ``numel`` elements, ``like``'s device and dtype, contents undefined."""
+        key = (name, like.device, like.dtype)
+        buf = self._buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(numel, device=like.device, dtype=like.dtype)
+            self._buffers[key] = buf
+        return buf[:numel]
+
+    def like(self, name: str, tensors: Sequence[Tensor]) -> List[Tensor]:
+        """Views of one buffer shaped like ``tensors``, one after another."""
+        flat = self.flat(name, sum(t.numel() for t in tensors), tensors[0])
+        views, offset = [], 0
+        for t in tensors:
+            views.append(flat[offset : offset + t.numel()].view(t.shape))
+            offset += t.numel()
+        return views
 
 
 def layerwise_trust(
@@ -115,6 +193,13 @@ class LayerwiseOptimizer(Optimizer):
 
     def _validate_group(self, group: Dict[str, Any]) -> None:
         raise NotImplementedError
+
+    @property
+    def scratch(self) -> Scratch:
+        """This optimizer's scratch buffers (created on first use, also after unpickling)."""
+        if getattr(self, "_scratch", None) is None:
+            self._scratch = Scratch()
+        return self._scratch
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         merged = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}

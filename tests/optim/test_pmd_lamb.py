@@ -349,6 +349,74 @@ def test_foreach_equals_per_tensor(bucket_numel, monkeypatch):
     assert opt_fast.state[fast[1]]["exp_avg"].dtype == torch.float64
 
 
+def contiguous_params(seed=0):
+    """Contiguous parameters of several sizes, so that the CPU multi-tensor path cuts and
+    groups them into pieces (sizes not multiples of the piece size: partial chunks)."""
+    gen = torch.Generator().manual_seed(seed)
+    tensors = [
+        torch.randn(37, 29, generator=gen),  # 1073 elements: cut into pieces
+        torch.randn(5, generator=gen),  # small: grouped with its neighbours
+        torch.randn(7, 3, generator=gen),
+        torch.randn(300, generator=gen, dtype=torch.float64),
+        torch.randn(90, 2, generator=gen).to(torch.bfloat16),
+        torch.zeros(13),  # zero weights: trust 1
+    ]
+    return [torch.nn.Parameter(t) for t in tensors]
+
+
+def run_contiguous(foreach, n_steps, **kw):
+    params = contiguous_params()
+    groups = [
+        {"params": params[:5]},
+        {"params": params[5:], "adapt": False, "weight_decay": 0.0},
+    ]
+    opt = PMDLAMB(groups, foreach=foreach, **kw)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(n_steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
+        opt.step()
+    return params, opt
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.02])
+@pytest.mark.parametrize(("bucket_numel", "chunk_numel"), [(64, 48), (512, 100), (4096, 4096)])
+def test_cpu_pieces_path_equals_per_tensor(weight_decay, bucket_numel, chunk_numel, monkeypatch):
+    monkeypatch.setattr(optim_base, "CPU_BUCKET_NUMEL", bucket_numel)
+    monkeypatch.setattr(optim_base, "CPU_CHUNK_NUMEL", chunk_numel)
+    kw = dict(lr=0.03, weight_decay=weight_decay, period=4, max_trust_ratio=1.5)
+    fast, opt_fast = run_contiguous(True, 9, **kw)
+    slow, opt_slow = run_contiguous(False, 9, **kw)
+    for a, b in zip(fast, slow):
+        assert torch.equal(a, b)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opt_fast.state[a][key], opt_slow.state[b][key])
+    # the pieces path ran: its scratch buffers exist, one per state dtype, and are
+    # not part of the optimizer's state
+    names = {(name, dtype) for name, _, dtype in opt_fast.scratch._buffers}
+    assert names == {(n, d) for n in ("x", "denom") for d in (torch.float32, torch.float64)}
+    assert "scratch" not in str(opt_fast.state_dict().keys())
+
+
+def test_cpu_step_reuses_its_scratch_buffers(monkeypatch):
+    monkeypatch.setattr(optim_base, "CPU_CHUNK_NUMEL", 100)
+    params = contiguous_params()[:3]
+    opt = PMDLAMB(params, lr=0.01, weight_decay=0.01)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    buffers = dict(opt.scratch._buffers)
+    # x: the bucket (one, of 1073 + 5 + 21 elements); denom: one group of pieces
+    assert buffers[("x", torch.device("cpu"), torch.float32)].numel() == 1099
+    assert buffers[("denom", torch.device("cpu"), torch.float32)].numel() == 100
+    opt.step()
+    for key, buf in opt.scratch._buffers.items():
+        assert buf.data_ptr() == buffers[key].data_ptr()
+    copied = copy.deepcopy(opt)  # an optimizer with scratch buffers still copies
+    assert torch.equal(copied.state[copied.param_groups[0]["params"][0]]["exp_avg"],
+                       opt.state[params[0]]["exp_avg"])  # fmt: skip
+
+
 def test_bf16_state_stays_float32_through_checkpoint():
     params, opt = run_mixed(PMDLAMB, True, 3, lr=0.01)
     saved = torch.load(io.BytesIO(save(opt)), weights_only=True)
@@ -519,3 +587,30 @@ def test_generator_params_and_complex_rejected():
     assert opt.param_groups[0]["params"] == params
     with pytest.raises(ValueError, match="complex"):
         PMDLAMB([torch.nn.Parameter(torch.ones(2, dtype=torch.complex64))])
+
+
+@pytest.mark.parametrize(
+    ("sizes", "limit", "expected"),
+    [
+        # small tensors grouped up to the limit
+        ([3, 4, 2], 8, [[(0, 3), (1, 4)], [(2, 2)]]),
+        # a large tensor cut into limit-sized chunks and a remainder; the remainder
+        # starts a group that the next small tensor joins
+        ([20, 2], 8, [[(0, 8)], [(0, 8)], [(0, 4), (1, 2)]]),
+        ([8, 8], 8, [[(0, 8)], [(1, 8)]]),
+    ],
+)
+def test_cpu_pieces_groups(sizes, limit, expected):
+    tensors = [torch.arange(n, dtype=torch.float32) + 100 * i for i, n in enumerate(sizes)]
+    doubled = [t * 2 for t in tensors]
+    groups = optim_base.cpu_pieces([tensors, doubled], limit)
+    assert [[(i, p.numel()) for i, p in zip(idx, pieces[0])] for idx, pieces in groups] == expected
+    # every element exactly once, in order, the two lists piece by piece in step, and
+    # the pieces are views: writing through them writes the tensors
+    flat = torch.cat([p for _, (pieces, _) in groups for p in pieces])
+    assert torch.equal(flat, torch.cat(tensors))
+    for _, (pieces, twice) in groups:
+        for p, q in zip(pieces, twice):
+            assert torch.equal(q, p * 2)
+            p.zero_()
+    assert all(int(t.count_nonzero()) == 0 for t in tensors)
