@@ -15,13 +15,10 @@ The batch arithmetic is checked here, before any process starts. Several machine
 ``tools/train_net.py``.
 """
 
-import sys
-
 import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
 from detectron2.checkpoint import DetectionCheckpointer
-from detectron2.utils import comm
 
-from largedet.engine import largedet_argument_parser, launch
+from largedet.engine import check_and_launch, largedet_argument_parser, print_box_ap
 from largedet.engine.lazy import (
     LazyTrainer,
     build_lazy_model,
@@ -44,20 +41,11 @@ def main(args):
         trainer = LazyTrainer(cfg)
         trainer.resume_or_load(resume=args.resume)
         results = trainer.train()
-    if comm.is_main_process():
-        named = {"": results} if "bbox" in results else results
-        for name, dataset_results in named.items():
-            if isinstance(dataset_results, dict) and "bbox" in dataset_results:
-                label = f" ({name})" if len(named) > 1 else ""
-                print(f"box AP{label}: {dataset_results['bbox']['AP']:.1f}")
+    print_box_ap(results)
     return results
 
 
 if __name__ == "__main__":
     args = largedet_argument_parser().parse_args()
-    try:
-        check_lazy_args(args)
-    except ValueError as e:  # a config run_config rejects, or a batch that does not split
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    launch(main, args)
+    # a ValueError: a config run_config rejects, or a batch that does not split
+    check_and_launch(main, args, check_lazy_args, errors=(ValueError,))

@@ -16,32 +16,26 @@ is not a whole multiple of (processes x SOLVER.IMS_PER_DEVICE), the processes be
 or ``--num-gpus`` x ``--num-machines``, is one line on stderr, exit 2.
 """
 
-import sys
-
 import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
-from detectron2.utils import comm
 
-from largedet.engine import Trainer, largedet_argument_parser, launch, setup_cfg, train_or_evaluate
-from largedet.engine.validate import ConfigError, check_args
+from largedet.engine import (
+    Trainer,
+    check_and_launch,
+    largedet_argument_parser,
+    print_box_ap,
+    setup_cfg,
+    train_or_evaluate,
+)
+from largedet.engine.validate import check_args
 
 
 def main(args):
     cfg = setup_cfg(args)
     results = train_or_evaluate(Trainer, cfg, args)
-    if comm.is_main_process():
-        named = {"": results} if "bbox" in results else results
-        for name, dataset_results in named.items():
-            if isinstance(dataset_results, dict) and "bbox" in dataset_results:
-                label = f" ({name})" if len(named) > 1 else ""
-                print(f"box AP{label}: {dataset_results['bbox']['AP']:.1f}")
+    print_box_ap(results)
     return results
 
 
 if __name__ == "__main__":
     args = largedet_argument_parser().parse_args()
-    try:
-        check_args(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    launch(main, args)
+    check_and_launch(main, args, check_args)

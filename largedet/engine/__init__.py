@@ -8,12 +8,13 @@ from .data import ResumableLoader, ResumableTrainingSampler, build_train_loader
 from .defaults import (
     check_batch_arithmetic,
     largedet_argument_parser,
+    print_box_ap,
     resolve_device,
     setup_cfg,
     train_or_evaluate,
 )
 from .hooks import DivergenceGuard, ReseedEveryIter, step_seed
-from .launch import launch, launched_by_torchrun, planned_world_size
+from .launch import check_and_launch, launch, launched_by_torchrun, planned_world_size
 from .train_loop import AccumulationTrainer
 from .trainer import Trainer, describe_run
 
@@ -31,10 +32,12 @@ __all__ = [
     "build_train_loader",
     "check_batch_arithmetic",
     "describe_run",
+    "check_and_launch",
     "largedet_argument_parser",
     "launch",
     "launched_by_torchrun",
     "planned_world_size",
+    "print_box_ap",
     "resolve_device",
     "setup_cfg",
     "step_seed",

@@ -90,3 +90,15 @@ def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> di
     trainer = trainer_cls(cfg)
     trainer.resume_or_load(resume=args.resume)
     return trainer.train()
+
+
+def print_box_ap(results: dict) -> None:
+    """Prints ``box AP: <AP>`` for a detection evaluation's results, one line per test set
+    (``box AP (<dataset>): <AP>``) when there are several; from the main process only."""
+    if not comm.is_main_process():
+        return
+    named = {"": results} if "bbox" in results else results
+    for name, dataset_results in named.items():
+        if isinstance(dataset_results, dict) and "bbox" in dataset_results:
+            label = f" ({name})" if len(named) > 1 else ""
+            print(f"box AP{label}: {dataset_results['bbox']['AP']:.1f}")

@@ -5,16 +5,17 @@
         [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
     torchrun --nproc_per_node 8 tools/train_net.py --config CFG
 
-A script checks its config for :func:`planned_world_size` processes before calling
-:func:`launch`, so that a batch that does not split over torchrun's processes is refused
-as it is for ``--num-gpus``.
+A script calls :func:`check_and_launch`: its config is checked for
+:func:`planned_world_size` processes before any process starts, so that a batch that does
+not split over torchrun's processes is refused as it is for ``--num-gpus``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import torch
@@ -22,7 +23,10 @@ import torch.distributed as dist
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-__all__ = ["launch", "launched_by_torchrun", "planned_world_size"]
+__all__ = ["check_and_launch", "launch", "launched_by_torchrun", "planned_world_size"]
+
+#: the flags that say how many processes to start; torchrun has started them already
+_PROCESS_FLAGS = ("--num-gpus", "--num-machines", "--machine-rank", "--dist-url")
 
 
 def launched_by_torchrun() -> bool:
@@ -36,6 +40,41 @@ def planned_world_size(args: argparse.Namespace) -> int:
     if launched_by_torchrun():
         return int(os.environ["WORLD_SIZE"])
     return args.num_gpus * args.num_machines
+
+
+def check_and_launch(
+    main_func: Callable[[argparse.Namespace], object],
+    args: argparse.Namespace,
+    check: Callable[[argparse.Namespace], object],
+    argv: Sequence[str] | None = None,
+    errors: tuple[type[Exception], ...] | None = None,
+) -> None:
+    """``check(args)``, then :func:`launch`. An error of ``errors`` (default
+    :class:`largedet.engine.validate.ConfigError`) from ``check`` is one line on stderr
+    (``error: ...``) and exit status 2, before any process group or training starts; under
+    torchrun every process exits so and the first one alone prints the line. Under torchrun, process flags given on the command line
+    (``--num-gpus``, ``--num-machines``, ``--machine-rank``, ``--dist-url``; ``argv``,
+    default ``sys.argv``) are named as ignored, once."""
+    from .validate import ConfigError
+
+    first = not launched_by_torchrun() or os.environ.get("RANK", "0") == "0"
+    if launched_by_torchrun() and first:
+        argv = sys.argv[1:] if argv is None else argv
+        given = [f for f in _PROCESS_FLAGS if any(a == f or a.startswith(f + "=") for a in argv)]
+        if given:
+            print(
+                f"warning: {', '.join(given)} ignored under torchrun: the job has its "
+                f"{os.environ['WORLD_SIZE']} processes ({os.environ['LOCAL_WORLD_SIZE']} on "
+                "this machine, torchrun's --nproc_per_node and --nnodes)",
+                file=sys.stderr,
+            )
+    try:
+        check(args)
+    except errors or (ConfigError,) as e:
+        if first:
+            print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    launch(main_func, args)
 
 
 def launch(

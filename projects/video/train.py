@@ -17,12 +17,9 @@ micro-batches over the processes (torchrun's or ``--num-gpus`` x ``--num-machine
 line on stderr, exit 2.
 """
 
-import sys
-
 import largedet_video  # noqa: F401  (imports largedet first; registers the models)
 from detectron2.utils import comm
-from largedet.engine import launch, largedet_argument_parser, train_or_evaluate
-from largedet.engine.validate import ConfigError
+from largedet.engine import check_and_launch, largedet_argument_parser, train_or_evaluate
 
 from largedet_video.engine import VideoTrainer, setup
 from largedet_video.engine.validate import check_video_args
@@ -41,9 +38,4 @@ def main(args):
 
 if __name__ == "__main__":
     args = largedet_argument_parser().parse_args()
-    try:
-        check_video_args(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    launch(main, args)
+    check_and_launch(main, args, check_video_args)

@@ -64,13 +64,20 @@ def test_train_net_under_torchrun_trains_on_two_processes(tiny_shapes, tmp_path)
 
 
 def test_train_net_under_torchrun_checks_the_batch_against_its_world_size(tiny_shapes, tmp_path):
-    # 6 images split over --num-gpus 1 (the default), not over torchrun's 2 processes x 2
+    # 6 images split over --num-gpus 3, not over torchrun's 2 processes x 2: refused, and
+    # --num-gpus named as ignored
     out = tmp_path / "refused"
-    args = tiny_overrides(tiny_shapes, out)
+    args = ["--num-gpus", "3", *tiny_overrides(tiny_shapes, out)]
     args += ["SOLVER.IMS_PER_BATCH", "6", "SOLVER.IMS_PER_DEVICE", "2"]
     log = torchrun_train_net(args, tmp_path, succeeds=False)
-    errors = {line for line in log.splitlines() if line.startswith("error: ")}
-    assert len(errors) == 1, log[-6000:]  # each process stops on the same one line
+    lines = log.splitlines()
+    warnings = [line for line in lines if line.startswith("warning: ")]
+    assert warnings == [
+        "warning: --num-gpus ignored under torchrun: the job has its 2 processes (2 on this "
+        "machine, torchrun's --nproc_per_node and --nnodes)"
+    ], log[-6000:]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1, log[-6000:]  # both processes stop; the first one says why
     (error,) = errors
     assert error.startswith("error: SOLVER.IMS_PER_BATCH 6 is not a whole multiple of world size 2")
     assert "Starting training" not in log and not out.exists()

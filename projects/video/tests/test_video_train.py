@@ -96,16 +96,18 @@ def test_torchrun_two_cpu_processes_train_and_evaluate(tiny_shapes, tiny_shapes_
 def test_torchrun_batch_that_does_not_split_is_refused_before_training(
     tiny_shapes, tiny_shapes_spec, tmp_path
 ):
-    # checked against torchrun's WORLD_SIZE (2), not --num-gpus (1), in each process
+    # checked against torchrun's WORLD_SIZE (2), not --num-gpus (1), in each process; both
+    # stop, the first one says why
     out = str(tmp_path / "refused")
     args = tiny_overrides(tiny_shapes_spec, out) + ["SOLVER.IMS_PER_BATCH", "3"]
     log = run_train(args, os.path.dirname(tiny_shapes), TORCHRUN_2_CPU, succeeds=False)
-    errors = {line for line in log.splitlines() if line.startswith("error: ")}
-    assert errors == {
+    errors = [line for line in log.splitlines() if line.startswith("error: ")]
+    assert errors == [
         "error: SOLVER.IMS_PER_BATCH 3 is not divisible by the world size 2 (SOLVER.IMS_PER_DEVICE "
         "0: IMS_PER_BATCH / world size images per device); set SOLVER.IMS_PER_DEVICE or change "
         "the number of devices"
-    }
+    ]
+    assert "warning: " not in log  # no process flag was given
     assert "Starting training" not in log and not os.path.exists(out)
 
 
