@@ -102,7 +102,24 @@ def bn_grouping(clips_per_device: int, group_size: int = 8, world_size: int = 1)
 
 
 class _SubBatchNormMixin:
-    """The shared forward of :class:`SubBatchNorm2d` and :class:`SubBatchNorm3d`."""
+    """The shared constructor and forward of :class:`SubBatchNorm2d`,
+    :class:`SubBatchNorm3d` and :class:`SubBatchNormNd` (before their BatchNorm base in
+    the MRO: ``super()`` here is that base)."""
+
+    def __init__(
+        self,
+        num_features: int,
+        num_splits: int = 1,
+        num_sync_devices: int = 1,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        self.set_grouping(BNGrouping(num_splits, num_sync_devices))
 
     @property
     def grouping(self) -> BNGrouping:
@@ -211,40 +228,10 @@ class SubBatchNorm2d(_SubBatchNormMixin, nn.BatchNorm2d):
         eps, momentum, affine, track_running_stats: as ``nn.BatchNorm2d``.
     """
 
-    def __init__(
-        self,
-        num_features: int,
-        num_splits: int = 1,
-        num_sync_devices: int = 1,
-        eps: float = 1e-5,
-        momentum: float = 0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
-        device=None,
-        dtype=None,
-    ):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
-        self.set_grouping(BNGrouping(num_splits, num_sync_devices))
-
 
 class SubBatchNorm3d(_SubBatchNormMixin, nn.BatchNorm3d):
     """Sub-batch BN for ``(N, C, T, H, W)`` inputs; arguments as
     :class:`SubBatchNorm2d`."""
-
-    def __init__(
-        self,
-        num_features: int,
-        num_splits: int = 1,
-        num_sync_devices: int = 1,
-        eps: float = 1e-5,
-        momentum: float = 0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
-        device=None,
-        dtype=None,
-    ):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
-        self.set_grouping(BNGrouping(num_splits, num_sync_devices))
 
 
 class SubBatchNormNd(_SubBatchNormMixin, nn.BatchNorm2d):
@@ -252,21 +239,6 @@ class SubBatchNormNd(_SubBatchNormMixin, nn.BatchNorm2d):
     (which takes any rank) becomes. A ``BatchNorm2d`` for evaluation, checkpoints and
     precise BN; per-channel statistics over N and all trailing axes, as
     ``nn.SyncBatchNorm``'s. Arguments as :class:`SubBatchNorm2d`."""
-
-    def __init__(
-        self,
-        num_features: int,
-        num_splits: int = 1,
-        num_sync_devices: int = 1,
-        eps: float = 1e-5,
-        momentum: float = 0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
-        device=None,
-        dtype=None,
-    ):
-        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
-        self.set_grouping(BNGrouping(num_splits, num_sync_devices))
 
     def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
@@ -341,7 +313,9 @@ def _convert_to_subbatch_bn(module: nn.Module, grouping: BNGrouping, name: str) 
             "it converts BatchNorm2d, BatchNorm3d and SyncBatchNorm."
         )
     for child_name, child in module.named_children():
-        new_child = _convert_to_subbatch_bn(child, grouping, f"{name}.{child_name}" if name else child_name)
+        new_child = _convert_to_subbatch_bn(
+            child, grouping, f"{name}.{child_name}" if name else child_name
+        )
         if new_child is not child:
             setattr(module, child_name, new_child)
     return module
