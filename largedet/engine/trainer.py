@@ -135,7 +135,12 @@ class Trainer(DefaultTrainer):
             size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
             logger.info(
                 describe_run(
-                    cfg, self.batch, type(optimizer).__name__, size, _agvm_parts(optimizer, agvm)
+                    cfg,
+                    self.batch,
+                    type(optimizer).__name__,
+                    size,
+                    _agvm_parts(optimizer, agvm),
+                    schedule=self.describe_schedule(cfg),
                 )
             )
             _warn_unused_lsr_keys(cfg)
@@ -150,6 +155,12 @@ class Trainer(DefaultTrainer):
                 f"SOLVER.AMP.PRECISION must be one of {sorted(_AMP_DTYPES)}, got {cfg.SOLVER.AMP.PRECISION!r}"
             )
         return _AMP_DTYPES[cfg.SOLVER.AMP.PRECISION]
+
+    def describe_schedule(self, cfg) -> Optional[str]:
+        """The schedule's part of the start-of-run block (warm-up, LR steps, iterations,
+        epochs), or None for the one ``SOLVER`` describes. A trainer whose schedule sets
+        its own length (:meth:`run_length`) describes that schedule here."""
+        return None
 
     def run_length(self, cfg) -> int:
         """The run's length in optimizer steps, ``self.max_iter``: where the training loop
@@ -395,9 +406,12 @@ def describe_run(
     optimizer_name: str,
     dataset_size: Optional[int] = None,
     agvm_parts: Optional[str] = None,
+    schedule: Optional[str] = None,
 ) -> str:
     """The block of derived numbers logged at the start of training. ``agvm_parts``: the
-    AGVM parts with their parameter counts (default: the part names of the config)."""
+    AGVM parts with their parameter counts (default: the part names of the config);
+    ``schedule``: what replaces the lines of the ``SOLVER`` schedule (warm-up, LR steps,
+    iterations and epochs), for a trainer that runs another one."""
     solver = cfg.SOLVER
     scaling = lr_scaling(cfg)
     images = solver.MAX_ITER * batch.global_batch
@@ -420,9 +434,14 @@ def describe_run(
         f"{batch.per_device} image(s) per device per pass; {batch.accumulation} accumulation step(s) "
         f"per optimizer step; {amp}",
         f"  optimizer {optimizer_name} (SOLVER.OPTIMIZER {solver.OPTIMIZER}); {scaling.describe()}",
-        f"  {warmup}; {solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}",
-        f"  {solver.MAX_ITER} iterations x {batch.global_batch} = {images} images = {epochs}",
     ]
+    if schedule is None:
+        lines.append(f"  {warmup}; {solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}")
+        lines.append(
+            f"  {solver.MAX_ITER} iterations x {batch.global_batch} = {images} images = {epochs}"
+        )
+    else:
+        lines.extend("  " + line for line in schedule.splitlines())
     if solver.AGVM.ENABLED:
         lines.append("  " + _describe_agvm(cfg, batch, agvm_parts))
     return "\n".join(lines)

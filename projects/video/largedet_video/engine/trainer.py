@@ -37,8 +37,13 @@ class VideoTrainer(Trainer):
             num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
             self.multigrid = build_multigrid_plan(cfg, num_samples, comm.get_world_size())
         super().__init__(cfg)
-        if self.multigrid is not None and comm.is_main_process():
-            logger.info(self.multigrid.describe(lr_scaling(cfg).lr))
+
+    def describe_schedule(self, cfg):
+        """The multigrid plan's stages, steps and LR in the start-of-run block (instead of
+        ``SOLVER``'s schedule, which multigrid replaces)."""
+        if self.multigrid is None:
+            return None
+        return self.multigrid.describe(lr_scaling(cfg).lr)
 
     def run_length(self, cfg) -> int:
         """The multigrid plan's optimizer steps, or ``SOLVER.MAX_ITER``."""
