@@ -102,3 +102,19 @@ def test_torchcodec_decoder_that_cannot_decode_here_is_a_config_error(monkeypatc
         validate.check_video_config(cfg, 1)
     monkeypatch.setattr(validate, "torchcodec_unavailable", lambda: None)
     validate.check_video_config(cfg, 1)  # decodes here: no error
+
+
+def test_no_config_file_outside_the_checkout_is_a_config_error(tmp_path):
+    # an installed largedet_video without the checkout's configs: the built-in demo's
+    # config is missing, and the run says so instead of failing to open it
+    import argparse
+
+    from largedet.engine.validate import ConfigError
+    from largedet_video.engine.validate import check_video_args
+
+    missing = str(tmp_path / "configs" / "demo.yaml")
+    args = argparse.Namespace(config_file=None, opts=[], eval_only=False, num_gpus=1,
+                              num_machines=1)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"part of the largedet checkout .*pass --config-file") as e:
+        check_video_args(args, default_config=missing)
+    assert str(e.value).startswith(f"{missing}: ")

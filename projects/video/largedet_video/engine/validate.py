@@ -117,6 +117,11 @@ def check_video_args(
     check the config (:func:`check_video_config`) for the job's processes (torchrun's
     ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``), or for ``--eval-only``.
     Raises :class:`~largedet.engine.validate.ConfigError`."""
+    if not args.config_file and not os.path.isfile(default_config):
+        raise ConfigError(
+            f"{default_config}: the built-in demo's config is part of the largedet checkout "
+            "(projects/video/configs), not of an installed package; pass --config-file"
+        )
     cfg = add_video_config(get_cfg())
     args.opts = merge_checked(cfg, args.config_file or default_config, args.opts)
     resolve_device(cfg)
