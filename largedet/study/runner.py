@@ -267,6 +267,11 @@ def main(argv=None) -> int:
         "--num-gpus", type=int, default=1, help="processes per run (GPUs, or gloo CPU processes)"
     )
     parser.add_argument("--device-label", default="", help="machine name written into the CSV")
+    parser.add_argument(
+        "--pretrain-only",
+        action="store_true",
+        help="make the grid's pre-trained backbone (OUTPUT_DIR/pretrain/backbone.pth) and stop",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = parser.parse_args(argv)
     args.grid_obj = build_grid(args.grid)
@@ -295,6 +300,10 @@ def main(argv=None) -> int:
         )
         for c in cells
     ]
+    if args.pretrain_only:
+        weights = ensure_pretrained(args)
+        print(f"pre-trained backbone: {weights}" if weights else f"{args.grid}: no pre-training")
+        return 0
     done = read_done(csv_path)
     if not args.dry_run and any(p.cell.name not in done for p in plans):
         weights = ensure_pretrained(args)

@@ -372,3 +372,33 @@ def test_archive_copies_config_and_metrics(study, tmp_path):
 )
 def test_cell_kind_of_every_grid(name, kind):
     assert schema.cell_kind(name) == kind
+
+
+# the steps grid's recipe config at batch 1024 and the study row it reproduces
+STEPS_RECIPE = ("faster_rcnn_R10w16_FPN_64px_pmdlamb_bs1024.yaml", "pmd_lamb-bs1024-ep1.4x")
+
+
+def test_steps_recipe_config_is_the_archived_run_key_for_key():
+    import yaml
+
+    name, cell = STEPS_RECIPE
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_file(os.path.join(ROOT, "configs", "shapes", "study", name))
+    mine = yaml.safe_load(cfg.dump())
+    runs = os.path.join(ROOT, "benchmarks", "results", "batch_scaling_steps_runs")
+    with open(os.path.join(runs, cell, "config.yaml")) as f:
+        ran = yaml.safe_load(f)
+    # what differs: where the run wrote and read its files, and the device it resolved to
+    for key in ("OUTPUT_DIR",):
+        mine.pop(key), ran.pop(key)
+    assert os.path.basename(ran["MODEL"].pop("WEIGHTS")) == os.path.basename(
+        mine["MODEL"].pop("WEIGHTS")
+    ) == "backbone.pth"
+    assert (mine["MODEL"].pop("DEVICE"), ran["MODEL"].pop("DEVICE")) == ("cuda", "cpu")
+    assert mine == ran
+    # and the row it names is in the study's CSV, with the AP the config's header states
+    with open(os.path.join(ROOT, "benchmarks", "results", "batch_scaling_steps.csv")) as f:
+        row = next(r for r in csv.DictReader(f) if r["cell"] == cell)
+    with open(os.path.join(ROOT, "configs", "shapes", "study", name)) as f:
+        header = f.read()
+    assert f"box AP {float(row['box_ap']):.1f} on shapes_val" in header.replace("\n# ", " ")
