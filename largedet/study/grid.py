@@ -232,6 +232,7 @@ def _steps_cells() -> List[Cell]:
         # second seeds of the cells the conclusion rests on
         Cell("sgd", 16, warmup_epochs=2, seed=1),
         Cell("pmd_lamb", 1024, seed=1),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, seed=1),
         # the rest of the sweeps
         Cell("pmd_lamb", 1024, lr_factor=0.5),
         Cell("pmd_lamb", 1024, warmup_epochs=20),
