@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -49,9 +50,9 @@ def test_config_loads_and_its_batch_and_schedule_are_consistent(name):
 EXPECTED = [
     ("r50_fpn_bs16_sgd.yaml", 16, 8, 1, 0.02, 90000 * 16),
     ("r50_fpn_bs256_sgd_lsr.yaml", 256, 8, 4, 0.32, 5625 * 256),
-    ("r50_fpn_bs1056.yaml", 1056, 8, 33, 0.0066, 1364 * 1056),
-    ("r50_fpn_bs1056_agvm.yaml", 1056, 8, 33, 0.0066, 1364 * 1056),
-    ("mask_rcnn_r50_fpn_bs1056.yaml", 1056, 132, 2, 0.0066, 1364 * 1056),
+    ("r50_fpn_bs1056.yaml", 1056, 8, 33, 0.0008 * (1056 / 16) ** 0.5, 1910 * 1056),
+    ("r50_fpn_bs1056_agvm.yaml", 1056, 8, 33, 0.0008 * (1056 / 16) ** 0.5, 1910 * 1056),
+    ("mask_rcnn_r50_fpn_bs1056.yaml", 1056, 132, 2, 0.0008 * (1056 / 16) ** 0.5, 1910 * 1056),
     ("shapes/faster_rcnn_R18_FPN_pmdlamb_bs64.yaml", 64, 1, 8, 0.02, 125 * 64),
     ("shapes/faster_rcnn_R18_FPN_syncbn_sgd_bs16_lsr.yaml", 16, 2, 2, 0.04, 300 * 16),
 ]
@@ -65,8 +66,10 @@ def test_large_batch_configs(name, batch, devices, accumulation, lr, images):
     assert lr_scaling(cfg).lr == pytest.approx(lr, rel=1e-12)
     assert cfg.SOLVER.MAX_ITER * cfg.SOLVER.IMS_PER_BATCH == images
     if cfg.DATASETS.TRAIN == ("coco_2017_train",):
-        # the 1x schedule's 1,440,000 images, to within one step
-        assert abs(images - 90000 * 16) < cfg.SOLVER.IMS_PER_BATCH
+        # the 1x schedule's 1,440,000 images (x1.4 at batch 1056: the large-batch study's
+        # recipe), to within one step
+        factor = 1.4 if batch == 1056 else 1.0
+        assert abs(images - factor * 90000 * 16) < cfg.SOLVER.IMS_PER_BATCH
 
 
 def test_bs1056_configs_use_the_three_ingredients():
@@ -91,3 +94,33 @@ def test_the_agvm_config_is_the_bs1056_config_with_agvm_on():
         cfg.SOLVER.AGVM.ENABLED = False
         cfg.OUTPUT_DIR = ""
     assert agvm == base
+
+
+# the large-batch configs that carry the large-batch study's recipe, with the LR each had
+# before (kept at its batch; the study sets the rule, not the value)
+RECIPE_CONFIGS = [
+    ("r50_fpn_bs1056.yaml", 6.6e-3),
+    ("r50_fpn_bs1056_agvm.yaml", 6.6e-3),
+    ("mask_rcnn_r50_fpn_bs1056.yaml", 6.6e-3),
+    ("openimages_r50_fpn_bs640.yaml", 4e-3),
+]
+
+
+@pytest.mark.parametrize("name, earlier_lr", RECIPE_CONFIGS)
+def test_large_batch_configs_carry_the_study_recipe(name, earlier_lr):
+    cfg = load(name)
+    solver = cfg.SOLVER
+    assert solver.OPTIMIZER == "PMD_LAMB" and solver.PMD.DECAY == "cosine"
+    assert solver.LSR.ENABLED and solver.LSR.RULE == "sqrt"
+    assert lr_scaling(cfg).lr == pytest.approx(earlier_lr, rel=0.02)
+    # warm-up 20% of the run, the period a quarter of it (to the nearest step)
+    assert abs(solver.WARMUP_ITERS - 0.2 * solver.MAX_ITER) <= 0.5
+    assert abs(solver.PMD.PERIOD - solver.MAX_ITER / 4) <= 0.5
+    # every number in the YAML's comments that names a study row is a row of the CSV
+    with open(os.path.join(CONFIG_DIR, name)) as f:
+        text = f.read()
+    with open(os.path.join(CONFIG_DIR, "..", "benchmarks", "results", "batch_scaling_steps.csv")) as f:
+        cells = {line.split(",", 1)[0] for line in f}
+    cited = set(re.findall(r"\b((?:sgd|lamb|pmd_lamb|adamw)-bs\d+[\w.-]*)", text))
+    queued = {"pmd_lamb-bs256"}  # cited for the rule, in the grid's queue
+    assert cited - queued <= cells, cited - queued - cells
