@@ -3,6 +3,8 @@
 
     # AP vs global batch, images/s per run, and the Markdown table of the study
     python tools/plot_metrics.py --study benchmarks/results/batch_scaling_cpu.csv --out-dir docs/figures
+    # and every cell at one batch (sweeps included), held-out and reported AP
+    python tools/plot_metrics.py --study benchmarks/results/batch_scaling_steps.csv --cells-at-batch 1024
     # loss and LR against epochs for several runs (their OUTPUT_DIRs)
     python tools/plot_metrics.py --runs output/run_a output/run_b --labels A B --out-dir figs
 
@@ -18,6 +20,7 @@ from largedet.utils.plotting import (
     load_run,
     load_study,
     plot_ap_vs_batch,
+    plot_cells_at_batch,
     plot_curves,
     plot_throughput,
     study_table,
@@ -37,6 +40,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out-dir", default=".", help="where the PNG files go")
     parser.add_argument("--prefix", default="", help="file-name prefix of the figures")
     parser.add_argument("--title", default="", help="title suffix (e.g. the machine)")
+    parser.add_argument(
+        "--cells-at-batch",
+        type=int,
+        default=None,
+        metavar="B",
+        help="with --study: also every cell at global batch B, held-out and reported AP",
+    )
     args = parser.parse_args(argv)
     if not args.study and not args.runs:
         parser.error("nothing to plot: give --study CSV and/or --runs DIR [DIR ...]")
@@ -54,6 +64,11 @@ def main(argv=None) -> int:
                                             title=f"Box AP vs global batch, same epochs{suffix}"))  # fmt: skip
             written.append(plot_throughput(rows, os.path.join(args.out_dir, f"{args.prefix}images_per_s.png"),
                                            title=f"Training images/s per run{suffix}"))  # fmt: skip
+            if args.cells_at_batch is not None:
+                path = os.path.join(args.out_dir, f"{args.prefix}cells_at_{args.cells_at_batch}.png")
+                plot_cells_at_batch(rows, args.cells_at_batch, path,
+                                    title=f"Every cell at batch {args.cells_at_batch}{suffix}")  # fmt: skip
+                written.append(path)
             print(study_table(rows))
         if args.runs:
             labels = args.labels or [None] * len(args.runs)

@@ -53,7 +53,7 @@ def load_study(path: str) -> List[dict]:
         raise FileNotFoundError(f"study CSV not found: {path}")
     numeric = {"batch": int, "iterations": int, "lr": float, "images_per_s": float,
                "box_ap": float, "ap50": float, "ap75": float, "wall_clock_s": float,
-               "pmd_period": int, "warmup_iters": int}  # fmt: skip
+               "pmd_period": int, "warmup_iters": int, "holdout_ap": float}  # fmt: skip
     rows = []
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
@@ -152,6 +152,61 @@ def plot_throughput(rows: Sequence[dict], path: str, title: str = "") -> str:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_cells_at_batch(
+    rows: Sequence[dict], batch: int, path: str, title: str = ""
+) -> List[tuple]:
+    """Every cell at global batch ``batch`` as a pair of horizontal bars, box AP on the
+    held-out split (the one that chooses) and on the reported one, best held-out AP on
+    top, diverged cells last and marked; vertical lines at the baseline's two APs (the
+    main-grid cell at the smallest batch of the first optimizer, e.g. SGD at 16). Returns
+    the plotted ``(cell, held-out AP, reported AP)`` in order, top to bottom (None:
+    diverged or not evaluated)."""
+    plt = _pyplot()
+    cells = [r for r in rows if r["batch"] == batch]
+    if not cells:
+        raise ValueError(f"no cell at batch {batch}")
+
+    def held_out(r):
+        return r.get("holdout_ap") if r["diverged"] != "yes" else None
+
+    def reported(r):
+        return r["box_ap"] if r["diverged"] != "yes" else None
+
+    cells.sort(key=lambda r: (held_out(r) is None, -(held_out(r) or 0.0), -(reported(r) or 0.0)))
+    order = [(r["cell"], held_out(r), reported(r)) for r in cells]
+    fig, ax = plt.subplots(figsize=(7.0, 0.5 * len(order) + 1.6))
+    ys = list(range(len(order)))[::-1]
+    ax.barh([y + 0.2 for y in ys], [h or 0.0 for _, h, _ in order], height=0.4,
+            color="tab:orange", label="held-out split (chooses)")  # fmt: skip
+    ax.barh([y - 0.2 for y in ys], [v or 0.0 for _, _, v in order], height=0.4,
+            color="tab:blue", label="reported split")  # fmt: skip
+    main = [r for r in rows if cell_kind(r["cell"]) == "main" and r["diverged"] != "yes"]
+    if main:
+        first = main[0]["optimizer"]
+        base = min((r for r in main if r["optimizer"] == first), key=lambda r: r["batch"])
+        if base.get("holdout_ap") is not None:
+            ax.axvline(base["holdout_ap"], color="tab:orange", ls="--", lw=1,
+                       label=f"{base['cell']} held-out")  # fmt: skip
+        if base["box_ap"] is not None:
+            ax.axvline(base["box_ap"], color="tab:blue", ls="--", lw=1,
+                       label=f"{base['cell']} reported")  # fmt: skip
+    ax.set_yticks(ys)
+    ax.set_yticklabels([c for c, _, _ in order], fontsize=8)
+    ax.set_xlabel("box AP")
+    values = [x for _, h, v in order for x in (h, v) if x is not None]
+    left = max(0.0, min(values) - 10.0) if values else 0.0
+    ax.set_xlim(left, (max(values) + 5.0) if values else 100.0)
+    for y, (_, h, v) in zip(ys, order):
+        if v is None:
+            ax.text(left + 0.5, y, "diverged", va="center", fontsize=8, color="tab:red")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title or f"Every cell at batch {batch}")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return order
 
 
 @dataclass

@@ -119,3 +119,35 @@ def test_plot_metrics_cli_writes_figures_and_the_table(tmp_path):
         cmd[:2] + ["--runs", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2 and "no metrics.json in" in proc.stderr
+
+
+def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
+    from largedet.utils.plotting import plot_cells_at_batch
+
+    fields = FIELDS + ["holdout_ap"]
+    rows = [
+        {"cell": "sgd-bs16", "optimizer": "sgd", "batch": 16, "box_ap": "75.0", "holdout_ap": "72.0", "diverged": "no"},
+        {"cell": "sgd-bs1024", "optimizer": "sgd", "batch": 1024, "box_ap": "", "holdout_ap": "", "diverged": "yes"},
+        {"cell": "pmd_lamb-bs1024", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "72.1", "holdout_ap": "71.7", "diverged": "no"},
+        # better on the reported split, worse on the held-out one: held-out decides
+        {"cell": "pmd_lamb-bs1024-lrx2", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "74.0", "holdout_ap": "70.0", "diverged": "no"},
+        {"cell": "pmd_lamb-bs1024-ep1.4x", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "73.5", "holdout_ap": "72.3", "diverged": "no"},
+    ]  # fmt: skip
+    path = str(tmp_path / "study.csv")
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in fields})
+    png = str(tmp_path / "cells.png")
+    order = plot_cells_at_batch(load_study(path), 1024, png)
+    assert order == [
+        ("pmd_lamb-bs1024-ep1.4x", 72.3, 73.5),
+        ("pmd_lamb-bs1024", 71.7, 72.1),
+        ("pmd_lamb-bs1024-lrx2", 70.0, 74.0),
+        ("sgd-bs1024", None, None),
+    ]
+    with open(png, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no cell at batch 64"):
+        plot_cells_at_batch(load_study(path), 64, png)
