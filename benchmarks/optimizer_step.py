@@ -149,7 +149,10 @@ def spread(args: argparse.Namespace) -> None:
             "--json",
             *args.opts,
         ]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"process {k + 1} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        out = proc.stdout
         line = next(x for x in out.splitlines() if x.startswith("RESULT "))
         runs.append(json.loads(line[len("RESULT ") :]))
         logger.info("process %d/%d: %s", k + 1, args.processes, ", ".join(
@@ -209,6 +212,8 @@ def main() -> None:
         help="KEY VALUE overrides of the model's config",
     )
     args = parser.parse_args()
+    if args.processes < 1:
+        parser.error(f"--processes must be >= 1, got {args.processes}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.processes > 1:
         spread(args)

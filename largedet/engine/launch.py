@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -46,21 +46,20 @@ def check_and_launch(
     main_func: Callable[[argparse.Namespace], object],
     args: argparse.Namespace,
     check: Callable[[argparse.Namespace], object],
-    argv: Sequence[str] | None = None,
     errors: tuple[type[Exception], ...] | None = None,
 ) -> None:
     """``check(args)``, then :func:`launch`. An error of ``errors`` (default
     :class:`largedet.engine.validate.ConfigError`) from ``check`` is one line on stderr
     (``error: ...``) and exit status 2, before any process group or training starts; under
-    torchrun every process exits so and the first one alone prints the line. Under torchrun, process flags given on the command line
-    (``--num-gpus``, ``--num-machines``, ``--machine-rank``, ``--dist-url``; ``argv``,
-    default ``sys.argv``) are named as ignored, once."""
+    torchrun every process exits so and the first one alone prints the line. Under
+    torchrun, process flags given on the command line (``--num-gpus``, ``--num-machines``,
+    ``--machine-rank``, ``--dist-url``, set to other than their defaults, abbreviations
+    included) are named as ignored, once."""
     from .validate import ConfigError
 
     first = not launched_by_torchrun() or os.environ.get("RANK", "0") == "0"
     if launched_by_torchrun() and first:
-        argv = sys.argv[1:] if argv is None else argv
-        given = [f for f in _PROCESS_FLAGS if any(a == f or a.startswith(f + "=") for a in argv)]
+        given = _process_flags_given(args)
         if given:
             print(
                 f"warning: {', '.join(given)} ignored under torchrun: the job has its "
@@ -75,6 +74,19 @@ def check_and_launch(
             print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     launch(main_func, args)
+
+
+def _process_flags_given(args: argparse.Namespace) -> list[str]:
+    """The process flags whose parsed values differ from the command line's defaults."""
+    from .defaults import largedet_argument_parser
+
+    defaults = largedet_argument_parser().parse_args([])
+    return [
+        flag
+        for flag in _PROCESS_FLAGS
+        if getattr(args, flag[2:].replace("-", "_"), None)
+        != getattr(defaults, flag[2:].replace("-", "_"), None)
+    ]
 
 
 def launch(

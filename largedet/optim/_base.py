@@ -75,10 +75,11 @@ def foreach_buckets(tensors: Sequence[Tensor]) -> List[Tuple[torch.dtype, List[i
         if device.type != "cpu":
             buckets.append((dtype, indices))
             continue
-        size = CPU_BUCKET_NUMEL
+        buckets.append((dtype, []))  # each group starts a bucket of its own
+        size = 0
         for i in indices:
             n = tensors[i].numel()
-            if size + n > CPU_BUCKET_NUMEL:
+            if buckets[-1][1] and size + n > CPU_BUCKET_NUMEL:
                 buckets.append((dtype, []))
                 size = 0
             buckets[-1][1].append(i)

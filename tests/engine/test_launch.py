@@ -81,3 +81,19 @@ def test_train_net_under_torchrun_checks_the_batch_against_its_world_size(tiny_s
     (error,) = errors
     assert error.startswith("error: SOLVER.IMS_PER_BATCH 6 is not a whole multiple of world size 2")
     assert "Starting training" not in log and not out.exists()
+
+
+def test_process_flags_ignored_under_torchrun_are_found_from_their_values():
+    from largedet.engine import largedet_argument_parser
+    from largedet.engine.launch import _process_flags_given
+
+    parse = largedet_argument_parser().parse_args
+    assert _process_flags_given(parse([])) == []
+    assert _process_flags_given(parse(["--num-gpus", "8"])) == ["--num-gpus"]
+    # argparse's abbreviations and the = form set the same values
+    assert _process_flags_given(parse(["--num-gpu=8", "--machine-r", "1"])) == [
+        "--num-gpus",
+        "--machine-rank",
+    ]
+    # a trailing KEY VALUE pair that looks like a flag is an override, not a flag
+    assert _process_flags_given(parse(["MODEL.X", "--num-gpus"])) == []

@@ -614,3 +614,17 @@ def test_cpu_pieces_groups(sizes, limit, expected):
             assert torch.equal(q, p * 2)
             p.zero_()
     assert all(int(t.count_nonzero()) == 0 for t in tensors)
+
+
+def test_zero_size_tensors_and_bucket_boundaries_between_groups():
+    empty, small = torch.zeros(0), torch.ones(3)
+    meta = torch.zeros(3, device="meta")
+    # a (device, dtype) group always starts a bucket of its own, a zero-size tensor too
+    assert optim_base.foreach_buckets([empty, small]) == [(torch.float32, [0, 1])]
+    assert optim_base.foreach_buckets([meta, empty]) == [(torch.float32, [0]), (torch.float32, [1])]
+    # and the optimizers step over a zero-size parameter
+    params = [torch.nn.Parameter(torch.zeros(0)), torch.nn.Parameter(torch.ones(3))]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    PMDLAMB(params, lr=0.1).step()
+    assert params[0].numel() == 0 and torch.all(params[1] < 1.0)

@@ -294,6 +294,7 @@ def test_two_gloo_processes(datasets_root, tmp_path):
     # the start-of-run block gives the multigrid plan's schedule, not SOLVER's 96 steps
     assert "\n  Multigrid (long cycle on, short cycle on): base shape 1x4x32 per device" in log
     assert "Large-batch run:" in log and "96 iterations x" not in log
+    assert "\n  no warmup\n  Multigrid (long cycle on" in log  # SOLVER.WARMUP_ITERS 0
     # 32 clips per device and epoch, 4 epochs: stages 0, 1 and 3 (2 and the
     # fine-tuning stage round to zero epochs), 25 steps.
     assert "Multigrid stage 3 from step 12 (epoch 3, batch 0): 4x4x16, 2x4x23, 1x4x32" in log

@@ -362,3 +362,19 @@ def test_sync_across_devices_equals_bn_over_their_clips():
         for r in results[2 * group : 2 * group + 2]:
             torch.testing.assert_close(r["running_mean"], bn.running_mean)
             torch.testing.assert_close(r["running_var"], bn.running_var)
+
+
+def test_a_batch_norm_without_bias_converts_without_one():
+    torch.manual_seed(0)
+    bn = nn.BatchNorm2d(3, bias=False)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+    sub = convert_to_subbatch_bn(copy.deepcopy(bn), BNGrouping(num_splits=2))
+    assert type(sub) is SubBatchNorm2d and sub.bias is None
+    assert [name for name, _ in sub.named_parameters()] == ["weight"]
+    # each half of the batch normalized on its own, scaled, no shift
+    x = torch.randn(4, 3, 5, 5)
+    expected = torch.cat([bn.train()(half) for half in (x[:2], x[2:])])
+    torch.testing.assert_close(sub.train()(x), expected)
+    back = convert_from_subbatch_bn(sub)
+    assert type(back) is nn.BatchNorm2d and back.bias is None

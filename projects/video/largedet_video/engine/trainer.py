@@ -43,7 +43,15 @@ class VideoTrainer(Trainer):
         ``SOLVER``'s schedule, which multigrid replaces)."""
         if self.multigrid is None:
             return None
-        return self.multigrid.describe(lr_scaling(cfg).lr)
+        solver, lr = cfg.SOLVER, lr_scaling(cfg).lr
+        warmup_iters = min(solver.WARMUP_ITERS, self.multigrid.max_iter)
+        warmup = (
+            f"{solver.WARMUP_METHOD} warmup over {warmup_iters} iterations from "
+            f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * lr:g}"
+            if warmup_iters
+            else "no warmup"
+        )
+        return f"{warmup}\n{self.multigrid.describe(lr)}"
 
     def run_length(self, cfg) -> int:
         """The multigrid plan's optimizer steps, or ``SOLVER.MAX_ITER``."""

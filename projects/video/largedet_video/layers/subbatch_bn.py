@@ -152,9 +152,11 @@ class _SubBatchNormMixin:
         mean, var, count = self._synced_moments(x)  # (1, C), biased, over the synced ranks
         scale = torch.rsqrt(var + self.eps)
         shift = -mean * scale
-        if self.affine:
+        if self.weight is not None:
             scale = scale * self.weight
-            shift = shift * self.weight + self.bias
+            shift = shift * self.weight
+        if self.bias is not None:
+            shift = shift + self.bias
         y = torch.addcmul(shift[:, :, None], x.reshape(n, c, -1), scale[:, :, None])
         if self.track_running_stats:
             self._update_running_stats(mean.detach(), var.detach(), count)
@@ -173,8 +175,8 @@ class _SubBatchNormMixin:
         grouped = x.reshape(k, n // k, c, -1).transpose(0, 1).reshape(n // k, k * c, -1)
         mean = torch.zeros(k * c, dtype=x.dtype, device=x.device)
         var = torch.ones(k * c, dtype=x.dtype, device=x.device)
-        weight = self.weight.repeat(k) if self.affine else None
-        bias = self.bias.repeat(k) if self.affine else None
+        weight = self.weight.repeat(k) if self.weight is not None else None
+        bias = self.bias.repeat(k) if self.bias is not None else None
         y = F.batch_norm(grouped, mean, var, weight, bias, True, 1.0, self.eps)
         y = y.reshape(n // k, k, c, -1).transpose(0, 1).reshape(x.shape)
         if self.track_running_stats:
@@ -261,7 +263,11 @@ _PLAIN_OF = (
 
 def _transfer(src: nn.modules.batchnorm._BatchNorm, dst: nn.modules.batchnorm._BatchNorm):
     """Give ``dst`` the very parameters and buffers of ``src`` (shared, not
-    copied, so an optimizer holding them keeps its state), and its mode."""
+    copied, so an optimizer holding them keeps its state), and its mode. A parameter
+    ``src`` does not have (``bias=False``) is absent from ``dst`` too."""
+    for name in list(dst._parameters):
+        if src._parameters.get(name) is None:
+            dst.register_parameter(name, None)
     for name, param in src.named_parameters(recurse=False):
         setattr(dst, name, param)
     for name, buf in src.named_buffers(recurse=False):
