@@ -7,7 +7,10 @@ columns from here. Two CPU grids on the shapes data at 64 px:
 * ``steps`` (steps-matched): 200 epochs of 1536 images for every batch, so batch 1024
   gets 300 optimizer steps; warm-up 40 epochs; held-out split to choose on, ``shapes_val``
   to report;
-* ``short`` (short budget): 16 epochs for every batch, so batch 1024 gets 24 steps.
+* ``short`` (short budget): 16 epochs for every batch, so batch 1024 gets 24 steps;
+
+and ``gpu``, the steps-matched grid at a larger scale for one GPU (R18-FPN at 128 px, 4096
+images, 75 epochs: 300 steps at batch 1024), its backbone pre-trained on the device.
 
 How each cell is set (see :func:`plan_cell`):
   * iterations = epochs x training images / batch; warm-up in epochs of images (at least
@@ -243,6 +246,26 @@ def _steps_cells() -> List[Cell]:
     ]
 
 
+def _gpu_main() -> List[Cell]:
+    return [
+        # the baseline's warm-up: Detectron2's, 192 steps at batch 16 (0.75 epoch here)
+        Cell("sgd", 16, warmup_epochs=0.75),
+        Cell("pmd_lamb", 1024),
+        Cell("sgd", 1024),
+        Cell("lamb", 1024),
+        Cell("adamw", 1024),
+        Cell("pmd_lamb", 256),
+        Cell("sgd", 256),
+    ]
+
+
+def _gpu_cells() -> List[Cell]:
+    """The GPU grid, most telling first: the baseline, the batch-1024 cells and the 1.4x
+    schedule, then the other optimizers and batch 256."""
+    main = _gpu_main()
+    return main[:3] + [Cell("pmd_lamb", 1024, epochs_factor=1.4)] + main[3:]
+
+
 GRID_NAMES = ("steps", "short", "gpu")
 
 
@@ -287,27 +310,33 @@ def build_grid(name: str) -> Grid:
             pretrain=pretrain_1536,
         )
     if name == "gpu":
-        # R50-FPN (ImageNet-initialised) on the shapes dataset at 256 px: 12 epochs of
-        # 16,384 images, batch 16..1024 (1024: 192 iterations).
-        num_train, epochs = 16384, 12
+        # The steps-matched grid on one GPU: Faster R-CNN R18-FPN (64-512 channels) at
+        # 128 px, 75 epochs of 4096 images for every batch (307,200 images: batch 1024
+        # takes 300 steps, batch 16 19,200), warm-up 15 epochs (20% of the run), AMP bf16,
+        # 16 images per pass as on the CPU (BN over the same 16 at every batch). The ResNet
+        # is pre-trained on the device on another 4096 images (seed 1000): nothing is
+        # downloaded (a GPU machine here has no internet).
         return Grid(
             config="configs/shapes/Base-Shapes-R18-FPN.yaml",
-            num_train=num_train,
-            epochs=epochs,
+            num_train=4096,
+            epochs=75,
             ims_per_device=16,
-            cells=tuple(_main_grid(batches) + _extra_cells(batches, epochs * num_train // 1024)),
-            main=tuple(_main_grid(batches)),
-            extra_overrides=(
-                "MODEL.WEIGHTS", "detectron2://ImageNetPretrained/MSRA/R-50.pkl",
-                "MODEL.RESNETS.DEPTH", "50", "MODEL.RESNETS.RES2_OUT_CHANNELS", "256",
-                "MODEL.FPN.OUT_CHANNELS", "256", "MODEL.ROI_BOX_HEAD.FC_DIM", "1024",
-                "MODEL.BACKBONE.FREEZE_AT", "2", "MODEL.RESNETS.NORM", "SyncBN",
-                "DATASETS.SHAPES.IMAGE_SIZE", "256",
-                "INPUT.MIN_SIZE_TRAIN", "(256,)", "INPUT.MAX_SIZE_TRAIN", "256",
-                "INPUT.MIN_SIZE_TEST", "256", "INPUT.MAX_SIZE_TEST", "256",
-                "MODEL.ANCHOR_GENERATOR.SIZES", "[[16],[32],[64],[128],[256]]",
-                "DATALOADER.NUM_WORKERS", "4", "SOLVER.AMP.ENABLED", "True",
+            cells=tuple(_gpu_cells()),
+            main=tuple(_gpu_main()),
+            extra_overrides=_TEST_SETS + (
+                "DATASETS.SHAPES.IMAGE_SIZE", "128", "SOLVER.AMP.ENABLED", "True",
+                "SOLVER.AMP.PRECISION", "bfloat16", "DATALOADER.NUM_WORKERS", "6",
             ),
+            # 16 epochs of the seed-1000 images at batch 16 with SGD (4096 steps)
+            pretrain=(
+                "DATASETS.SHAPES.SEED", "1000", "DATASETS.SHAPES.NUM_TRAIN", "4096",
+                "DATASETS.TEST", "()", "SOLVER.OPTIMIZER", "SGD", "SOLVER.IMS_PER_BATCH", "16",
+                "SOLVER.IMS_PER_DEVICE", "16", "SOLVER.BASE_LR", "0.02",
+                "SOLVER.MAX_ITER", "4096", "SOLVER.STEPS", "(3072, 3755)",
+                "SOLVER.WARMUP_ITERS", "192", "SOLVER.CHECKPOINT_PERIOD", "1024",
+            ),
+            warmup_epochs=15.0,
+            optimizers=STEPS_OPTIMIZERS,
         )  # fmt: skip
     raise ValueError(f"--grid must be one of {GRID_NAMES}, got {name!r}")
 

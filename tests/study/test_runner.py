@@ -25,10 +25,10 @@ def study():
     return runner
 
 
-def cfg_of(study, plan):
+def cfg_of(study, plan, grid="short"):
     """The config the study's run would train with: the base yaml plus the overrides."""
     cfg = add_largedet_config(get_cfg())
-    cfg.merge_from_file(os.path.join(ROOT, study.build_grid("short").config))
+    cfg.merge_from_file(os.path.join(ROOT, study.build_grid(grid).config))
     cfg.merge_from_list(plan.overrides)
     return cfg
 
@@ -402,3 +402,28 @@ def test_steps_recipe_config_is_the_archived_run_key_for_key():
     with open(os.path.join(ROOT, "configs", "shapes", "study", name)) as f:
         header = f.read()
     assert f"box AP {float(row['box_ap']):.1f} on shapes_val" in header.replace("\n# ", " ")
+
+
+def test_gpu_grid_is_steps_matched_and_downloads_nothing(study):
+    grid = study.build_grid("gpu")
+    names = [c.name for c in grid.cells]
+    assert names[:4] == ["sgd-bs16-wu0.75", "pmd_lamb-bs1024", "sgd-bs1024", "pmd_lamb-bs1024-ep1.4x"]
+    assert len(names) == len(set(names))
+    for cell in grid.cells:
+        plan = study.plan_cell(grid, cell, None, "/tmp/x", 1)
+        # 75 epochs of 4096 images for every batch (1.4x for the longer schedule)
+        assert plan.iterations * cell.batch == round(75 * cell.epochs_factor) * 4096, cell.name
+        if cell.batch == 1024:
+            assert plan.iterations >= 300 and plan.warmup == 60, cell.name
+        cfg = cfg_of(study, plan, "gpu")
+        assert (cfg.INPUT.MIN_SIZE_TRAIN, cfg.DATASETS.SHAPES.IMAGE_SIZE) == ((128,), 128)
+        assert cfg.SOLVER.AMP.ENABLED and cfg.SOLVER.IMS_PER_DEVICE == 16
+        assert cfg.DATASETS.TEST == ("shapes_holdout_val", "shapes_val")
+        assert "://" not in cfg.MODEL.WEIGHTS
+    # the baseline's warm-up is Detectron2's 192 steps; the backbone is pre-trained on
+    # another split (seed 1000) with a batch-16 SGD schedule of its own, no test set
+    assert study.plan_cell(grid, grid.cells[0], None, "/tmp/x", 1).warmup == 192
+    pre = dict(zip(grid.pretrain[::2], grid.pretrain[1::2]))
+    assert pre["DATASETS.SHAPES.SEED"] == "1000" and pre["DATASETS.TEST"] == "()"
+    assert pre["SOLVER.OPTIMIZER"] == "SGD" and pre["SOLVER.IMS_PER_BATCH"] == "16"
+    assert not any("://" in value for value in grid.extra_overrides + grid.pretrain)
