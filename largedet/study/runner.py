@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -172,17 +173,38 @@ def train(overrides: Sequence[str], run_dir: str, args) -> Tuple[int, str, float
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        while True:
-            try:
-                proc.wait(timeout=30)
-                break
-            except subprocess.TimeoutExpired:
-                _write_wall_clock(run_dir, before + time.perf_counter() - start)
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=30)
+                    break
+                except subprocess.TimeoutExpired:
+                    _write_wall_clock(run_dir, before + time.perf_counter() - start)
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM from `timeout`): stop the run too
+            _stop(proc)
+            _write_wall_clock(run_dir, before + time.perf_counter() - start)
+            raise
     wall = before + time.perf_counter() - start
     _write_wall_clock(run_dir, wall)
     with open(log_path) as f:
         text = f.read()
     return proc.returncode, text, wall
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Terminate a training subprocess (SIGTERM, then SIGKILL after 30 s), so that no run
+    outlives its study process: the next one resumes the cell from its last checkpoint."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _interrupt_on_sigterm(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def run_cell(plan: Plan, run_dir: str, args) -> Tuple[int, str, float]:
@@ -242,6 +264,9 @@ def archive_cell(run_dir: str, dest: str) -> None:
 
 
 def main(argv=None) -> int:
+    # SIGTERM (``timeout``, a scheduler) unwinds like Ctrl-C: the running cell's training
+    # process is stopped and its lock released
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

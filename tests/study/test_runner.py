@@ -427,3 +427,36 @@ def test_gpu_grid_is_steps_matched_and_downloads_nothing(study):
     assert pre["DATASETS.SHAPES.SEED"] == "1000" and pre["DATASETS.TEST"] == "()"
     assert pre["SOLVER.OPTIMIZER"] == "SGD" and pre["SOLVER.IMS_PER_BATCH"] == "16"
     assert not any("://" in value for value in grid.extra_overrides + grid.pretrain)
+
+
+def test_a_terminated_study_stops_its_training_process(tmp_path):
+    """SIGTERM to the study (``timeout``) stops the cell's training run too, so that the next
+    invocation does not train the same cell beside an orphan."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fake = tmp_path / "fake_train_net.py"
+    pid_file = tmp_path / "child.pid"
+    fake.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
+    driver = (
+        "import sys, types\n"
+        "from largedet.study import runner\n"
+        f"runner.TRAIN_NET = {str(fake)!r}\n"
+        "runner.signal.signal(runner.signal.SIGTERM, runner._interrupt_on_sigterm)\n"
+        "args = types.SimpleNamespace(grid_obj=runner.build_grid('steps'), num_gpus=1, threads=1)\n"
+        f"runner.train([], {str(tmp_path / 'run')!r}, args)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) != 0
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # the training process is gone (reaped by the study)
+    assert float((tmp_path / "run" / "study_wall_clock_s").read_text()) > 0
