@@ -317,20 +317,24 @@ def mixed_params(seed=0):
     return [torch.nn.Parameter(t) for t in tensors]
 
 
-def run_mixed(opt_cls, foreach, n_steps, **kw):
-    params = mixed_params()
-    assert not params[1].is_contiguous() and not params[2].is_contiguous()
-    groups = [
-        {"params": params[:3] + params[4:5]},
-        {"params": [params[3], params[5]], "adapt": False, "weight_decay": 0.0},
-    ]
+def run_groups(params, adapted, plain, opt_cls, foreach, n_steps, seed, **kw):
+    """``n_steps`` of ``opt_cls`` on two groups, ``adapted`` and ``plain`` (no trust ratio,
+    no weight decay), with seeded random gradients; returns the parameters and optimizer."""
+    groups = [{"params": adapted}, {"params": plain, "adapt": False, "weight_decay": 0.0}]
     opt = opt_cls(groups, foreach=foreach, **kw)
-    gen = torch.Generator().manual_seed(5)
+    gen = torch.Generator().manual_seed(seed)
     for _ in range(n_steps):
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
         opt.step()
     return params, opt
+
+
+def run_mixed(opt_cls, foreach, n_steps, **kw):
+    params = mixed_params()
+    assert not params[1].is_contiguous() and not params[2].is_contiguous()
+    adapted, plain = params[:3] + params[4:5], [params[3], params[5]]
+    return run_groups(params, adapted, plain, opt_cls, foreach, n_steps, 5, **kw)
 
 
 @pytest.mark.parametrize("bucket_numel", [None, 16])
@@ -366,17 +370,7 @@ def contiguous_params(seed=0):
 
 def run_contiguous(foreach, n_steps, **kw):
     params = contiguous_params()
-    groups = [
-        {"params": params[:5]},
-        {"params": params[5:], "adapt": False, "weight_decay": 0.0},
-    ]
-    opt = PMDLAMB(groups, foreach=foreach, **kw)
-    gen = torch.Generator().manual_seed(3)
-    for _ in range(n_steps):
-        for p in params:
-            p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
-        opt.step()
-    return params, opt
+    return run_groups(params, params[:5], params[5:], PMDLAMB, foreach, n_steps, 3, **kw)
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.02])
