@@ -20,6 +20,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Dict, List, Optional, Sequence
 
 from ..study.grid import cell_kind
@@ -73,6 +74,13 @@ def load_study(path: str) -> List[dict]:
     return rows
 
 
+def one_decimal(value: float) -> str:
+    """``value`` (an AP the CSV keeps to two decimals) to one decimal, halves rounded up
+    as written in decimal: 75.35 -> "75.4" (``f"{75.35:.1f}"`` gives "75.3", the nearest
+    binary double being 75.3499...)."""
+    return str(Decimal(repr(value)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
 def study_table(rows: Sequence[dict]) -> str:
     """A Markdown table of box AP (optimizer x batch) of the main grid; "div." marks a
     diverged run, "-" a cell not run."""
@@ -91,7 +99,7 @@ def study_table(rows: Sequence[dict]) -> str:
             elif r["diverged"] == "yes":
                 values.append("div.")
             else:
-                values.append(f"{r['box_ap']:.1f}")
+                values.append(one_decimal(r["box_ap"]))
         lines.append(f"| {opt} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 

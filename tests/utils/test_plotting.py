@@ -52,9 +52,18 @@ def test_study_table_is_the_main_grid_only(tmp_path):
     assert study_table(rows).splitlines() == [
         "| optimizer | batch 16 | batch 1024 |",
         "| --- | ---: | ---: |",
-        "| sgd | 50.2 | div. |",  # the sweep (99) and AGVM (31.0) cells are not in it
+        # the sweep (99) and AGVM (31.0) cells are not in it; halves round up: 50.25 -> 50.3
+        "| sgd | 50.3 | div. |",
         "| pmd_lamb | 48.0 | 30.0 |",
     ]
+
+
+def test_one_decimal_rounds_the_csv_values_as_written():
+    from largedet.utils.plotting import one_decimal
+
+    # 75.35 is 75.3499... in binary, which plain formatting rounds down
+    assert f"{75.35:.1f}" == "75.3" and one_decimal(75.35) == "75.4"
+    assert [one_decimal(x) for x in (73.54, 67.5, 0.04, 99.95)] == ["73.5", "67.5", "0.0", "100.0"]
 
 
 def test_bad_study_csv_names_the_file_and_column(tmp_path):
