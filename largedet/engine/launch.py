@@ -105,12 +105,12 @@ def launch(
     """
     if not launched_by_torchrun():
         d2_launch(
-            main_func,
+            _run_then_shut_down,
             args.num_gpus,
             num_machines=args.num_machines,
             machine_rank=args.machine_rank,
             dist_url=args.dist_url,
-            args=(args,),
+            args=(main_func, args),
             timeout=timeout,
         )
         return
@@ -120,4 +120,13 @@ def launch(
     dist.init_process_group("nccl" if has_gpu else "gloo", init_method="env://", timeout=timeout)
     comm.create_local_process_group(int(os.environ["LOCAL_WORLD_SIZE"]))
     comm.synchronize()
+    _run_then_shut_down(main_func, args)
+
+
+def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args) -> None:
+    """``main_func(args)`` in one process, then its process groups destroyed (a no-op in a
+    single process): every script's workers end cleanly, evaluation-only runs included."""
+    from .trainer import shut_down_distributed
+
     main_func(args)
+    shut_down_distributed()

@@ -97,3 +97,24 @@ def test_process_flags_ignored_under_torchrun_are_found_from_their_values():
     ]
     # a trailing KEY VALUE pair that looks like a flag is an override, not a flag
     assert _process_flags_given(parse(["MODEL.X", "--num-gpus"])) == []
+
+
+def test_every_launched_worker_ends_with_its_process_groups_destroyed(tmp_path):
+    """Detectron2's launch leaves the groups (and comm's references) alive; gloo's threads
+    then outlive the interpreter and abort some processes at exit, evaluation-only runs too."""
+    import torch.distributed as dist
+    from detectron2.utils import comm
+
+    from largedet.engine.launch import _run_then_shut_down
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        comm.create_local_process_group(1)
+        seen = []
+        _run_then_shut_down(lambda a: seen.append((a, dist.is_initialized())), "args")
+        assert seen == [("args", True)]
+        assert not dist.is_initialized() and comm._LOCAL_PROCESS_GROUP is None
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+            comm._LOCAL_PROCESS_GROUP = None
