@@ -32,6 +32,8 @@ __all__ = [
     "plot_ap_vs_batch",
     "plot_curves",
     "plot_throughput",
+    "mean_ap",
+    "seed_replicas",
     "study_table",
 ]
 
@@ -74,16 +76,33 @@ def load_study(path: str) -> List[dict]:
     return rows
 
 
-def one_decimal(value: float) -> str:
-    """``value`` (an AP the CSV keeps to two decimals) to one decimal, halves rounded up
+def one_decimal(value) -> str:
+    """``value`` (an AP the CSV keeps to two decimals, or a ``Decimal``) to one decimal, halves rounded up
     as written in decimal: 75.35 -> "75.4" (``f"{75.35:.1f}"`` gives "75.3", the nearest
     binary double being 75.3499...)."""
-    return str(Decimal(repr(value)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+    exact = value if isinstance(value, Decimal) else Decimal(repr(value))
+    return str(exact.quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
+_SEED_SUFFIX = re.compile(r"-s\d+$")
+
+
+def seed_replicas(rows: Sequence[dict], cell: str) -> List[dict]:
+    """The rows of ``cell`` and of its other seeds (the same name with ``-s<N>`` added;
+    a cell run with the config's seed has no suffix), in CSV order."""
+    return [r for r in rows if _SEED_SUFFIX.sub("", r["cell"]) == cell]
+
+
+def mean_ap(replicas: Sequence[dict], key: str = "box_ap") -> Optional[float]:
+    """The mean of ``key`` over the replicas that did not diverge; None when none has it."""
+    values = [r[key] for r in replicas if r["diverged"] != "yes" and r.get(key) is not None]
+    return sum(values) / len(values) if values else None
 
 
 def study_table(rows: Sequence[dict]) -> str:
-    """A Markdown table of box AP (optimizer x batch) of the main grid; "div." marks a
-    diverged run, "-" a cell not run."""
+    """A Markdown table of box AP (optimizer x batch) of the main grid: the mean over the
+    cell's seeds, their number in brackets when there are several; "div." marks a cell
+    whose every seed diverged ("div. 1/2" some of them), "-" a cell not run."""
     main = [r for r in rows if cell_kind(r["cell"]) == "main"]
     batches = sorted({r["batch"] for r in main})
     optimizers = list(dict.fromkeys(r["optimizer"] for r in main))
@@ -96,17 +115,27 @@ def study_table(rows: Sequence[dict]) -> str:
             r = cell.get((opt, b))
             if r is None:
                 values.append("-")
-            elif r["diverged"] == "yes":
-                values.append("div.")
-            else:
-                values.append(one_decimal(r["box_ap"]))
+                continue
+            replicas = seed_replicas(rows, r["cell"])
+            diverged = sum(x["diverged"] == "yes" for x in replicas)
+            aps = [Decimal(repr(x["box_ap"])) for x in replicas
+                   if x["diverged"] != "yes" and x["box_ap"] is not None]  # fmt: skip
+            mean = sum(aps) / len(aps) if aps else None  # in decimal: 73.725 stays 73.725
+            text = "div." if mean is None else one_decimal(mean)
+            if diverged and mean is not None:
+                text += f", div. {diverged}/{len(replicas)}"
+            elif len(replicas) > 1:
+                text += f" ({len(replicas)} seeds)"
+            values.append(text)
         lines.append(f"| {opt} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
 def plot_ap_vs_batch(rows: Sequence[dict], path: str, title: str = "") -> str:
-    """Box AP against global batch (log scale), a line per optimizer over the main grid;
-    AGVM cells as dashed lines of the same colour; diverged runs as crosses at AP 0."""
+    """Box AP against global batch (log scale), a line per optimizer over the main grid
+    through the mean of each cell's seeds (each seed a dot where there are several); AGVM
+    cells as dashed lines of the same colour; cells whose every seed diverged as crosses
+    at AP 0."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     optimizers = list(dict.fromkeys(r["optimizer"] for r in rows))
@@ -118,12 +147,17 @@ def plot_ap_vs_batch(rows: Sequence[dict], path: str, title: str = "") -> str:
                 (r for r in rows if r["optimizer"] == opt and cell_kind(r["cell"]) == kind),
                 key=lambda r: r["batch"],
             )
-            ok = [r for r in cells if r["diverged"] != "yes" and r["box_ap"] is not None]
-            bad = [r for r in cells if r["diverged"] == "yes"]
+            replicas = {r["cell"]: seed_replicas(rows, r["cell"]) for r in cells}
+            ok = [r for r in cells if mean_ap(replicas[r["cell"]]) is not None]
+            bad = [r for r in cells if mean_ap(replicas[r["cell"]]) is None and r["diverged"] == "yes"]
             label = opt + (" + AGVM" if agvm == "yes" else "")
             if ok:
-                ax.plot([r["batch"] for r in ok], [r["box_ap"] for r in ok], style,
+                ax.plot([r["batch"] for r in ok], [mean_ap(replicas[r["cell"]]) for r in ok], style,
                         color=colors[opt], label=label, alpha=0.9 if agvm == "no" else 0.6)  # fmt: skip
+                seeds = [(r["batch"], x["box_ap"]) for r in ok for x in replicas[r["cell"]]
+                         if len(replicas[r["cell"]]) > 1 and x["box_ap"] is not None]  # fmt: skip
+                if seeds:  # each seed as a small dot around the line through their mean
+                    ax.plot(*zip(*seeds), ".", color=colors[opt], alpha=0.5, markersize=5)
             if bad:
                 ax.plot([r["batch"] for r in bad], [0.0] * len(bad), "x", color=colors[opt],
                         markersize=10, mew=2, label=f"{label}: diverged" if not ok else None)  # fmt: skip
@@ -168,7 +202,8 @@ def plot_cells_at_batch(
     """Every cell at global batch ``batch`` as a pair of horizontal bars, box AP on the
     held-out split (the one that chooses) and on the reported one, best held-out AP on
     top, diverged cells last and marked; vertical lines at the baseline's two APs (the
-    main-grid cell at the smallest batch of the first optimizer, e.g. SGD at 16). Returns
+    main-grid cell at the smallest batch of the first optimizer, e.g. SGD at 16; the mean
+    of its seeds). Returns
     the plotted ``(cell, held-out AP, reported AP)`` in order, top to bottom (None:
     diverged or not evaluated)."""
     plt = _pyplot()
@@ -194,12 +229,14 @@ def plot_cells_at_batch(
     if main:
         first = main[0]["optimizer"]
         base = min((r for r in main if r["optimizer"] == first), key=lambda r: r["batch"])
-        if base.get("holdout_ap") is not None:
-            ax.axvline(base["holdout_ap"], color="tab:orange", ls="--", lw=1,
-                       label=f"{base['cell']} held-out")  # fmt: skip
-        if base["box_ap"] is not None:
-            ax.axvline(base["box_ap"], color="tab:blue", ls="--", lw=1,
-                       label=f"{base['cell']} reported")  # fmt: skip
+        replicas = seed_replicas(rows, base["cell"])
+        seeds = f", mean of {len(replicas)} seeds" if len(replicas) > 1 else ""
+        if mean_ap(replicas, "holdout_ap") is not None:
+            ax.axvline(mean_ap(replicas, "holdout_ap"), color="tab:orange", ls="--", lw=1,
+                       label=f"{base['cell']} held-out{seeds}")  # fmt: skip
+        if mean_ap(replicas) is not None:
+            ax.axvline(mean_ap(replicas), color="tab:blue", ls="--", lw=1,
+                       label=f"{base['cell']} reported{seeds}")  # fmt: skip
     ax.set_yticks(ys)
     ax.set_yticklabels([c for c, _, _ in order], fontsize=8)
     ax.set_xlabel("box AP")

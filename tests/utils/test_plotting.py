@@ -58,6 +58,28 @@ def test_study_table_is_the_main_grid_only(tmp_path):
     ]
 
 
+def test_study_table_averages_a_cells_seeds(tmp_path):
+    from largedet.utils.plotting import mean_ap, seed_replicas
+
+    seeded = STUDY + [
+        {"cell": "sgd-bs16-s1", "optimizer": "sgd", "batch": 16, "box_ap": "50.3", "diverged": "no", "agvm": "no"},
+        {"cell": "sgd-bs1024-s1", "optimizer": "sgd", "batch": 1024, "box_ap": "", "diverged": "yes", "agvm": "no"},
+        {"cell": "pmd_lamb-bs16-s3", "optimizer": "pmd_lamb", "batch": 16, "box_ap": "48.1", "diverged": "no", "agvm": "no"},
+        {"cell": "pmd_lamb-bs1024-s1", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "", "diverged": "yes", "agvm": "no"},
+        # a sweep's own seed is not a seed of the main cell
+        {"cell": "pmd_lamb-bs1024-T3-cosine-s1", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "1", "diverged": "no", "agvm": "no"},
+    ]  # fmt: skip
+    path = str(tmp_path / "study.csv")
+    write_study(path, seeded)
+    rows = load_study(path)
+    assert [r["cell"] for r in seed_replicas(rows, "pmd_lamb-bs1024")] == ["pmd_lamb-bs1024", "pmd_lamb-bs1024-s1"]
+    assert mean_ap(seed_replicas(rows, "pmd_lamb-bs1024")) == 30.04  # the diverged seed has no AP
+    assert study_table(rows).splitlines()[2:] == [
+        "| sgd | 50.3 (2 seeds) | div. (2 seeds) |",  # (50.25 + 50.3) / 2 = 50.275
+        "| pmd_lamb | 48.1 (2 seeds) | 30.0, div. 1/2 |",  # 48.05 rounds up in decimal
+    ]
+
+
 def test_one_decimal_rounds_the_csv_values_as_written():
     from largedet.utils.plotting import one_decimal
 
