@@ -24,6 +24,7 @@ from largedet.utils.plotting import (
     plot_curves,
     plot_throughput,
     study_table,
+    with_holdout,
 )
 
 
@@ -47,9 +48,17 @@ def main(argv=None) -> int:
         metavar="B",
         help="with --study: also every cell at global batch B, held-out and reported AP",
     )
+    parser.add_argument(
+        "--holdout-csv",
+        default=None,
+        help="with --cells-at-batch: the held-out AP from this larger evaluation "
+        "(batch_scaling_study.py --holdout-images N) instead of the study CSV's",
+    )
     args = parser.parse_args(argv)
     if not args.study and not args.runs:
         parser.error("nothing to plot: give --study CSV and/or --runs DIR [DIR ...]")
+    if args.holdout_csv and (not args.study or args.cells_at_batch is None):
+        parser.error("--holdout-csv goes with --study and --cells-at-batch")
     if args.labels is not None and len(args.labels) != len(args.runs):
         parser.error(f"--labels has {len(args.labels)} entries for {len(args.runs)} --runs")
     os.makedirs(args.out_dir, exist_ok=True)
@@ -66,7 +75,11 @@ def main(argv=None) -> int:
                                            title=f"Training images/s per run{suffix}"))  # fmt: skip
             if args.cells_at_batch is not None:
                 path = os.path.join(args.out_dir, f"{args.prefix}cells_at_{args.cells_at_batch}.png")
-                plot_cells_at_batch(rows, args.cells_at_batch, path,
+                cells, label = rows, "held-out split (chooses)"
+                if args.holdout_csv:
+                    cells, images = with_holdout(rows, args.holdout_csv)
+                    label = f"held-out split, {images} images (chooses)"
+                plot_cells_at_batch(cells, args.cells_at_batch, path, holdout_label=label,
                                     title=f"Every cell at batch {args.cells_at_batch}{suffix}")  # fmt: skip
                 written.append(path)
             print(study_table(rows))

@@ -35,6 +35,7 @@ __all__ = [
     "mean_ap",
     "seed_replicas",
     "study_table",
+    "with_holdout",
 ]
 
 _EPOCH_LINE = re.compile(r"epochs of (\d+) images")
@@ -196,8 +197,31 @@ def plot_throughput(rows: Sequence[dict], path: str, title: str = "") -> str:
     return path
 
 
+def with_holdout(rows: Sequence[dict], path: str) -> tuple:
+    """``rows`` with ``holdout_ap`` taken from a larger held-out evaluation (the CSV of
+    ``batch_scaling_study.py --holdout-images N``), ``None`` for a cell it does not have;
+    and N. The study CSV's own 150-image figures are not mixed in."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"held-out CSV not found: {path}")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"cell", "holdout_images", "box_ap"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: not a held-out CSV, missing columns {sorted(missing)}")
+        found = {r["cell"]: r for r in reader}
+    counts = {int(r["holdout_images"]) for r in found.values()}
+    if len(counts) > 1:
+        raise ValueError(f"{path}: evaluations on different image counts {sorted(counts)}")
+    merged = []
+    for row in rows:
+        other = found.get(row["cell"])
+        merged.append(dict(row, holdout_ap=float(other["box_ap"]) if other else None))
+    return merged, (counts.pop() if counts else None)
+
+
 def plot_cells_at_batch(
-    rows: Sequence[dict], batch: int, path: str, title: str = ""
+    rows: Sequence[dict], batch: int, path: str, title: str = "",
+    holdout_label: str = "held-out split (chooses)",
 ) -> List[tuple]:
     """Every cell at global batch ``batch`` as a pair of horizontal bars, box AP on the
     held-out split (the one that chooses) and on the reported one, best held-out AP on
@@ -222,7 +246,7 @@ def plot_cells_at_batch(
     fig, ax = plt.subplots(figsize=(7.0, 0.5 * len(order) + 1.6))
     ys = list(range(len(order)))[::-1]
     ax.barh([y + 0.2 for y in ys], [h or 0.0 for _, h, _ in order], height=0.4,
-            color="tab:orange", label="held-out split (chooses)")  # fmt: skip
+            color="tab:orange", label=holdout_label)  # fmt: skip
     ax.barh([y - 0.2 for y in ys], [v or 0.0 for _, _, v in order], height=0.4,
             color="tab:blue", label="reported split")  # fmt: skip
     main = [r for r in rows if cell_kind(r["cell"]) == "main" and r["diverged"] != "yes"]

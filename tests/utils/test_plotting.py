@@ -182,3 +182,22 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no cell at batch 64"):
         plot_cells_at_batch(load_study(path), 64, png)
+
+    # a larger held-out evaluation replaces the study's own held-out figures; a cell it
+    # lacks has none (not the smaller split's)
+    from largedet.utils.plotting import with_holdout
+
+    larger = tmp_path / "holdout.csv"
+    larger.write_text("cell,holdout_images,box_ap\npmd_lamb-bs1024,2000,72.9\nsgd-bs16,2000,74.0\n"
+                      "pmd_lamb-bs1024-ep1.4x,2000,72.5\n")  # fmt: skip
+    merged, images = with_holdout(load_study(path), str(larger))
+    assert images == 2000 and [r["holdout_ap"] for r in merged] == [74.0, None, 72.9, None, 72.5]
+    assert [c for c, _, _ in plot_cells_at_batch(merged, 1024, png)] == [
+        "pmd_lamb-bs1024", "pmd_lamb-bs1024-ep1.4x", "pmd_lamb-bs1024-lrx2", "sgd-bs1024"]  # fmt: skip
+    larger.write_text("cell,holdout_images,box_ap\na,150,1\nb,2000,2\n")
+    with pytest.raises(ValueError, match=r"different image counts \[150, 2000\]"):
+        with_holdout(load_study(path), str(larger))
+    cli = [sys.executable, os.path.join(ROOT, "tools", "plot_metrics.py"), "--study", path,
+           "--holdout-csv", str(larger), "--out-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--holdout-csv goes with --study and --cells-at-batch" in proc.stderr
