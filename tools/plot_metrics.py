@@ -24,7 +24,7 @@ from largedet.utils.plotting import (
     plot_curves,
     plot_throughput,
     study_table,
-    with_holdout,
+    with_reevaluation,
 )
 
 
@@ -49,16 +49,17 @@ def main(argv=None) -> int:
         help="with --study: also every cell at global batch B, held-out and reported AP",
     )
     parser.add_argument(
-        "--holdout-csv",
+        "--eval-csv",
         default=None,
-        help="with --cells-at-batch: the held-out AP from this larger evaluation "
-        "(batch_scaling_study.py --holdout-images N) instead of the study CSV's",
+        help="with --study: the held-out and reported AP of this larger evaluation "
+        "(batch_scaling_study.py --eval-images N) instead of the study CSV's, in every "
+        "figure and the table; cells it lacks are left out",
     )
     args = parser.parse_args(argv)
     if not args.study and not args.runs:
         parser.error("nothing to plot: give --study CSV and/or --runs DIR [DIR ...]")
-    if args.holdout_csv and (not args.study or args.cells_at_batch is None):
-        parser.error("--holdout-csv goes with --study and --cells-at-batch")
+    if args.eval_csv and not args.study:
+        parser.error("--eval-csv goes with --study")
     if args.labels is not None and len(args.labels) != len(args.runs):
         parser.error(f"--labels has {len(args.labels)} entries for {len(args.runs)} --runs")
     os.makedirs(args.out_dir, exist_ok=True)
@@ -69,17 +70,17 @@ def main(argv=None) -> int:
             rows = load_study(args.study)
             if not rows:
                 parser.error(f"{args.study}: no rows yet")
-            written.append(plot_ap_vs_batch(rows, os.path.join(args.out_dir, f"{args.prefix}ap_vs_batch.png"),
-                                            title=f"Box AP vs global batch, same epochs{suffix}"))  # fmt: skip
             written.append(plot_throughput(rows, os.path.join(args.out_dir, f"{args.prefix}images_per_s.png"),
                                            title=f"Training images/s per run{suffix}"))  # fmt: skip
+            images, counted = None, ""
+            if args.eval_csv:
+                rows, images = with_reevaluation(rows, args.eval_csv)
+                counted = f", {images} images per split"
+            written.append(plot_ap_vs_batch(rows, os.path.join(args.out_dir, f"{args.prefix}ap_vs_batch.png"),
+                                            title=f"Box AP vs global batch, same epochs{counted}{suffix}"))  # fmt: skip
             if args.cells_at_batch is not None:
                 path = os.path.join(args.out_dir, f"{args.prefix}cells_at_{args.cells_at_batch}.png")
-                cells, label = rows, "held-out split (chooses)"
-                if args.holdout_csv:
-                    cells, images = with_holdout(rows, args.holdout_csv)
-                    label = f"held-out split, {images} images (chooses)"
-                plot_cells_at_batch(cells, args.cells_at_batch, path, holdout_label=label,
+                plot_cells_at_batch(rows, args.cells_at_batch, path, images=images,
                                     title=f"Every cell at batch {args.cells_at_batch}{suffix}")  # fmt: skip
                 written.append(path)
             print(study_table(rows))

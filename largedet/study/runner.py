@@ -21,7 +21,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, final_ap, plan_cell
-from .holdout import evaluate_holdout
+from .reevaluate import reevaluate_cells
 
 # the checkout this package lives in: the runner trains through its tools/train_net.py
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -299,20 +299,18 @@ def main(argv=None) -> int:
         help="make the grid's pre-trained backbone (OUTPUT_DIR/pretrain/backbone.pth) and stop",
     )
     parser.add_argument(
-        "--holdout-images",
+        "--eval-images",
         type=int,
         default=None,
         metavar="N",
-        help="train nothing: evaluate every finished cell's final model on the held-out split "
-        "with N images (its first 150 the usual ones) into --holdout-csv",
+        help="train nothing: evaluate every finished cell's final model again on the held-out "
+        "and the reported split with N images each (the first 150 the usual ones) into --eval-csv",
     )
-    parser.add_argument(
-        "--holdout-csv", default=None, help="default: OUTPUT_DIR/holdout_<N>.csv"
-    )
+    parser.add_argument("--eval-csv", default=None, help="default: OUTPUT_DIR/eval_<N>.csv")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     args = parser.parse_args(argv)
-    if args.holdout_images is not None and args.holdout_images < 1:
-        parser.error(f"--holdout-images must be at least 1, got {args.holdout_images}")
+    if args.eval_images is not None and args.eval_images < 1:
+        parser.error(f"--eval-images must be at least 1, got {args.eval_images}")
     args.grid_obj = build_grid(args.grid)
     if args.output_dir is None:
         args.output_dir = os.path.join(ROOT, "output", "batch_scaling_study", args.grid)
@@ -339,14 +337,12 @@ def main(argv=None) -> int:
         )
         for c in cells
     ]
-    if args.holdout_images is not None:
-        holdout_csv = args.holdout_csv or os.path.join(
-            args.output_dir, f"holdout_{args.holdout_images}.csv"
-        )
-        evaluate_holdout([p.cell.name for p in plans], read_done(csv_path), args.output_dir,
-                         args.holdout_images, holdout_csv, TRAIN_NET, args.threads,
+    if args.eval_images is not None:
+        eval_csv = args.eval_csv or os.path.join(args.output_dir, f"eval_{args.eval_images}.csv")
+        reevaluate_cells([p.cell.name for p in plans], read_done(csv_path), args.output_dir,
+                         args.eval_images, eval_csv, TRAIN_NET, args.threads,
                          args.device_label)  # fmt: skip
-        print(f"held-out evaluations: {holdout_csv}")
+        print(f"evaluations on {args.eval_images} images: {eval_csv}")
         return 0
     if args.pretrain_only:
         weights = ensure_pretrained(args)

@@ -35,7 +35,7 @@ __all__ = [
     "mean_ap",
     "seed_replicas",
     "study_table",
-    "with_holdout",
+    "with_reevaluation",
 ]
 
 _EPOCH_LINE = re.compile(r"epochs of (\d+) images")
@@ -197,31 +197,35 @@ def plot_throughput(rows: Sequence[dict], path: str, title: str = "") -> str:
     return path
 
 
-def with_holdout(rows: Sequence[dict], path: str) -> tuple:
-    """``rows`` with ``holdout_ap`` taken from a larger held-out evaluation (the CSV of
-    ``batch_scaling_study.py --holdout-images N``), ``None`` for a cell it does not have;
-    and N. The study CSV's own 150-image figures are not mixed in."""
+def with_reevaluation(rows: Sequence[dict], path: str) -> tuple:
+    """The rows of ``rows`` that a larger evaluation (the CSV of ``batch_scaling_study.py
+    --eval-images N``) has, with its held-out and reported AP (``holdout_ap``, ``box_ap``),
+    and the diverged ones (nothing to evaluate); and N. The study CSV's own 150-image
+    figures are not mixed in."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"held-out CSV not found: {path}")
+        raise FileNotFoundError(f"evaluation CSV not found: {path}")
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        missing = {"cell", "holdout_images", "box_ap"} - set(reader.fieldnames or ())
+        missing = {"cell", "images", "holdout_ap", "box_ap"} - set(reader.fieldnames or ())
         if missing:
-            raise ValueError(f"{path}: not a held-out CSV, missing columns {sorted(missing)}")
+            raise ValueError(f"{path}: not an evaluation CSV, missing columns {sorted(missing)}")
         found = {r["cell"]: r for r in reader}
-    counts = {int(r["holdout_images"]) for r in found.values()}
+    counts = {int(r["images"]) for r in found.values()}
     if len(counts) > 1:
         raise ValueError(f"{path}: evaluations on different image counts {sorted(counts)}")
     merged = []
     for row in rows:
-        other = found.get(row["cell"])
-        merged.append(dict(row, holdout_ap=float(other["box_ap"]) if other else None))
+        if row["cell"] in found:
+            other = found[row["cell"]]
+            merged.append(dict(row, holdout_ap=float(other["holdout_ap"]), box_ap=float(other["box_ap"])))
+        elif row["diverged"] == "yes":
+            merged.append(dict(row))
     return merged, (counts.pop() if counts else None)
 
 
 def plot_cells_at_batch(
     rows: Sequence[dict], batch: int, path: str, title: str = "",
-    holdout_label: str = "held-out split (chooses)",
+    images: Optional[int] = None,
 ) -> List[tuple]:
     """Every cell at global batch ``batch`` as a pair of horizontal bars, box AP on the
     held-out split (the one that chooses) and on the reported one, best held-out AP on
@@ -229,7 +233,7 @@ def plot_cells_at_batch(
     main-grid cell at the smallest batch of the first optimizer, e.g. SGD at 16; the mean
     of its seeds). Returns
     the plotted ``(cell, held-out AP, reported AP)`` in order, top to bottom (None:
-    diverged or not evaluated)."""
+    diverged or not evaluated). ``images``: the evaluations' image count, for the legend."""
     plt = _pyplot()
     cells = [r for r in rows if r["batch"] == batch]
     if not cells:
@@ -243,12 +247,13 @@ def plot_cells_at_batch(
 
     cells.sort(key=lambda r: (held_out(r) is None, -(held_out(r) or 0.0), -(reported(r) or 0.0)))
     order = [(r["cell"], held_out(r), reported(r)) for r in cells]
+    counted = f", {images} images" if images else ""
     fig, ax = plt.subplots(figsize=(7.0, 0.5 * len(order) + 1.6))
     ys = list(range(len(order)))[::-1]
     ax.barh([y + 0.2 for y in ys], [h or 0.0 for _, h, _ in order], height=0.4,
-            color="tab:orange", label=holdout_label)  # fmt: skip
+            color="tab:orange", label=f"held-out split{counted} (chooses)")  # fmt: skip
     ax.barh([y - 0.2 for y in ys], [v or 0.0 for _, _, v in order], height=0.4,
-            color="tab:blue", label="reported split")  # fmt: skip
+            color="tab:blue", label=f"reported split{counted}")  # fmt: skip
     main = [r for r in rows if cell_kind(r["cell"]) == "main" and r["diverged"] != "yes"]
     if main:
         first = main[0]["optimizer"]

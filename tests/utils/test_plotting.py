@@ -183,21 +183,27 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
     with pytest.raises(ValueError, match="no cell at batch 64"):
         plot_cells_at_batch(load_study(path), 64, png)
 
-    # a larger held-out evaluation replaces the study's own held-out figures; a cell it
-    # lacks has none (not the smaller split's)
-    from largedet.utils.plotting import with_holdout
+    # a larger evaluation replaces the study's own figures on both splits; a cell it lacks
+    # is left out (not shown with the smaller splits' figures), a diverged one stays
+    from largedet.utils.plotting import with_reevaluation
 
-    larger = tmp_path / "holdout.csv"
-    larger.write_text("cell,holdout_images,box_ap\npmd_lamb-bs1024,2000,72.9\nsgd-bs16,2000,74.0\n"
-                      "pmd_lamb-bs1024-ep1.4x,2000,72.5\n")  # fmt: skip
-    merged, images = with_holdout(load_study(path), str(larger))
-    assert images == 2000 and [r["holdout_ap"] for r in merged] == [74.0, None, 72.9, None, 72.5]
-    assert [c for c, _, _ in plot_cells_at_batch(merged, 1024, png)] == [
-        "pmd_lamb-bs1024", "pmd_lamb-bs1024-ep1.4x", "pmd_lamb-bs1024-lrx2", "sgd-bs1024"]  # fmt: skip
-    larger.write_text("cell,holdout_images,box_ap\na,150,1\nb,2000,2\n")
-    with pytest.raises(ValueError, match=r"different image counts \[150, 2000\]"):
-        with_holdout(load_study(path), str(larger))
+    larger = tmp_path / "eval.csv"
+    larger.write_text("cell,images,holdout_ap,box_ap\npmd_lamb-bs1024,2000,72.9,73.0\n"
+                      "sgd-bs16,2000,74.0,75.5\npmd_lamb-bs1024-ep1.4x,2000,72.5,74.0\n")  # fmt: skip
+    merged, images = with_reevaluation(load_study(path), str(larger))
+    assert images == 2000
+    assert [(r["cell"], r["holdout_ap"], r["box_ap"]) for r in merged] == [
+        ("sgd-bs16", 74.0, 75.5), ("sgd-bs1024", None, None), ("pmd_lamb-bs1024", 72.9, 73.0),
+        ("pmd_lamb-bs1024-ep1.4x", 72.5, 74.0)]  # fmt: skip
+    assert [c for c, _, _ in plot_cells_at_batch(merged, 1024, png, images=images)] == [
+        "pmd_lamb-bs1024", "pmd_lamb-bs1024-ep1.4x", "sgd-bs1024"]  # fmt: skip
     cli = [sys.executable, os.path.join(ROOT, "tools", "plot_metrics.py"), "--study", path,
-           "--holdout-csv", str(larger), "--out-dir", str(tmp_path)]  # fmt: skip
+           "--eval-csv", str(larger), "--cells-at-batch", "1024", "--out-dir", str(tmp_path / "f")]  # fmt: skip
     proc = subprocess.run(cli, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--holdout-csv goes with --study and --cells-at-batch" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "| sgd | 75.5 | div. |" in proc.stdout and "| pmd_lamb | - | 73.0 |" in proc.stdout
+    larger.write_text("cell,images,holdout_ap,box_ap\na,150,1,1\nb,2000,2,2\n")
+    with pytest.raises(ValueError, match=r"different image counts \[150, 2000\]"):
+        with_reevaluation(load_study(path), str(larger))
+    proc = subprocess.run(cli[:2] + cli[4:6] + ["--runs", "x"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--eval-csv goes with --study" in proc.stderr

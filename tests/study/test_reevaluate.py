@@ -1,4 +1,4 @@
-"""largedet.study.holdout (batch_scaling_study.py --holdout-images): which cells are
+"""largedet.study.reevaluate (batch_scaling_study.py --eval-images): which cells are
 evaluated again, with which command, what the CSV gets, and resumption."""
 
 import csv
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from largedet.study import holdout, runner
+from largedet.study import reevaluate, runner
 
 # a stand-in for tools/train_net.py: records its arguments, prints Detectron2's copypaste
 # lines with an AP that depends on the weights' folder, or fails for a cell named "broken"
@@ -23,8 +23,9 @@ if cell == "broken":
     sys.exit("boom")
 ap = {"a": "61.25", "b": "nan"}[cell]
 print("copypaste: AP,AP50,AP75,APs,APm,APl")
-print("copypaste: 1.0,2.0,3.0,4,nan,nan")  # an earlier evaluation: not this one
-print(f"copypaste: AP,AP50,AP75,APs,APm,APl\\ncopypaste: {ap},90.5,70.125,1,nan,nan")
+print("copypaste: 1.0,2.0,3.0,4,nan,nan")  # an earlier evaluation: not one of these
+print(f"copypaste: AP,AP50,AP75,APs,APm,APl\\ncopypaste: {ap},90.5,70.125,1,nan,nan")  # held-out
+print("copypaste: AP,AP50,AP75,APs,APm,APl\\ncopypaste: 55.555,80,60,1,nan,nan")  # reported
 """
 
 
@@ -46,39 +47,41 @@ def test_finished_cells_are_evaluated_once_on_the_larger_split(tmp_path, monkeyp
     rows = {name: {"diverged": "yes" if name == "diverged" else "no"} for name in ("a", "b", "diverged", "unfinished")}
     csv_path = str(tmp_path / "holdout.csv")
     cells = ["a", "b", "diverged", "unfinished", "not-run"]
-    evaluated = holdout.evaluate_holdout(cells, rows, str(out), 2000, csv_path, str(script), device_label="vm")
+    evaluated = reevaluate.reevaluate_cells(cells, rows, str(out), 2000, csv_path, str(script), device_label="vm")
     assert evaluated == ["a", "b"]
     assert "unfinished: no model_final.pth" in capsys.readouterr().out
     with open(csv_path, newline="") as f:
         written = list(csv.DictReader(f))
-    assert [(r["cell"], r["holdout_images"], r["box_ap"], r["ap50"], r["ap75"], r["device"]) for r in written] == [
-        ("a", "2000", "61.25", "90.50", "70.12", "vm"),  # the last evaluation's numbers
-        ("b", "2000", "0.00", "90.50", "70.12", "vm"),  # nothing detected: AP 0
-    ]
+    assert [(r["cell"], r["images"], r["holdout_ap"], r["holdout_ap50"], r["holdout_ap75"], r["box_ap"],
+             r["ap50"], r["ap75"], r["device"]) for r in written] == [
+        ("a", "2000", "61.25", "90.50", "70.12", "55.55", "80.00", "60.00", "vm"),  # the last two evaluations
+        ("b", "2000", "0.00", "90.50", "70.12", "55.55", "80.00", "60.00", "vm"),  # nothing detected: AP 0
+    ]  # fmt: skip
     args = json.loads(calls.read_text().splitlines()[0])
     run_dir = str(out / "a")
     assert args == [
         "--config", os.path.join(run_dir, "config.yaml"), "--eval-only",
         "MODEL.WEIGHTS", os.path.join(run_dir, "model_final.pth"), "DATASETS.SHAPES.NUM_VAL", "2000",
-        "DATASETS.TEST", "('shapes_holdout_val',)", "OUTPUT_DIR", os.path.join(run_dir, "holdout_2000"),
+        "DATASETS.TEST", "('shapes_holdout_val', 'shapes_val', )", "OUTPUT_DIR", os.path.join(run_dir, "eval_2000"),
     ]  # fmt: skip
     # again: nothing left to do, the CSV unchanged
-    assert holdout.evaluate_holdout(cells, rows, str(out), 2000, csv_path, str(script)) == []
+    assert reevaluate.reevaluate_cells(cells, rows, str(out), 2000, csv_path, str(script)) == []
     assert len(calls.read_text().splitlines()) == 2
     # a failed evaluation names the cell and keeps the rows written before it
     make_cell(out, "broken")
     with pytest.raises(RuntimeError, match=r"broken: evaluation failed \(exit 1\):\n.*boom"):
-        holdout.evaluate_holdout(["broken"], {"broken": {"diverged": "no"}}, str(out), 2000, csv_path, str(script))
+        reevaluate.reevaluate_cells(["broken"], {"broken": {"diverged": "no"}}, str(out), 2000, csv_path, str(script))
     assert len(open(csv_path).read().splitlines()) == 3
 
 
 def test_the_command_line_checks_the_image_count(capsys):
     with pytest.raises(SystemExit):
-        runner.main(["--grid", "steps", "--holdout-images", "0"])
-    assert "--holdout-images must be at least 1, got 0" in capsys.readouterr().err
+        runner.main(["--grid", "steps", "--eval-images", "0"])
+    assert "--eval-images must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_copypaste_parsing():
-    assert holdout.last_copypaste_ap("no evaluation here") is None
-    assert holdout.last_copypaste_ap("x copypaste: 75.9492,94.1918,87.9956,76.3,nan,nan") == {
-        "box_ap": "75.95", "ap50": "94.19", "ap75": "88.00"}  # fmt: skip
+    assert reevaluate.last_copypaste_ap("no evaluation here") is None
+    one = "x copypaste: 75.9492,94.1918,87.9956,76.3,nan,nan"
+    assert reevaluate.last_copypaste_ap(one) == [{"ap": "75.95", "ap50": "94.19", "ap75": "88.00"}]
+    assert reevaluate.last_copypaste_ap(one, 2) is None  # fewer evaluations than splits

@@ -1,0 +1,122 @@
+"""Larger evaluation splits for the study's finished cells: each cell's final model
+evaluated again on ``shapes_holdout_val`` (the split that chooses the recipe) and on
+``shapes_val`` (the reported one) with more images each. The first 150 images of each are
+the ones every cell was evaluated on when it finished: the generator draws image ``i``
+from the same seed whatever the count.
+
+With 150 images, differences of about one AP between cells are within a split's sampling
+noise. Nothing is trained here: one ``tools/train_net.py --eval-only`` per cell, on its
+``config.yaml`` and ``model_final.pth``, a CSV row per cell (resumable: cells already in the
+CSV are skipped).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+from .grid import HOLDOUT_SET
+
+REPORT_SET = "shapes_val"
+
+__all__ = ["EVAL_SETS", "EVAL_FIELDS", "eval_overrides", "reevaluate_cells", "last_copypaste_ap"]
+
+# the evaluated splits in the order of DATASETS.TEST, each with its CSV columns (AP, AP50,
+# AP75; the reported split's named as in the study CSV)
+EVAL_SETS = (
+    (HOLDOUT_SET, ("holdout_ap", "holdout_ap50", "holdout_ap75")),
+    (REPORT_SET, ("box_ap", "ap50", "ap75")),
+)
+EVAL_FIELDS = ("cell", "images", *(c for _, cols in EVAL_SETS for c in cols),
+               "wall_clock_s", "device")  # fmt: skip
+
+_COPYPASTE = re.compile(r"copypaste: ([-0-9.naN]+),([-0-9.naN]+),([-0-9.naN]+),")
+
+
+def last_copypaste_ap(log_text: str, count: int = 1) -> Optional[List[Dict[str, str]]]:
+    """AP, AP50 and AP75 (two decimals) of the last ``count`` evaluations Detectron2
+    printed (its ``copypaste:`` lines), in order; None when there are fewer. NaN (nothing
+    detected) is 0."""
+    found = _COPYPASTE.findall(log_text)
+    if len(found) < count:
+        return None
+
+    def value(text: str) -> str:
+        x = float(text)
+        return "0.00" if x != x else f"{x:.2f}"
+
+    return [dict(zip(("ap", "ap50", "ap75"), map(value, f))) for f in found[-count:]]
+
+
+def eval_overrides(run_dir: str, images: int) -> List[str]:
+    """The command-line overrides that evaluate ``run_dir``'s final model on the held-out
+    and the reported split with ``images`` images each, into ``run_dir/eval_<images>``."""
+    sets = "".join(f"'{name}', " for name, _ in EVAL_SETS)
+    return [
+        "MODEL.WEIGHTS", os.path.join(run_dir, "model_final.pth"),
+        "DATASETS.SHAPES.NUM_VAL", str(images),
+        "DATASETS.TEST", f"({sets})",
+        "OUTPUT_DIR", os.path.join(run_dir, f"eval_{images}"),
+    ]  # fmt: skip
+
+
+def _read_rows(path: str) -> Dict[str, dict]:
+    if not os.path.exists(path):
+        return {}
+    with open(path, newline="") as f:
+        return {row["cell"]: row for row in csv.DictReader(f)}
+
+
+def reevaluate_cells(
+    cells: Sequence[str],
+    study_rows: Dict[str, dict],
+    output_dir: str,
+    images: int,
+    csv_path: str,
+    train_net: str,
+    threads: int = 1,
+    device_label: str = "",
+) -> List[str]:
+    """Evaluate every cell of ``cells`` that finished without diverging (a row of
+    ``study_rows``) and has ``output_dir/<cell>/model_final.pth``, unless ``csv_path`` has
+    it already, on both splits with ``images`` images each; append a row per cell.
+    Returns the cells evaluated now."""
+    done = _read_rows(csv_path)
+    evaluated = []
+    for name in cells:
+        row = study_rows.get(name)
+        run_dir = os.path.join(output_dir, name)
+        if name in done or row is None or row.get("diverged") == "yes":
+            continue
+        if not os.path.exists(os.path.join(run_dir, "model_final.pth")):
+            print(f"{name}: no model_final.pth in {run_dir}, skipped", flush=True)
+            continue
+        cmd = [sys.executable, train_net, "--config", os.path.join(run_dir, "config.yaml"),
+               "--eval-only", *eval_overrides(run_dir, images)]  # fmt: skip
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        text = proc.stdout + proc.stderr
+        aps = last_copypaste_ap(text, len(EVAL_SETS)) if proc.returncode == 0 else None
+        if aps is None:
+            tail = "\n".join(text.strip().splitlines()[-5:])
+            raise RuntimeError(f"{name}: evaluation failed (exit {proc.returncode}):\n{tail}")
+        new = not os.path.exists(csv_path)
+        with open(csv_path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=EVAL_FIELDS)
+            if new:
+                writer.writeheader()
+            row = {"cell": name, "images": images, "wall_clock_s": f"{wall:.1f}", "device": device_label}
+            for (_, columns), ap in zip(EVAL_SETS, aps):
+                row.update(zip(columns, (ap["ap"], ap["ap50"], ap["ap75"])))
+            writer.writerow(row)
+        print(f"{name}, {images} images: held-out AP {row['holdout_ap']}, reported AP {row['box_ap']} "
+              f"({wall:.0f} s)", flush=True)  # fmt: skip
+        evaluated.append(name)
+    return evaluated
