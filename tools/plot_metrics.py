@@ -75,9 +75,9 @@ def main(argv=None) -> int:
             images, counted = None, ""
             if args.eval_csv:
                 rows, images = with_reevaluation(rows, args.eval_csv)
-                counted = f", {images} images per split"
+                counted = f"\nreported split, {images} images"
             written.append(plot_ap_vs_batch(rows, os.path.join(args.out_dir, f"{args.prefix}ap_vs_batch.png"),
-                                            title=f"Box AP vs global batch, same epochs{counted}{suffix}"))  # fmt: skip
+                                            title=f"Box AP vs global batch, same epochs{suffix}{counted}"))  # fmt: skip
             if args.cells_at_batch is not None:
                 path = os.path.join(args.out_dir, f"{args.prefix}cells_at_{args.cells_at_batch}.png")
                 plot_cells_at_batch(rows, args.cells_at_batch, path, images=images,

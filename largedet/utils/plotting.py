@@ -270,11 +270,22 @@ def plot_cells_at_batch(
     ax.set_yticklabels([c for c, _, _ in order], fontsize=8)
     ax.set_xlabel("box AP")
     values = [x for _, h, v in order for x in (h, v) if x is not None]
-    left = max(0.0, min(values) - 10.0) if values else 0.0
-    ax.set_xlim(left, (max(values) + 5.0) if values else 100.0)
+    # the axis spans the cells within 20 AP of the best, so that differences of one AP show;
+    # a cell far below it (one that stopped learning) is written out at the left edge
+    near = [x for x in values if x >= max(values) - 20.0] if values else []
+    left = max(0.0, min(near) - 3.0) if near else 0.0
+    ax.set_xlim(left, (max(values) + 3.0) if values else 100.0)
     for y, (_, h, v) in zip(ys, order):
         if v is None:
-            ax.text(left + 0.5, y, "diverged", va="center", fontsize=8, color="tab:red")
+            ax.text(left + 0.3, y, "diverged", va="center", fontsize=8, color="tab:red")
+            continue
+        for offset, x in ((0.2, h), (-0.2, v)):
+            if x is None:
+                continue
+            inside = x > left + 2.0
+            ax.text(x - 0.2 if inside else left + 0.3, y + offset, f"{x:.1f}", va="center",
+                    ha="right" if inside else "left", fontsize=6,
+                    color="white" if inside else "black")  # fmt: skip
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title or f"Every cell at batch {batch}")
     ax.legend(fontsize=7, loc="lower right")
