@@ -243,9 +243,8 @@ def _steps_cells() -> List[Cell]:
         Cell("pmd_lamb", 1024, pmd_period=150),  # T = 1/2 of the run
         Cell("pmd_lamb", 1024, lr_factor=2.0, warmup_epochs=80),
         Cell("sgd", 1024, seed=1),
-        # the longer schedule with the sweeps' other knobs: more, smaller or earlier steps
-        Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_factor=0.5),
-        Cell("pmd_lamb", 1024, epochs_factor=1.4, warmup_epochs=20),
+        # between the LR that trains (x1) and the one that stops learning (x2)
+        Cell("pmd_lamb", 1024, lr_factor=1.5),
     ]
 
 
