@@ -104,13 +104,15 @@ def launch(
     several machines.
     """
     if not launched_by_torchrun():
+        # one process: Detectron2 calls main_func here, without a process group of its own
+        several = planned_world_size(args) > 1
         d2_launch(
-            _run_then_shut_down,
+            _run_then_shut_down if several else main_func,
             args.num_gpus,
             num_machines=args.num_machines,
             machine_rank=args.machine_rank,
             dist_url=args.dist_url,
-            args=(main_func, args),
+            args=(main_func, args) if several else (args,),
             timeout=timeout,
         )
         return
@@ -124,9 +126,11 @@ def launch(
 
 
 def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args) -> None:
-    """``main_func(args)`` in one process, then its process groups destroyed (a no-op in a
-    single process): every script's workers end cleanly, evaluation-only runs included."""
+    """``main_func(args)`` in one process of the job, then, once every process got there,
+    the process groups destroyed (without a process group, nothing to do): every script's
+    workers end cleanly, evaluation-only runs included."""
     from .trainer import shut_down_distributed
 
     main_func(args)
+    comm.synchronize()  # no process tears its groups down while another still uses them
     shut_down_distributed()

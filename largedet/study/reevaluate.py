@@ -24,7 +24,15 @@ from .grid import HOLDOUT_SET
 
 REPORT_SET = "shapes_val"
 
-__all__ = ["EVAL_SETS", "EVAL_FIELDS", "eval_overrides", "reevaluate_cells", "last_copypaste_ap"]
+__all__ = [
+    "EVAL_SETS",
+    "EVAL_FIELDS",
+    "eval_overrides",
+    "last_copypaste_ap",
+    "read_csv_rows",
+    "reevaluate_cells",
+    "todo_cells",
+]
 
 # the evaluated splits in the order of DATASETS.TEST, each with its CSV columns (AP, AP50,
 # AP75; the reported split's named as in the study CSV)
@@ -65,11 +73,31 @@ def eval_overrides(run_dir: str, images: int) -> List[str]:
     ]  # fmt: skip
 
 
-def _read_rows(path: str) -> Dict[str, dict]:
+def read_csv_rows(path: str) -> Dict[str, dict]:
+    """The rows of a CSV by their ``cell`` column; none when the file does not exist."""
     if not os.path.exists(path):
         return {}
     with open(path, newline="") as f:
         return {row["cell"]: row for row in csv.DictReader(f)}
+
+
+def todo_cells(
+    cells: Sequence[str], study_rows: Dict[str, dict], output_dir: str, done: Dict[str, dict]
+) -> List[str]:
+    """The cells of ``cells`` to evaluate: finished without diverging (a row of
+    ``study_rows``), with ``output_dir/<cell>/model_final.pth``, and not in ``done``. A
+    finished cell without its final model is named and left out."""
+    todo = []
+    for name in cells:
+        row = study_rows.get(name)
+        if name in done or row is None or row.get("diverged") == "yes":
+            continue
+        run_dir = os.path.join(output_dir, name)
+        if not os.path.exists(os.path.join(run_dir, "model_final.pth")):
+            print(f"{name}: no model_final.pth in {run_dir}, skipped", flush=True)
+            continue
+        todo.append(name)
+    return todo
 
 
 def reevaluate_cells(
@@ -85,17 +113,17 @@ def reevaluate_cells(
     """Evaluate every cell of ``cells`` that finished without diverging (a row of
     ``study_rows``) and has ``output_dir/<cell>/model_final.pth``, unless ``csv_path`` has
     it already, on both splits with ``images`` images each; append a row per cell.
-    Returns the cells evaluated now."""
-    done = _read_rows(csv_path)
+    Returns the cells evaluated now. One process at a time per CSV."""
+    done = read_csv_rows(csv_path)
+    other_counts = sorted({int(r["images"]) for r in done.values()} - {images})
+    if other_counts:
+        raise ValueError(
+            f"{csv_path} holds evaluations on {other_counts} images, not {images}: "
+            "give each image count its own --eval-csv"
+        )
     evaluated = []
-    for name in cells:
-        row = study_rows.get(name)
+    for name in todo_cells(cells, study_rows, output_dir, done):
         run_dir = os.path.join(output_dir, name)
-        if name in done or row is None or row.get("diverged") == "yes":
-            continue
-        if not os.path.exists(os.path.join(run_dir, "model_final.pth")):
-            print(f"{name}: no model_final.pth in {run_dir}, skipped", flush=True)
-            continue
         cmd = [sys.executable, train_net, "--config", os.path.join(run_dir, "config.yaml"),
                "--eval-only", *eval_overrides(run_dir, images)]  # fmt: skip
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -106,11 +134,12 @@ def reevaluate_cells(
         aps = last_copypaste_ap(text, len(EVAL_SETS)) if proc.returncode == 0 else None
         if aps is None:
             tail = "\n".join(text.strip().splitlines()[-5:])
-            raise RuntimeError(f"{name}: evaluation failed (exit {proc.returncode}):\n{tail}")
-        new = not os.path.exists(csv_path)
+            found = len(_COPYPASTE.findall(text))
+            raise RuntimeError(f"{name}: evaluation failed (exit {proc.returncode}, {found} of "
+                               f"{len(EVAL_SETS)} evaluations printed):\n{tail}")  # fmt: skip
         with open(csv_path, "a", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=EVAL_FIELDS)
-            if new:
+            if f.tell() == 0:
                 writer.writeheader()
             row = {"cell": name, "images": images, "wall_clock_s": f"{wall:.1f}", "device": device_label}
             for (_, columns), ap in zip(EVAL_SETS, aps):

@@ -21,7 +21,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, final_ap, plan_cell
-from .reevaluate import reevaluate_cells
+from .reevaluate import read_csv_rows, reevaluate_cells, todo_cells
 
 # the checkout this package lives in: the runner trains through its tools/train_net.py
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -339,9 +339,17 @@ def main(argv=None) -> int:
     ]
     if args.eval_images is not None:
         eval_csv = args.eval_csv or os.path.join(args.output_dir, f"eval_{args.eval_images}.csv")
-        reevaluate_cells([p.cell.name for p in plans], read_done(csv_path), args.output_dir,
-                         args.eval_images, eval_csv, TRAIN_NET, args.threads,
-                         args.device_label)  # fmt: skip
+        if args.dry_run:
+            todo = todo_cells([p.cell.name for p in plans], read_done(csv_path), args.output_dir,
+                              read_csv_rows(eval_csv))  # fmt: skip
+            print(f"would evaluate on {args.eval_images} images: {' '.join(todo) or 'nothing'}")
+            return 0
+        try:
+            reevaluate_cells([p.cell.name for p in plans], read_done(csv_path), args.output_dir,
+                             args.eval_images, eval_csv, TRAIN_NET, args.threads,
+                             args.device_label)  # fmt: skip
+        except ValueError as e:
+            parser.error(str(e))
         print(f"evaluations on {args.eval_images} images: {eval_csv}")
         return 0
     if args.pretrain_only:

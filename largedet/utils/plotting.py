@@ -89,9 +89,10 @@ _SEED_SUFFIX = re.compile(r"-s\d+$")
 
 
 def seed_replicas(rows: Sequence[dict], cell: str) -> List[dict]:
-    """The rows of ``cell`` and of its other seeds (the same name with ``-s<N>`` added;
-    a cell run with the config's seed has no suffix), in CSV order."""
-    return [r for r in rows if _SEED_SUFFIX.sub("", r["cell"]) == cell]
+    """The rows of ``cell`` and of its other seeds (the same name up to a ``-s<N>`` suffix;
+    a cell run with the config's seed has none), in CSV order."""
+    base = _SEED_SUFFIX.sub("", cell)
+    return [r for r in rows if _SEED_SUFFIX.sub("", r["cell"]) == base]
 
 
 def mean_ap(replicas: Sequence[dict], key: str = "box_ap") -> Optional[float]:
@@ -211,6 +212,8 @@ def with_reevaluation(rows: Sequence[dict], path: str) -> tuple:
             raise ValueError(f"{path}: not an evaluation CSV, missing columns {sorted(missing)}")
         found = {r["cell"]: r for r in reader}
     counts = {int(r["images"]) for r in found.values()}
+    if not counts:
+        raise ValueError(f"{path}: no evaluations in it yet")
     if len(counts) > 1:
         raise ValueError(f"{path}: evaluations on different image counts {sorted(counts)}")
     merged = []
@@ -220,7 +223,7 @@ def with_reevaluation(rows: Sequence[dict], path: str) -> tuple:
             merged.append(dict(row, holdout_ap=float(other["holdout_ap"]), box_ap=float(other["box_ap"])))
         elif row["diverged"] == "yes":
             merged.append(dict(row))
-    return merged, (counts.pop() if counts else None)
+    return merged, counts.pop()
 
 
 def plot_cells_at_batch(

@@ -118,3 +118,21 @@ def test_every_launched_worker_ends_with_its_process_groups_destroyed(tmp_path):
         if dist.is_initialized():
             dist.destroy_process_group()
             comm._LOCAL_PROCESS_GROUP = None
+
+
+def test_launch_routes_every_process_of_a_distributed_job_through_the_shut_down(monkeypatch):
+    import importlib
+
+    launch_module = importlib.import_module("largedet.engine.launch")  # the module, not the function
+    calls = []
+    monkeypatch.setattr(launch_module, "d2_launch", lambda fn, n, **kw: calls.append((fn, n, kw["args"])))
+    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    main = print
+    two = argparse.Namespace(num_gpus=2, num_machines=1, machine_rank=0, dist_url="auto")
+    launch_module.launch(main, two)
+    assert calls[-1] == (launch_module._run_then_shut_down, 2, (main, two))
+    # one process: Detectron2 runs main here, in the caller's process, untouched
+    one = argparse.Namespace(num_gpus=1, num_machines=1, machine_rank=0, dist_url="auto")
+    launch_module.launch(main, one)
+    assert calls[-1] == (main, 1, (one,))

@@ -69,9 +69,29 @@ def test_finished_cells_are_evaluated_once_on_the_larger_split(tmp_path, monkeyp
     assert len(calls.read_text().splitlines()) == 2
     # a failed evaluation names the cell and keeps the rows written before it
     make_cell(out, "broken")
-    with pytest.raises(RuntimeError, match=r"broken: evaluation failed \(exit 1\):\n.*boom"):
+    with pytest.raises(RuntimeError, match=r"broken: evaluation failed \(exit 1, 0 of 2 evaluations printed\):\n.*boom"):
         reevaluate.reevaluate_cells(["broken"], {"broken": {"diverged": "no"}}, str(out), 2000, csv_path, str(script))
     assert len(open(csv_path).read().splitlines()) == 3
+    # another image count goes to another CSV: mixed counts would not be comparable
+    with pytest.raises(ValueError, match=r"holds evaluations on \[2000\] images, not 500"):
+        reevaluate.reevaluate_cells(cells, rows, str(out), 500, csv_path, str(script))
+    # an empty file (created beforehand) still gets its header
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    reevaluate.reevaluate_cells(["a"], rows, str(out), 2000, str(empty), str(script))
+    assert empty.read_text().splitlines()[0].startswith("cell,images,holdout_ap,")
+
+
+def test_a_dry_run_lists_what_it_would_evaluate_and_evaluates_nothing(tmp_path, capsys):
+    out = tmp_path / "study"
+    make_cell(out, "sgd-bs16-wu2")
+    study_csv = tmp_path / "study.csv"
+    study_csv.write_text("cell,diverged\nsgd-bs16-wu2,no\nsgd-bs1024,yes\n")
+    eval_csv = tmp_path / "eval.csv"
+    runner.main(["--grid", "steps", "--output-dir", str(out), "--csv", str(study_csv),
+                 "--eval-images", "2000", "--eval-csv", str(eval_csv), "--dry-run"])  # fmt: skip
+    assert "would evaluate on 2000 images: sgd-bs16-wu2" in capsys.readouterr().out
+    assert not eval_csv.exists()
 
 
 def test_the_command_line_checks_the_image_count(capsys):

@@ -73,6 +73,8 @@ def test_study_table_averages_a_cells_seeds(tmp_path):
     write_study(path, seeded)
     rows = load_study(path)
     assert [r["cell"] for r in seed_replicas(rows, "pmd_lamb-bs1024")] == ["pmd_lamb-bs1024", "pmd_lamb-bs1024-s1"]
+    # asked for by one of its seeds' names: the same replicas
+    assert seed_replicas(rows, "pmd_lamb-bs1024-s1") == seed_replicas(rows, "pmd_lamb-bs1024")
     assert mean_ap(seed_replicas(rows, "pmd_lamb-bs1024")) == 30.04  # the diverged seed has no AP
     assert study_table(rows).splitlines()[2:] == [
         "| sgd | 50.3 (2 seeds) | div. (2 seeds) |",  # (50.25 + 50.3) / 2 = 50.275
@@ -202,6 +204,9 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
     proc = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "| sgd | 75.5 | div. |" in proc.stdout and "| pmd_lamb | - | 73.0 |" in proc.stdout
+    larger.write_text("cell,images,holdout_ap,box_ap\n")
+    with pytest.raises(ValueError, match="no evaluations in it yet"):
+        with_reevaluation(load_study(path), str(larger))
     larger.write_text("cell,images,holdout_ap,box_ap\na,150,1,1\nb,2000,2,2\n")
     with pytest.raises(ValueError, match=r"different image counts \[150, 2000\]"):
         with_reevaluation(load_study(path), str(larger))
