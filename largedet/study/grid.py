@@ -73,6 +73,8 @@ OPTIMIZERS: Dict[str, OptimizerRecipe] = {
     "adamw": OptimizerRecipe("AdamW", 1e-3, "sqrt", weight_decay=0.05),
 }
 REFERENCE_BATCH = 16
+# a cell's LR schedule after warm-up -> Detectron2's SOLVER.LR_SCHEDULER_NAME
+LR_SCHEDULES = {"step": "WarmupMultiStepLR", "cosine": "WarmupCosineLR"}
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,9 @@ class Cell:
     lr_factor: float = 1.0  # multiplies the scaled LR (LR sweeps)
     epochs_factor: float = 1.0  # multiplies the grid's epochs (longer schedules)
     warmup_epochs: Optional[float] = None  # None: the grid's (or --warmup-epochs)
+    # the LR after warm-up: "step" (x0.1 at 3/4 and 11/12 of the run, Detectron2's) or
+    # "cosine" (from the peak to 0 over the run, Detectron2's WarmupCosineLR)
+    lr_schedule: str = "step"
 
     @property
     def name(self) -> str:
@@ -103,6 +108,8 @@ class Cell:
             parts.append(f"T{self.pmd_period or 'auto'}-{self.pmd_decay}")
         if self.lr_factor != 1.0:
             parts.append(f"lrx{self.lr_factor:g}")
+        if self.lr_schedule != "step":
+            parts.append(f"lr{self.lr_schedule}")
         if self.agvm:
             parts.append("agvm")
             if self.agvm_period is not None:
@@ -245,6 +252,11 @@ def _steps_cells() -> List[Cell]:
         Cell("sgd", 1024, seed=1),
         # between the LR that trains (x1) and the one that stops learning (x2)
         Cell("pmd_lamb", 1024, lr_factor=1.5),
+        # the LR's decay: LR x1.5 trains to a higher loss than x1 at every step past the
+        # warm-up and LR x2 stops learning, so the steps are large enough; the step schedule
+        # keeps the peak LR for 3/4 of the run, a cosine one anneals from the start
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="cosine"),
+        Cell("pmd_lamb", 1024, lr_schedule="cosine"),
     ]
 
 
@@ -363,7 +375,7 @@ class Plan:
     cell: Cell
     iterations: int
     warmup: int
-    steps: Tuple[int, int]
+    steps: Optional[Tuple[int, int]]  # the LR drops; None with the cosine schedule
     lr: float
     pmd_period: Optional[int]
     overrides: List[str] = field(default_factory=list)
@@ -392,7 +404,11 @@ def plan_cell(
     elif warmup_epochs is None:
         warmup_epochs = grid.warmup_epochs
     warmup = min(iterations // 2, max(3, round(warmup_epochs * grid.num_train / cell.batch)))
-    steps = (round(iterations * 3 / 4), round(iterations * 11 / 12))
+    if cell.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"{cell.name}: lr_schedule must be one of {sorted(LR_SCHEDULES)}, got {cell.lr_schedule!r}")
+    steps = None
+    if cell.lr_schedule == "step":
+        steps = (round(iterations * 3 / 4), round(iterations * 11 / 12))
     lr = scaled_lr(recipe, cell.batch) * cell.lr_factor
     per_device = min(grid.ims_per_device, cell.batch // world)
     period = None
@@ -410,7 +426,9 @@ def plan_cell(
         "SOLVER.WEIGHT_DECAY", repr(recipe.weight_decay),
         "SOLVER.MAX_ITER", str(iterations),
         "SOLVER.WARMUP_ITERS", str(warmup),
-        "SOLVER.STEPS", f"({steps[0]}, {steps[1]})",
+        "SOLVER.LR_SCHEDULER_NAME", LR_SCHEDULES[cell.lr_schedule],
+        "SOLVER.STEPS", f"({steps[0]}, {steps[1]})" if steps else "()",
+        "SOLVER.BASE_LR_END", "0.0",
         # about ten checkpoints a run: an interrupted cell loses at most a tenth of it
         "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 10)),
         "SOLVER.DIVERGENCE.WINDOW", "20",

@@ -369,7 +369,7 @@ def main(argv=None) -> int:
         for p in plans:
             mark = "done" if p.cell.name in done else "todo"
             print(
-                f"  [{mark}] {p.cell.name:32s} lr {p.lr:<10.5g} iterations {p.iterations:5d} warmup {p.warmup:4d} steps {p.steps} T {p.pmd_period or '-'}"
+                f"  [{mark}] {p.cell.name:32s} lr {p.lr:<10.5g} iterations {p.iterations:5d} warmup {p.warmup:4d} steps {p.steps or p.cell.lr_schedule} T {p.pmd_period or '-'}"
             )
         return 0
     failures, finished, started = [], 0, time.time()

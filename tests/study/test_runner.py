@@ -305,6 +305,34 @@ def test_steps_grid_plan_arithmetic(study, cell, lr, iterations, warmup, period)
     assert plan.steps == (round(iterations * 3 / 4), round(iterations * 11 / 12))
 
 
+def test_cosine_cell_anneals_the_lr_from_the_peak_to_zero(study):
+    import torch
+    from largedet.solver import build_lr_scheduler
+
+    cell = schema.Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="cosine")
+    assert cell.name == "pmd_lamb-bs1024-ep1.4x-lrcosine"
+    plan = study.plan_cell(study.build_grid("steps"), cell, None, "/x", 1)
+    assert (plan.iterations, plan.warmup, plan.steps) == (420, 60, None)
+    cfg = cfg_of(study, plan)
+    assert cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupCosineLR" and cfg.SOLVER.STEPS == ()
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=plan.lr)
+    scheduler = build_lr_scheduler(cfg, optimizer)
+    lrs = []
+    for _ in range(plan.iterations):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    # after the warm-up: 0.04 x (1 + cos(pi t / 420)) / 2, Detectron2's cosine over the run
+    for t in (60, 210, 300, 419):
+        assert lrs[t] == pytest.approx(0.04 * (1 + math.cos(math.pi * t / 420)) / 2, rel=1e-9), t
+    # the step schedule of the same cell keeps the peak until 3/4 of the run
+    step = study.plan_cell(study.build_grid("steps"), schema.Cell("pmd_lamb", 1024), None, "/x", 1)
+    assert cfg_of(study, step).SOLVER.LR_SCHEDULER_NAME == "WarmupMultiStepLR"
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        study.plan_cell(study.build_grid("steps"), schema.Cell("pmd_lamb", 1024, lr_schedule="poly"), None, "/x", 1)
+
+
 def test_summarize_reads_the_held_out_and_the_reported_split(study, tmp_path):
     args = types.SimpleNamespace(
         num_gpus=1, grid_obj=study.build_grid("steps"), device_label="cpu", threads=1
