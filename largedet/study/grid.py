@@ -252,8 +252,8 @@ def _steps_cells() -> List[Cell]:
         Cell("sgd", 1024, seed=1),
         # between the LR that trains (x1) and the one that stops learning (x2)
         Cell("pmd_lamb", 1024, lr_factor=1.5),
-        # the LR's decay: LR x1.5 trains to a higher loss than x1 at every step past the
-        # warm-up and LR x2 stops learning, so the steps are large enough; the step schedule
+        # the LR's decay: LR x1.5 trains to a higher loss than both seeds at x1 from step 95
+        # on and LR x2 stops learning, so the steps are large enough; the step schedule
         # keeps the peak LR for 3/4 of the run, a cosine one anneals from the start
         Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="cosine"),
         Cell("pmd_lamb", 1024, lr_schedule="cosine"),

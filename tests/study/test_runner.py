@@ -326,7 +326,7 @@ def test_cosine_cell_anneals_the_lr_from_the_peak_to_zero(study):
     # after the warm-up: 0.04 x (1 + cos(pi t / 420)) / 2, Detectron2's cosine over the run
     for t in (60, 210, 300, 419):
         assert lrs[t] == pytest.approx(0.04 * (1 + math.cos(math.pi * t / 420)) / 2, rel=1e-9), t
-    # the step schedule of the same cell keeps the peak until 3/4 of the run
+    # a cell without lr_schedule keeps Detectron2's step schedule
     step = study.plan_cell(study.build_grid("steps"), schema.Cell("pmd_lamb", 1024), None, "/x", 1)
     assert cfg_of(study, step).SOLVER.LR_SCHEDULER_NAME == "WarmupMultiStepLR"
     with pytest.raises(ValueError, match="lr_schedule must be one of"):
