@@ -257,6 +257,12 @@ def _steps_cells() -> List[Cell]:
         # keeps the peak LR for 3/4 of the run, a cosine one anneals from the start
         Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="cosine"),
         Cell("pmd_lamb", 1024, lr_schedule="cosine"),
+        # the epochs-to-parity curve: the 1.0x/1.4x recipe at 2.0x and 1.7x the epochs,
+        # two seeds each (the longest first)
+        Cell("pmd_lamb", 1024, epochs_factor=2.0),
+        Cell("pmd_lamb", 1024, epochs_factor=1.7),
+        Cell("pmd_lamb", 1024, epochs_factor=2.0, seed=1),
+        Cell("pmd_lamb", 1024, epochs_factor=1.7, seed=1),
     ]
 
 
