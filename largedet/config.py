@@ -14,6 +14,7 @@ def add_largedet_config(cfg: CN) -> CN:
     _add_solver_config(cfg)
     _add_large_batch_config(cfg)
     _add_agvm_config(cfg)
+    _add_ema_config(cfg)
     _add_openimages_config(cfg)
     _add_logging_config(cfg)
     return cfg
@@ -218,6 +219,32 @@ def _add_agvm_config(cfg: CN) -> None:
     # (before, after): optimizer steps before and after the end of warmup that clip;
     # integers >= 0.
     cfg.SOLVER.AGVM.CLIP_ITERS = (50, 50)
+
+
+def _add_ema_config(cfg: CN) -> None:
+    # --- model EMA (largedet.engine.ema) -----------------------------------------
+    cfg.MODEL_EMA = CN()
+    # Keep an exponential moving average of the weights, updated once per optimizer
+    # step (not per micro-batch): ema <- d ema + (1 - d) w, starting from the weights
+    # training starts with; kept in checkpoints, restored by --resume; true or false.
+    cfg.MODEL_EMA.ENABLED = False
+    # d_ref: the decay per optimizer step at REFERENCE_BATCH images per step, in [0, 1).
+    # A step of global batch B decays by d_ref ** (B / REFERENCE_BATCH) (the same decay
+    # per image at any batch; Busbridge et al., NeurIPS 2023). 0.9998 at batch 16 is
+    # 0.9873 per step at batch 1024: an average over ~80 steps.
+    cfg.MODEL_EMA.DECAY = 0.9998
+    # Global batch (images per optimizer step) at which DECAY holds, an integer >= 1;
+    # 0: DECAY is the per-step decay whatever the batch.
+    cfg.MODEL_EMA.REFERENCE_BATCH = 16
+    # Floating-point buffers (BN's running mean and variance): "average" (averaged like
+    # the weights) or "copy" (the model's, copied after each step). Integer buffers are
+    # always copied.
+    cfg.MODEL_EMA.BUFFERS = "average"
+    # What evaluations during and after training test: "ema" (the average; its results
+    # are the run's), "model" (the trained weights) or "both" (the average's results,
+    # and the trained weights' under model/<dataset>/... in the metrics). --eval-only on
+    # a largedet checkpoint tests the average the checkpoint holds the same way.
+    cfg.MODEL_EMA.EVAL = "ema"
 
 
 def _add_openimages_config(cfg: CN) -> None:

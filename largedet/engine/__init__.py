@@ -13,6 +13,7 @@ from .defaults import (
     setup_cfg,
     train_or_evaluate,
 )
+from .ema import EMAHook, ModelEMA
 from .hooks import DivergenceGuard, ReseedEveryIter, step_seed
 from .launch import check_and_launch, launch, launched_by_torchrun, planned_world_size
 from .train_loop import AccumulationTrainer

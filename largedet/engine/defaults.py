@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from dataclasses import replace
+from typing import Optional
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
@@ -16,6 +17,7 @@ from detectron2.utils.logger import setup_logger
 from ..config import add_largedet_config
 from ..data import register_all_openimages, register_shapes, shapes_spec_from_config
 from .batch import BatchPlan, batch_plan
+from .ema import ModelEMA, evaluate_with_ema
 from .launch import planned_world_size
 
 logger = logging.getLogger(__name__)
@@ -80,16 +82,36 @@ def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> di
     ``--eval-only``, build ``trainer_cls``'s model, load ``MODEL.WEIGHTS`` (with
     ``--resume``, the last checkpoint of ``OUTPUT_DIR`` where there is one) and test it;
     otherwise train a ``trainer_cls`` (``DefaultTrainer``'s interface), from the last
-    checkpoint with ``--resume``. Returns the evaluation results (``{}`` when none ran)."""
+    checkpoint with ``--resume``. Returns the evaluation results (``{}`` when none ran).
+    With ``MODEL_EMA.ENABLED``, ``--eval-only`` tests the weights ``MODEL_EMA.EVAL`` names,
+    the average being the one the checkpoint holds (a warning, and the trained weights,
+    where it holds none)."""
     if args.eval_only:
         model = trainer_cls.build_model(cfg)
-        DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+        extra = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
             cfg.MODEL.WEIGHTS, resume=args.resume
         )
-        return trainer_cls.test(cfg, model)
+        ema = _checkpoint_ema(cfg, model, extra)
+        return evaluate_with_ema(trainer_cls.test, cfg, model, ema, cfg.MODEL_EMA.EVAL)
     trainer = trainer_cls(cfg)
     trainer.resume_or_load(resume=args.resume)
     return trainer.train()
+
+
+def _checkpoint_ema(cfg: CfgNode, model, extra: dict) -> Optional[ModelEMA]:
+    """The model EMA a loaded checkpoint's leftover entries ``extra`` hold, when
+    ``MODEL_EMA.ENABLED``; None otherwise."""
+    if not cfg.MODEL_EMA.ENABLED:
+        return None
+    if "model_ema" not in extra:
+        logger.warning(
+            "MODEL_EMA.ENABLED, but %s holds no model EMA: evaluating its trained weights",
+            cfg.MODEL.WEIGHTS,
+        )
+        return None
+    ema = ModelEMA.from_config(cfg, model)
+    ema.load_state_dict(extra["model_ema"])
+    return ema
 
 
 def print_box_ap(results: dict) -> None:

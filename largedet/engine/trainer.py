@@ -17,6 +17,9 @@ What it adds to ``DefaultTrainer``, each in one place:
   seeding (``RESEED_EVERY_ITER``);
 - the divergence guard (``SOLVER.DIVERGENCE``), whose rollback (:meth:`Trainer.roll_back`)
   sends the iteration back to the restored checkpoint's;
+- model EMA (``MODEL_EMA``, :mod:`largedet.engine.ema`): a moving average of the weights,
+  updated once per optimizer step, kept in checkpoints and evaluated in place of (or
+  beside) the trained weights;
 - AGVM (``SOLVER.AGVM``): per-part LR multipliers from each part's gradient variance,
   measured on two halves of the accumulated micro-batches (or of the processes);
 - one log block at start with the run's derived numbers.
@@ -40,7 +43,7 @@ import torch.distributed as dist
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model, default_writers
-from detectron2.engine.hooks import PeriodicWriter
+from detectron2.engine.hooks import EvalHook, PeriodicWriter
 from detectron2.evaluation import verify_results
 from detectron2.modeling import build_model
 from detectron2.utils import comm
@@ -70,6 +73,7 @@ from .data import (
     build_test_loader,
     build_train_loader,
 )
+from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .hooks import DivergenceGuard, ReseedEveryIter
 from .train_loop import AccumulationTrainer, check_agvm_estimates
 
@@ -122,7 +126,11 @@ class Trainer(DefaultTrainer):
         )
         self.max_iter = self.run_length(cfg)
         self.scheduler = self.build_lr_scheduler(cfg, optimizer)
-        self.checkpointer = AtomicCheckpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self))
+        self.ema: Optional[ModelEMA] = ModelEMA.from_config(cfg, model)
+        extra = {} if self.ema is None else {"model_ema": self.ema}
+        self.checkpointer = AtomicCheckpointer(
+            model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self), **extra
+        )
         self.start_iter = 0
         self.cfg = cfg
         self.data_seed = (
@@ -133,16 +141,17 @@ class Trainer(DefaultTrainer):
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
             size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
-            logger.info(
-                describe_run(
-                    cfg,
-                    self.batch,
-                    type(optimizer).__name__,
-                    size,
-                    _agvm_parts(optimizer, agvm),
-                    schedule=self.describe_schedule(cfg),
-                )
+            block = describe_run(
+                cfg,
+                self.batch,
+                type(optimizer).__name__,
+                size,
+                _agvm_parts(optimizer, agvm),
+                schedule=self.describe_schedule(cfg),
             )
+            if self.ema is not None:
+                block += f"\n  {self.ema.describe(self.batch.global_batch)}; evaluation on {cfg.MODEL_EMA.EVAL!r}"
+            logger.info(block)
             _warn_unused_lsr_keys(cfg)
 
     @staticmethod
@@ -228,12 +237,29 @@ class Trainer(DefaultTrainer):
             if isinstance(hook, PeriodicWriter):
                 hook._period = self.cfg.LOG_PERIOD
         ours = [DivergenceGuard.from_config(self.cfg)]
+        if self.ema is not None:  # after the guard: a rolled-back step is not averaged
+            ours.append(EMAHook(self.ema, self.batch_at))
+            hooks = [self._ema_eval_hook() if isinstance(h, EvalHook) else h for h in hooks]
         if self.cfg.RESEED_EVERY_ITER:
             ours.insert(0, ReseedEveryIter(self.cfg.SEED))
         if isinstance(self._trainer.data_loader, DetectionTrainLoader):
             ours.append(SkippedImagesHook(self._trainer.data_loader, self.cfg.LOG_PERIOD))
         hooks[1:1] = ours
         return hooks
+
+    def _ema_eval_hook(self) -> EvalHook:
+        # Detectron2's evaluation hook, testing the weights MODEL_EMA.EVAL names
+        def test_and_save_results():
+            self._last_eval_results = evaluate_with_ema(
+                self.test, self.cfg, self.model, self.ema, self.cfg.MODEL_EMA.EVAL
+            )
+            return self._last_eval_results
+
+        return EvalHook(self.cfg.TEST.EVAL_PERIOD, test_and_save_results)
+
+    def batch_at(self, iteration: int) -> int:
+        """The global batch of optimizer step ``iteration`` (0-based)."""
+        return self.batch.global_batch
 
     def build_writers(self):
         """Detectron2's writers (console with the ETA, ``metrics.json``, TensorBoard) over
@@ -331,7 +357,10 @@ class Trainer(DefaultTrainer):
         iteration on the data stream where it is, so the batches of the undone steps are
         not replayed. Called from a hook's ``after_step``; the hooks after it are skipped
         for this step."""
-        extra = self.checkpointer.load_found(found, checkpointables=[])  # the weights
+        # the weights (and the model EMA's average)
+        extra = self.checkpointer.load_found(
+            found, checkpointables=[] if self.ema is None else ["model_ema"]
+        )
         super().load_state_dict(extra["trainer"])  # DefaultTrainer's: not the data position
         self._rolled_back = True
 

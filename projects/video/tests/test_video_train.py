@@ -133,3 +133,27 @@ def test_resume_and_eval_only_in_process(tiny_shapes, tiny_shapes_spec, tmp_path
     assert (
         0.0 <= top1 <= 100.0 and results["classification"]["num_videos"] == tiny_shapes_spec.num_val
     )
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_model_ema_is_kept_and_evaluated(tiny_shapes, tiny_shapes_spec, tmp_path, monkeypatch):
+    # the video trainer's EMA: updated once per step, in the checkpoint, tested by --eval-only
+    import torch
+
+    monkeypatch.setenv("LARGEDET_DATASETS", os.path.dirname(tiny_shapes))
+    parser = largedet_argument_parser()
+    out = str(tmp_path / "ema")
+    args = tiny_overrides(tiny_shapes_spec, out) + ["MODEL_EMA.ENABLED", "True"]
+
+    def run(flags, overrides):
+        parsed = parser.parse_args([*flags, *args, *overrides])
+        return train_or_evaluate(VideoTrainer, setup(parsed), parsed)
+
+    assert run([], ["DATASETS.TEST", "()"]) == {}
+    final = os.path.join(out, "model_final.pth")
+    saved = torch.load(final, weights_only=False)
+    assert saved["model_ema"]["updates"] == 2
+    assert any(not torch.equal(saved["model"][k], v) for k, v in saved["model_ema"]["weights"].items())
+    results = run(["--eval-only"], ["MODEL.WEIGHTS", final, "MODEL_EMA.EVAL", "both"])
+    assert set(results) == {"classification", "model/classification"}
+    assert results["classification"]["num_videos"] == tiny_shapes_spec.num_val
