@@ -96,6 +96,28 @@ def _add_large_batch_config(cfg: CN) -> None:
     # behaviour. K is computed at start and logged, never stored here.
     cfg.SOLVER.IMS_PER_DEVICE = 0
 
+    cfg.SOLVER.BATCH_RAMP = CN()
+    # Batch ramp: global batches (images per optimizer step) of the stages that train
+    # before SOLVER.IMS_PER_BATCH, e.g. (256, 512); () is no ramp. Each is a whole
+    # multiple of world size x IMS_PER_DEVICE (> 0) below IMS_PER_BATCH: the ramp changes
+    # K alone (checked before any worker starts). With a ramp the run is defined in
+    # images: it trains MAX_ITER x IMS_PER_BATCH images; WARMUP_ITERS, STEPS and
+    # SOLVER.PMD.PERIOD are read as that many steps of IMS_PER_BATCH images; the LR at a
+    # stage's batch b is the peak LR x SOLVER.LSR.RULE(b / IMS_PER_BATCH), times the
+    # schedule at the images seen; the run's steps and each stage's are logged at start.
+    cfg.SOLVER.BATCH_RAMP.BATCHES = ()
+    # End of each stage of BATCHES, in epochs of the training set, increasing, > 0, before
+    # the run's end; a stage's last step may pass its end by less than one of its batches.
+    cfg.SOLVER.BATCH_RAMP.EPOCHS = ()
+
+    # SOLVER.LR_SCHEDULER_NAME also takes "WarmupStableDecayLR" (warm-up-stable-decay):
+    # after the warm-up the LR stays at its peak until WSD.DECAY_START, then falls
+    # linearly to SOLVER.BASE_LR_END at the end of the run.
+    cfg.SOLVER.WSD = CN()
+    # Where the decay starts, as a fraction of the run (of its images with a batch
+    # ramp), in (0, 1); 0.8: the last fifth decays.
+    cfg.SOLVER.WSD.DECAY_START = 0.8
+
     cfg.SOLVER.LSR = CN()
     # Linear scaling rule with warmup (Goyal et al. 2017; LargeDet's first ingredient).
     # true: the peak learning rate (reached at the end of warmup) is computed from

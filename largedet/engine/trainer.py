@@ -17,6 +17,9 @@ What it adds to ``DefaultTrainer``, each in one place:
   seeding (``RESEED_EVERY_ITER``);
 - the divergence guard (``SOLVER.DIVERGENCE``), whose rollback (:meth:`Trainer.roll_back`)
   sends the iteration back to the restored checkpoint's;
+- a batch ramp (``SOLVER.BATCH_RAMP``, :class:`~largedet.engine.batch.BatchSchedule`): a
+  smaller global batch in the first epochs through K alone, the LR following its scaling
+  rule at each batch, the schedule and PMD's period in images;
 - model EMA (``MODEL_EMA``, :mod:`largedet.engine.ema`): a moving average of the weights,
   updated once per optimizer step, kept in checkpoints and evaluated in place of (or
   beside) the trained weights;
@@ -64,7 +67,7 @@ from ..solver import (
     with_scaled_lr,
 )
 from ..utils.wandb_writer import build_wandb_writers
-from .batch import BatchPlan, batch_plan
+from .batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule
 from .checkpoint import AtomicCheckpointer, FoundCheckpoint
 from .data import (
     DetectionTrainLoader,
@@ -112,6 +115,11 @@ class Trainer(DefaultTrainer):
                 "The training loader is not a ResumableLoader: its position is not restored on resume"
             )
 
+        self.schedule: BatchSchedule = self.build_batch_schedule(cfg, data_loader)
+        if cfg.SOLVER.AGVM.ENABLED:
+            for stage in self.schedule.stages:
+                check_agvm_estimates(stage.accumulation, self.batch.world_size)
+
         cpu = next(model.parameters()).device.type != "cuda"
         model = create_ddp_model(
             model, broadcast_buffers=False, **({"device_ids": None} if cpu else {})
@@ -149,6 +157,8 @@ class Trainer(DefaultTrainer):
                 _agvm_parts(optimizer, agvm),
                 schedule=self.describe_schedule(cfg),
             )
+            if self.schedule.ramped:
+                block += f"\n  {self.schedule.describe(size)}"
             if self.ema is not None:
                 block += f"\n  {self.ema.describe(self.batch.global_batch)}; evaluation on {cfg.MODEL_EMA.EVAL!r}"
             logger.info(block)
@@ -174,10 +184,20 @@ class Trainer(DefaultTrainer):
     def run_length(self, cfg) -> int:
         """The run's length in optimizer steps, ``self.max_iter``: where the training loop
         stops, what the writers' ETA counts down and the steps the LR schedule of
-        :meth:`build_lr_scheduler` spans. ``SOLVER.MAX_ITER`` here; a trainer whose schedule
-        sets its own length (the video project's multigrid plan) overrides it. Called in
-        ``__init__`` before the scheduler and the hooks are built."""
-        return cfg.SOLVER.MAX_ITER
+        :meth:`build_lr_scheduler` spans. ``SOLVER.MAX_ITER`` here, or the batch ramp's
+        steps (:attr:`schedule`); a trainer whose schedule sets its own length (the video
+        project's multigrid plan) overrides it. Called in ``__init__`` before the scheduler
+        and the hooks are built."""
+        return self.schedule.total_steps
+
+    def build_batch_schedule(self, cfg, data_loader) -> BatchSchedule:
+        """The global batch of every step: ``SOLVER.IMS_PER_BATCH`` after the stages of
+        ``SOLVER.BATCH_RAMP`` (in epochs of the training loader's dataset)."""
+        ramp = cfg.SOLVER.BATCH_RAMP
+        size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
+        if ramp.BATCHES and size is None:
+            raise ValueError("SOLVER.BATCH_RAMP needs a ResumableLoader (its dataset size)")
+        return batch_schedule(self.batch, cfg.SOLVER.MAX_ITER, ramp.BATCHES, ramp.EPOCHS, size)
 
     # --- builders -----------------------------------------------------------------------
 
@@ -196,7 +216,7 @@ class Trainer(DefaultTrainer):
     def build_lr_scheduler(self, cfg, optimizer):
         """Detectron2's warmup + schedule around the peak LR (``largedet.solver.build_lr_scheduler``)
         over :meth:`run_length` steps."""
-        return build_lr_scheduler(cfg, optimizer, self.max_iter)
+        return build_lr_scheduler(cfg, optimizer, self.max_iter, schedule=self.schedule)
 
     @classmethod
     def build_train_loader(cls, cfg):
@@ -259,7 +279,7 @@ class Trainer(DefaultTrainer):
 
     def batch_at(self, iteration: int) -> int:
         """The global batch of optimizer step ``iteration`` (0-based)."""
-        return self.batch.global_batch
+        return self.schedule.batch_at(iteration)
 
     def build_writers(self):
         """Detectron2's writers (console with the ETA, ``metrics.json``, TensorBoard) over
@@ -304,9 +324,16 @@ class Trainer(DefaultTrainer):
         super().before_train()
 
     def run_step(self):
+        stage = self.schedule.stage_at(self.iter)
         self._trainer.iter = self.iter
+        self._trainer.accumulation_steps = stage.accumulation
+        if self.schedule.ramped:  # PMD-LAMB's period follows the images (its groups' clock)
+            clock = self.schedule.clock(self.iter)
+            for group in self.optimizer.param_groups:
+                if "clock" in group:
+                    group["clock"] = clock
         self._trainer.run_step()
-        self.data_position += self.batch.global_batch
+        self.data_position += stage.batch
 
     def train(self):
         """Train, then return the last evaluation results (``{}`` when none ran).

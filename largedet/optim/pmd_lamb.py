@@ -20,6 +20,11 @@ large batch sizes. For step ``t = 1, 2, ...`` and gradient ``g_t`` (DESIGN.md,
 Norms are per parameter tensor. With ``decay="none"`` this is LAMB with bias
 correction (``a_t = 1 - beta1^t``, ``b_t = 1 - beta2^t``).
 
+A parameter group's ``clock`` (default None) replaces ``t - 1`` in ``u`` when set: a
+float, the step's position in steps of a reference batch, so that a run whose batch
+changes (a batch ramp) keeps its period ``T`` in images (``u = (clock mod T) / T``).
+The trainer sets it before each step; ``t`` still counts steps for ``a_t``, ``b_t``.
+
 Implementation note: the optimizer stores the normalised moments
 ``exp_avg = m_t / a_t`` and ``exp_avg_sq = v_t / b_t`` (weighted averages of past
 gradients) together with the scalars ``a_t``, ``b_t``. Dividing the recursions by
@@ -117,6 +122,7 @@ class PMDLAMB(LayerwiseOptimizer):
         "max_trust_ratio": 10.0,
         "adapt": True,
         "foreach": None,
+        "clock": None,
     }
 
     def __init__(
@@ -142,6 +148,7 @@ class PMDLAMB(LayerwiseOptimizer):
             max_trust_ratio=max_trust_ratio,
             adapt=adapt,
             foreach=foreach,
+            clock=None,
         )
         super().__init__(params, defaults)
 
@@ -167,7 +174,7 @@ class PMDLAMB(LayerwiseOptimizer):
     def _prepare(self, group: Dict[str, Any]) -> _Inputs:
         """Collects the group's tensors, creates missing state, advances t, a_t, b_t."""
         beta1, beta2 = group["betas"]
-        period, decay = group["period"], MOMENT_DECAYS[group["decay"]]
+        period, decay, clock = group["period"], MOMENT_DECAYS[group["decay"]], group["clock"]
         inputs = _Inputs()
         for p in group["params"]:
             if p.grad is None:
@@ -185,7 +192,8 @@ class PMDLAMB(LayerwiseOptimizer):
                 state["exp_avg_weight"] = 0.0
                 state["exp_avg_sq_weight"] = 0.0
             t = state["step"] + 1
-            gamma = decay(((t - 1) % period) / period)
+            position = t - 1 if clock is None else clock
+            gamma = decay((position % period) / period)
             a_prev, b_prev = state["exp_avg_weight"], state["exp_avg_sq_weight"]
             a = gamma * beta1 * a_prev + (1.0 - beta1)
             b = gamma * beta2 * b_prev + (1.0 - beta2)

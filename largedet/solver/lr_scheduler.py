@@ -15,14 +15,39 @@ Detectron2's ``LRScheduler`` hook; nothing else writes the LR.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
+from typing import List
 
 import torch
 from detectron2.config import CfgNode
-from detectron2.solver import build_lr_scheduler as _d2_build_lr_scheduler
+from detectron2.solver import LRMultiplier, WarmupParamScheduler
+from fvcore.common.param_scheduler import (
+    CompositeParamScheduler,
+    ConstantParamScheduler,
+    CosineParamScheduler,
+    LinearParamScheduler,
+    MultiStepParamScheduler,
+    ParamScheduler,
+    StepWithFixedGammaParamScheduler,
+)
 
-__all__ = ["LSR_RULES", "LRScaling", "build_lr_scheduler", "lr_scaling", "with_scaled_lr"]
+__all__ = [
+    "LR_SCHEDULES",
+    "LSR_RULES",
+    "ImageClockLRMultiplier",
+    "LRScaling",
+    "build_lr_scheduler",
+    "lr_multiplier",
+    "lr_scaling",
+    "with_scaled_lr",
+]
+
+logger = logging.getLogger(__name__)
+
+#: SOLVER.LR_SCHEDULER_NAME values: Detectron2's three and warm-up-stable-decay
+LR_SCHEDULES = ("WarmupMultiStepLR", "WarmupCosineLR", "WarmupStepWithFixedGammaLR", "WarmupStableDecayLR")
 
 #: SOLVER.LSR.RULE -> the factor applied to REFERENCE_LR, as a function of B / REFERENCE_BATCH.
 LSR_RULES = {"linear": lambda ratio: ratio, "sqrt": math.sqrt}
@@ -88,22 +113,94 @@ def with_scaled_lr(cfg: CfgNode) -> CfgNode:
     return scaled
 
 
-def build_lr_scheduler(
-    cfg: CfgNode, optimizer: torch.optim.Optimizer, max_iter: int | None = None
-) -> torch.optim.lr_scheduler.LRScheduler:
-    """Detectron2's schedule (``SOLVER.LR_SCHEDULER_NAME``, warmup, steps) around the peak LR,
-    over ``max_iter`` optimizer steps (default ``SOLVER.MAX_ITER``; the trainer gives its
-    run length, :meth:`largedet.engine.Trainer.run_length`).
+def lr_multiplier(cfg: CfgNode, max_iter: int) -> ParamScheduler:
+    """The schedule's multiplier of the peak LR as a function of the run's progress in
+    [0, 1): Detectron2's warm-up (``WARMUP_FACTOR``, ``WARMUP_ITERS``, ``WARMUP_METHOD``)
+    around ``SOLVER.LR_SCHEDULER_NAME``'s shape over ``max_iter`` steps, as Detectron2's
+    ``build_lr_scheduler`` makes it (``WarmupMultiStepLR``, ``WarmupCosineLR``,
+    ``WarmupStepWithFixedGammaLR``), or warm-up-stable-decay (``WarmupStableDecayLR``):
+    1 until ``SOLVER.WSD.DECAY_START``, then linear to ``BASE_LR_END / BASE_LR`` (the peak
+    LR's ``BASE_LR`` as :func:`with_scaled_lr` sets it)."""
+    solver = cfg.SOLVER
+    name = solver.LR_SCHEDULER_NAME
+    end_value = solver.BASE_LR_END / solver.BASE_LR if solver.BASE_LR else 0.0
+    if name == "WarmupMultiStepLR":
+        steps = [x for x in solver.STEPS if x <= max_iter]
+        if len(steps) != len(solver.STEPS):
+            logger.warning("SOLVER.STEPS %s past the run's %d steps are ignored", tuple(solver.STEPS), max_iter)
+        shape = MultiStepParamScheduler(
+            values=[solver.GAMMA**k for k in range(len(steps) + 1)],
+            milestones=steps,
+            num_updates=max_iter,
+        )
+    elif name == "WarmupCosineLR":
+        shape = CosineParamScheduler(1, end_value)
+    elif name == "WarmupStepWithFixedGammaLR":
+        shape = StepWithFixedGammaParamScheduler(
+            base_value=1.0, gamma=solver.GAMMA, num_decays=solver.NUM_DECAYS, num_updates=max_iter
+        )
+    elif name == "WarmupStableDecayLR":
+        start = solver.WSD.DECAY_START
+        if not 0.0 < start < 1.0:
+            raise ValueError(f"SOLVER.WSD.DECAY_START must be in (0, 1), got {start}")
+        shape = CompositeParamScheduler(
+            [ConstantParamScheduler(1.0), LinearParamScheduler(1.0, end_value)],
+            lengths=[start, 1.0 - start],
+            interval_scaling=["rescaled", "rescaled"],
+        )
+    else:
+        raise ValueError(f"SOLVER.LR_SCHEDULER_NAME: unknown LR schedule {name!r}; one of {LR_SCHEDULES}")
+    return WarmupParamScheduler(
+        shape,
+        solver.WARMUP_FACTOR,
+        min(solver.WARMUP_ITERS / max_iter, 1.0),
+        solver.WARMUP_METHOD,
+        solver.RESCALE_INTERVAL,
+    )
 
-    The returned ``LRMultiplier`` multiplies each parameter group's initial LR (which
-    the optimizer got from :func:`with_scaled_lr`) by the schedule at each step; only
-    ``WarmupCosineLR`` reads the peak LR itself (``BASE_LR_END`` is relative to it).
-    ``SOLVER.WARMUP_ITERS`` and ``SOLVER.STEPS`` are steps whatever the length.
+
+class ImageClockLRMultiplier(LRMultiplier):
+    """Detectron2's ``LRMultiplier`` for a run whose global batch changes (a batch ramp,
+    :class:`~largedet.engine.batch.BatchSchedule`): at optimizer step t the LR is each
+    group's peak LR x the schedule's multiplier at the run's progress in images
+    (``images_before(t) / total_images``) x ``batch_factor(batch_at(t))``, the scaling
+    rule's ratio to the full batch. ``last_epoch`` counts optimizer steps, as before."""
+
+    def __init__(self, optimizer, multiplier: ParamScheduler, schedule, batch_factor, last_iter: int = -1):
+        self._schedule = schedule
+        self._batch_factor = batch_factor
+        super().__init__(optimizer, multiplier, schedule.total_steps, last_iter)
+
+    def factor(self, step: int) -> float:
+        """What step ``step`` multiplies the peak LR by."""
+        where = min(self._schedule.images_before(step) / self._schedule.total_images, 1.0)
+        return self._multiplier(where) * self._batch_factor(self._schedule.batch_at(step))
+
+    def get_lr(self) -> List[float]:
+        factor = self.factor(self.last_epoch)
+        return [base_lr * factor for base_lr in self.base_lrs]
+
+
+def build_lr_scheduler(
+    cfg: CfgNode, optimizer: torch.optim.Optimizer, max_iter: int | None = None, schedule=None
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """The warm-up + schedule (:func:`lr_multiplier`) around the peak LR, as one Detectron2
+    ``LRMultiplier`` over ``max_iter`` optimizer steps (default ``SOLVER.MAX_ITER``; the
+    trainer gives its run length, :meth:`largedet.engine.Trainer.run_length`).
+
+    It multiplies each parameter group's initial LR (which the optimizer got from
+    :func:`with_scaled_lr`) by the schedule at each step; ``SOLVER.WARMUP_ITERS`` and
+    ``SOLVER.STEPS`` are steps whatever the length. With a ``schedule``
+    (:class:`~largedet.engine.batch.BatchSchedule`) that ramps the batch, an
+    :class:`ImageClockLRMultiplier`: the schedule over ``SOLVER.MAX_ITER`` steps of the
+    full batch followed in images, times ``SOLVER.LSR.RULE``'s factor at each step's batch.
     """
     cfg = with_scaled_lr(cfg)
-    if max_iter is not None and max_iter != cfg.SOLVER.MAX_ITER:
-        cfg = cfg.clone()  # handed to Detectron2's builder, not kept
-        cfg.defrost()
-        cfg.SOLVER.MAX_ITER = max_iter
-        cfg.freeze()
-    return _d2_build_lr_scheduler(cfg, optimizer)
+    if schedule is not None and schedule.ramped:
+        rule = LSR_RULES[cfg.SOLVER.LSR.RULE]
+        full = schedule.full_batch
+        return ImageClockLRMultiplier(
+            optimizer, lr_multiplier(cfg, cfg.SOLVER.MAX_ITER), schedule, lambda b: rule(b / full)
+        )
+    max_iter = cfg.SOLVER.MAX_ITER if max_iter is None else max_iter
+    return LRMultiplier(optimizer, multiplier=lr_multiplier(cfg, max_iter), max_iter=max_iter)
