@@ -74,7 +74,7 @@ OPTIMIZERS: Dict[str, OptimizerRecipe] = {
 }
 REFERENCE_BATCH = 16
 # a cell's LR schedule after warm-up -> Detectron2's SOLVER.LR_SCHEDULER_NAME
-LR_SCHEDULES = {"step": "WarmupMultiStepLR", "cosine": "WarmupCosineLR"}
+LR_SCHEDULES = {"step": "WarmupMultiStepLR", "cosine": "WarmupCosineLR", "wsd": "WarmupStableDecayLR"}
 
 
 @dataclass(frozen=True)
@@ -93,9 +93,17 @@ class Cell:
     lr_factor: float = 1.0  # multiplies the scaled LR (LR sweeps)
     epochs_factor: float = 1.0  # multiplies the grid's epochs (longer schedules)
     warmup_epochs: Optional[float] = None  # None: the grid's (or --warmup-epochs)
-    # the LR after warm-up: "step" (x0.1 at 3/4 and 11/12 of the run, Detectron2's) or
-    # "cosine" (from the peak to 0 over the run, Detectron2's WarmupCosineLR)
+    # the LR after warm-up: "step" (x0.1 at 3/4 and 11/12 of the run, Detectron2's),
+    # "cosine" (from the peak to 0 over the run, Detectron2's WarmupCosineLR) or "wsd"
+    # (warm-up-stable-decay: the peak to 80% of the run, then linear to 0)
     lr_schedule: str = "step"
+    weight_decay: Optional[float] = None  # None: the recipe's
+    beta2: Optional[float] = None  # LAMB / PMD-LAMB's beta2; None: the config's (0.999)
+    # model EMA: the decay per step at batch 16 (scaled to the cell's batch), evaluated
+    # on the average (the trained weights' AP too, under model/ in metrics.json)
+    ema: Optional[float] = None
+    # batch ramp: (batch, until epoch) stages before the cell's batch, at equal epochs
+    ramp: Tuple[Tuple[int, float], ...] = ()
 
     @property
     def name(self) -> str:
@@ -110,6 +118,14 @@ class Cell:
             parts.append(f"lrx{self.lr_factor:g}")
         if self.lr_schedule != "step":
             parts.append(f"lr{self.lr_schedule}")
+        if self.weight_decay is not None:
+            parts.append(f"wd{self.weight_decay:g}")
+        if self.beta2 is not None:
+            parts.append(f"b2{self.beta2:g}")
+        if self.ema is not None:
+            parts.append(f"ema{self.ema:g}")
+        if self.ramp:
+            parts.append("ramp" + "-".join(f"{b}e{e:g}" for b, e in self.ramp))
         if self.agvm:
             parts.append("agvm")
             if self.agvm_period is not None:
@@ -263,6 +279,18 @@ def _steps_cells() -> List[Cell]:
         Cell("pmd_lamb", 1024, epochs_factor=1.7),
         Cell("pmd_lamb", 1024, epochs_factor=2.0, seed=1),
         Cell("pmd_lamb", 1024, epochs_factor=1.7, seed=1),
+        # the untried axes, one change each against the 1.4x row (same seed): LAMB's own
+        # weight decay and a larger one; warm-up-stable-decay; model EMA (0.9998 per step
+        # at batch 16 = 0.9873 at 1024, ~80 steps); a ramp 256 -> 512 -> 1024 over the
+        # first 20% of the epochs (168 + 84 steps, then 336 at 1024: 280 epochs in all);
+        # a lower beta2 with the larger LRs that stop learning or fit less at 0.999
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, weight_decay=0.01),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="wsd"),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, ema=0.9998),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, ramp=((256, 28.0), (512, 56.0))),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, weight_decay=0.05),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, beta2=0.99, lr_factor=1.5),
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, beta2=0.95, lr_factor=2.0),
     ]
 
 
@@ -429,7 +457,7 @@ def plan_cell(
         "SOLVER.LSR.RULE", recipe.rule,
         "SOLVER.LSR.REFERENCE_BATCH", str(REFERENCE_BATCH),
         "SOLVER.LSR.REFERENCE_LR", repr(recipe.reference_lr * cell.lr_factor),
-        "SOLVER.WEIGHT_DECAY", repr(recipe.weight_decay),
+        "SOLVER.WEIGHT_DECAY", repr(recipe.weight_decay if cell.weight_decay is None else cell.weight_decay),
         "SOLVER.MAX_ITER", str(iterations),
         "SOLVER.WARMUP_ITERS", str(warmup),
         "SOLVER.LR_SCHEDULER_NAME", LR_SCHEDULES[cell.lr_schedule],
@@ -444,6 +472,15 @@ def plan_cell(
     ] + list(recipe.overrides)  # fmt: skip
     if cell.seed is not None:
         overrides += ["SEED", str(cell.seed)]
+    if cell.beta2 is not None:
+        overrides += ["SOLVER.LAMB.BETAS", f"(0.9, {cell.beta2!r})"]
+    if cell.ema is not None:
+        overrides += ["MODEL_EMA.ENABLED", "True", "MODEL_EMA.DECAY", repr(cell.ema),
+                      "MODEL_EMA.REFERENCE_BATCH", str(REFERENCE_BATCH), "MODEL_EMA.EVAL", "both"]  # fmt: skip
+    if cell.ramp:
+        batches = ", ".join(str(b) for b, _ in cell.ramp)
+        epochs = ", ".join(repr(float(e)) for _, e in cell.ramp)
+        overrides += ["SOLVER.BATCH_RAMP.BATCHES", f"({batches},)", "SOLVER.BATCH_RAMP.EPOCHS", f"({epochs},)"]
     if period is not None:
         overrides += ["SOLVER.PMD.PERIOD", str(period), "SOLVER.PMD.DECAY", cell.pmd_decay]
     if cell.agvm:

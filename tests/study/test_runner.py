@@ -423,6 +423,11 @@ def test_steps_recipe_config_is_the_archived_run_key_for_key():
         mine["MODEL"].pop("WEIGHTS")
     ) == "backbone.pth"
     assert (mine["MODEL"].pop("DEVICE"), ran["MODEL"].pop("DEVICE")) == ("cuda", "cpu")
+    # keys added after the run: at their defaults, which leave the run as it was (no EMA,
+    # no batch ramp; WSD.DECAY_START only read by the WarmupStableDecayLR schedule)
+    assert not mine.pop("MODEL_EMA")["ENABLED"] and "MODEL_EMA" not in ran
+    assert mine["SOLVER"].pop("BATCH_RAMP") == {"BATCHES": [], "EPOCHS": []}
+    assert mine["SOLVER"].pop("WSD") == {"DECAY_START": 0.8} and mine["SOLVER"]["LR_SCHEDULER_NAME"] != "WarmupStableDecayLR"
     assert mine == ran
     # and the row it names is in the study's CSV, with the AP the config's header states
     with open(os.path.join(ROOT, "benchmarks", "results", "batch_scaling_steps.csv")) as f:
@@ -488,3 +493,58 @@ def test_a_terminated_study_stops_its_training_process(tmp_path):
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)  # the training process is gone (reaped by the study)
     assert float((tmp_path / "run" / "study_wall_clock_s").read_text()) > 0
+
+
+def test_wsd_cell_holds_the_peak_to_80_percent_then_decays_linearly(study):
+    import torch
+    from largedet.solver import build_lr_scheduler
+
+    cell = schema.Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="wsd")
+    assert cell.name == "pmd_lamb-bs1024-ep1.4x-lrwsd"
+    plan = study.plan_cell(study.build_grid("steps"), cell, None, "/x", 1)
+    cfg = cfg_of(study, plan)
+    assert cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupStableDecayLR" and cfg.SOLVER.BASE_LR_END == 0.0
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=plan.lr)
+    scheduler = build_lr_scheduler(cfg, optimizer)
+    lrs = []
+    for _ in range(plan.iterations):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    # 420 steps: the peak 0.04 from the warm-up's end (60) to step 336 (80%), then
+    # 0.04 x (420 - t) / 84 down to 0
+    assert lrs[60] == lrs[200] == lrs[335] == pytest.approx(0.04, rel=1e-12)
+    for t in (336, 378, 419):
+        assert lrs[t] == pytest.approx(0.04 * (420 - t) / 84, rel=1e-9), t
+
+
+def test_axis_cells_override_what_they_name(study):
+    from largedet.engine.batch import batch_schedule
+    from largedet.engine.ema import ModelEMA
+
+    grid = study.build_grid("steps")
+    names = {c.name: c for c in grid.cells}
+
+    def cfg_for(name):
+        return cfg_of(study, study.plan_cell(grid, names[name], None, "/x", 1), "steps")
+
+    assert cfg_for("pmd_lamb-bs1024-ep1.4x-wd0.01").SOLVER.WEIGHT_DECAY == 0.01
+    assert cfg_for("pmd_lamb-bs1024-ep1.4x").SOLVER.WEIGHT_DECAY == 1e-4
+    beta = cfg_for("pmd_lamb-bs1024-ep1.4x-lrx2-b20.95")
+    assert tuple(beta.SOLVER.LAMB.BETAS) == (0.9, 0.95) and beta.SOLVER.LSR.REFERENCE_LR == 0.01
+    ema = cfg_for("pmd_lamb-bs1024-ep1.4x-ema0.9998")
+    assert ema.MODEL_EMA.ENABLED and ema.MODEL_EMA.EVAL == "both"
+    assert ModelEMA(torch_module(), ema.MODEL_EMA.DECAY, ema.MODEL_EMA.REFERENCE_BATCH).decay_at(1024) == 0.9998**64
+    ramp = cfg_for("pmd_lamb-bs1024-ep1.4x-ramp256e28-512e56")
+    schedule = batch_schedule(batch_plan(ramp, 1), ramp.SOLVER.MAX_ITER, ramp.SOLVER.BATCH_RAMP.BATCHES,
+                              ramp.SOLVER.BATCH_RAMP.EPOCHS, dataset_size=1536)  # fmt: skip
+    # 280 epochs of 1536 images: 28 at 256 (168 steps), 28 at 512 (84), 224 at 1024 (336)
+    assert [(s.batch, s.accumulation, s.steps) for s in schedule.stages] == [(256, 16, 168), (512, 32, 84), (1024, 64, 336)]
+    assert schedule.images_before(schedule.total_steps) == 280 * 1536
+
+
+def torch_module():
+    import torch
+
+    return torch.nn.Linear(2, 2)
