@@ -63,6 +63,12 @@ def run_rejected(args, tmp_path):
         # an integer for a float key is taken as that float; multigrid needs a step schedule
         (["SOLVER.BASE_LR", "1", "MULTIGRID.LONG_CYCLE", "True", "SOLVER.LR_SCHEDULER_NAME", "WarmupCosineLR"],
          "error: SOLVER.LR_SCHEDULER_NAME: must be 'WarmupMultiStepLR' with multigrid"),
+        (["MULTIGRID.LONG_CYCLE", "True", "SOLVER.LR_SCHEDULER_NAME", "WarmupMultiStepLR",
+          "SOLVER.IMS_PER_DEVICE", "4", "SOLVER.BATCH_RAMP.BATCHES", "(8,)",
+          "SOLVER.BATCH_RAMP.EPOCHS", "(1.0,)"],
+         "error: SOLVER.BATCH_RAMP: a batch ramp and MULTIGRID both set the batch of each step"),
+        (["SOLVER.IMS_PER_DEVICE", "4", "SOLVER.BATCH_RAMP.BATCHES", "(6,)", "SOLVER.BATCH_RAMP.EPOCHS", "(1.0,)"],
+         "error: SOLVER.BATCH_RAMP.BATCHES: 6 is not a whole multiple of world size 1 x SOLVER.IMS_PER_DEVICE 4"),
     ],
 )  # fmt: skip
 def test_config_errors_are_one_line_before_launch(args, expected, tmp_path):

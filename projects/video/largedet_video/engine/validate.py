@@ -105,6 +105,11 @@ def check_video_config(cfg: CfgNode, world_size: int | None) -> BatchPlan | None
     (``register_video_datasets``)."""
     plan = check_config(cfg, world_size, VIDEO_RULES)
     _check_video_keys(cfg, ("TEST",) if world_size is None else ("TRAIN", "TEST"))
+    if world_size is not None and cfg.SOLVER.BATCH_RAMP.BATCHES and multigrid_enabled(cfg):
+        raise ConfigError(
+            "SOLVER.BATCH_RAMP: a batch ramp and MULTIGRID both set the batch of each step; "
+            "use one of them"
+        )
     return plan
 
 
