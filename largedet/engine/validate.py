@@ -39,9 +39,10 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from ..config import add_largedet_config
 from ..optim import MOMENT_DECAYS
 from ..solver import OPTIMIZER_REGISTRY
-from ..solver.lr_scheduler import LSR_RULES
+from ..solver.lr_scheduler import LR_SCHEDULES, LSR_RULES
 from .batch import BatchPlan, batch_plan
 from .defaults import setup_cfg
+from .ema import BUFFER_MODES, EMA_EVAL_MODES
 from .launch import planned_world_size
 from .train_loop import check_agvm_estimates
 from .trainer import Trainer
@@ -264,6 +265,14 @@ def _reseed(cfg: CfgNode) -> bool:
     return cfg.RESEED_EVERY_ITER
 
 
+def _ema(cfg: CfgNode) -> bool:
+    return cfg.MODEL_EMA.ENABLED
+
+
+def _wsd(cfg: CfgNode) -> bool:
+    return cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupStableDecayLR"
+
+
 #: The training keys of largedet and Detectron2 whose values are checked before launch.
 TRAINING_RULES: tuple[Rule, ...] = (
     Rule("SOLVER.BASE_LR", "a number > 0", _positive, lambda cfg: not _lsr(cfg)),
@@ -294,6 +303,12 @@ TRAINING_RULES: tuple[Rule, ...] = (
     Rule("SOLVER.AGVM.CLIP_MAX_NORM", "a number >= 0 (0: off)", _non_negative, _agvm),
     Rule("SOLVER.AGVM.CLIP_ITERS", "two integers >= 0", _pair_of(int_at_least(0)), _agvm),
     Rule("WANDB.MODE", *one_of(("", "online", "offline", "disabled"))),
+    Rule("SOLVER.LR_SCHEDULER_NAME", *one_of(LR_SCHEDULES)),
+    Rule("SOLVER.WSD.DECAY_START", "a number in (0, 1)", lambda v: _number(v) and 0 < v < 1, _wsd),
+    Rule("MODEL_EMA.DECAY", "a number in [0, 1)", _fraction, _ema),
+    Rule("MODEL_EMA.REFERENCE_BATCH", "an integer >= 0 (0: DECAY per step)", int_at_least(0), _ema),
+    Rule("MODEL_EMA.BUFFERS", *one_of(BUFFER_MODES), _ema),
+    Rule("MODEL_EMA.EVAL", *one_of(EMA_EVAL_MODES), _ema),
 )  # fmt: skip
 
 

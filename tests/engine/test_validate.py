@@ -132,6 +132,14 @@ def test_every_shipped_config_merges_and_passes_the_value_checks():
         (["WANDB.MODE", "offlne"],
          "WANDB.MODE: must be one of '', 'disabled', 'offline', 'online', got 'offlne'"),
         (["SOLVER.IMS_PER_DEVICE", "3"], "SOLVER.IMS_PER_BATCH 8 is not a whole multiple of world size 1"),
+        (["MODEL_EMA.ENABLED", "True", "MODEL_EMA.DECAY", "1.5"], "MODEL_EMA.DECAY: must be a number in [0, 1), got 1.5"),
+        (["MODEL_EMA.ENABLED", "True", "MODEL_EMA.EVAL", "raw"],
+         "MODEL_EMA.EVAL: must be one of 'both', 'ema', 'model', got 'raw'"),
+        (["SOLVER.LR_SCHEDULER_NAME", "WarmupStableDecayLR", "SOLVER.WSD.DECAY_START", "1.0"],
+         "SOLVER.WSD.DECAY_START: must be a number in (0, 1), got 1.0"),
+        (["SOLVER.LR_SCHEDULER_NAME", "WarmupPoly"], "SOLVER.LR_SCHEDULER_NAME: must be one of"),
+        (["SOLVER.IMS_PER_DEVICE", "4", "SOLVER.BATCH_RAMP.BATCHES", "(6,)", "SOLVER.BATCH_RAMP.EPOCHS", "(1.0,)"],
+         "SOLVER.BATCH_RAMP.BATCHES: 6 is not a whole multiple of world size 1 x SOLVER.IMS_PER_DEVICE 4 = 4"),
     ],
 )  # fmt: skip
 def test_values_name_the_key(opts, expected):
