@@ -492,7 +492,14 @@ def describe_run(
         f"  optimizer {optimizer_name} (SOLVER.OPTIMIZER {solver.OPTIMIZER}); {scaling.describe()}",
     ]
     if schedule is None:
-        lines.append(f"  {warmup}; {solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}")
+        if solver.LR_SCHEDULER_NAME == "WarmupStableDecayLR":
+            shape = (
+                f"WarmupStableDecayLR: the peak LR until {solver.WSD.DECAY_START:g} of the run, "
+                f"then linear to {solver.BASE_LR_END:g}"
+            )
+        else:
+            shape = f"{solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}"
+        lines.append(f"  {warmup}; {shape}")
         lines.append(
             f"  {solver.MAX_ITER} iterations x {batch.global_batch} = {images} images = {epochs}"
         )
