@@ -178,6 +178,14 @@ def _add_large_batch_config(cfg: CN) -> None:
     # process stop the run with an error naming the last file.
     cfg.DATALOADER.MAX_CONSECUTIVE_SKIPS = 10
 
+    cfg.PREEMPTION = CN()
+    # Signals that pre-empt a run: the current optimizer step finishes on every process,
+    # the main process writes a checkpoint (weights, optimizer, LR schedule, data
+    # position), the log says "pre-empted at iteration N: checkpoint <file>", and every
+    # process exits with status 75; --resume continues at step N + 1. Names of catchable
+    # signals; () leaves every signal's default action (SIGTERM kills the run at once).
+    cfg.PREEMPTION.SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
+
     # Optimizer steps between two writes of the logged metrics (console, metrics.json,
     # TensorBoard); an integer >= 1. Detectron2 writes every 20; short runs (a few dozen
     # large-batch steps) need fewer to draw their loss curves.

@@ -13,15 +13,22 @@ not split over torchrun's processes is refused as it is for ``--num-gpus``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
+
+from .preemption import PREEMPTED_EXIT_CODE, Preempted
 
 __all__ = ["check_and_launch", "launch", "launched_by_torchrun", "planned_world_size"]
 
@@ -106,15 +113,21 @@ def launch(
     if not launched_by_torchrun():
         # one process: Detectron2 calls main_func here, without a process group of its own
         several = planned_world_size(args) > 1
-        d2_launch(
-            _run_then_shut_down if several else main_func,
-            args.num_gpus,
-            num_machines=args.num_machines,
-            machine_rank=args.machine_rank,
-            dist_url=args.dist_url,
-            args=(main_func, args) if several else (args,),
-            timeout=timeout,
-        )
+        with _forwarding_signals(several and args.num_gpus > 1):
+            try:
+                d2_launch(
+                    _run_then_shut_down if several else main_func,
+                    args.num_gpus,
+                    num_machines=args.num_machines,
+                    machine_rank=args.machine_rank,
+                    dist_url=args.dist_url,
+                    args=(main_func, args) if several else (args,),
+                    timeout=timeout,
+                )
+            except mp.ProcessExitedException as e:
+                if e.exit_code == PREEMPTED_EXIT_CODE:  # the workers saved and exited
+                    sys.exit(PREEMPTED_EXIT_CODE)
+                raise
         return
     has_gpu = torch.cuda.is_available()
     if has_gpu:
@@ -131,6 +144,39 @@ def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args)
     workers end cleanly, evaluation-only runs included."""
     from .trainer import shut_down_distributed
 
-    main_func(args)
+    try:
+        main_func(args)
+    except Preempted:  # every rank stopped at the same step, after the checkpoint
+        comm.synchronize()
+        shut_down_distributed()
+        raise
     comm.synchronize()  # no process tears its groups down while another still uses them
     shut_down_distributed()
+
+
+#: what a launching process passes on to the worker processes it started
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+@contextlib.contextmanager
+def _forwarding_signals(forward: bool):
+    """Within the block (``forward`` true), :data:`FORWARDED_SIGNALS` received by this
+    process are sent on to its worker processes (Detectron2's ``launch`` starts them with
+    ``multiprocessing``), which save and exit on them (:mod:`largedet.engine.preemption`)."""
+    if not forward or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward_signal(signum, frame):
+        for child in multiprocessing.active_children():
+            try:
+                os.kill(child.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    previous = {sig: signal.signal(sig, forward_signal) for sig in FORWARDED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

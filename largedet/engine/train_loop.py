@@ -112,6 +112,16 @@ class AccumulationTrainer(SimpleTrainer):
         self.last_losses: Dict[str, float] = {}
         self.last_total_loss = float("nan")
         self.last_grad_norm = float("nan")
+        # pre-emption (largedet.engine.preemption): the signal this rank got (0: none), and
+        # whether any rank had one at the last step, learnt in the metrics' all-gather
+        self._stop_signal = 0
+        self.stop_agreed = False
+        self.stop_signals: List[int] = []
+
+    def request_stop(self, signum: int) -> None:
+        """Ask every rank to stop after the step in whose metrics all-gather this rank's
+        request is seen (:attr:`stop_agreed`); safe to call from a signal handler."""
+        self._stop_signal = int(signum)
 
     def _autocast(self):
         if self.amp_dtype is None:
@@ -280,17 +290,19 @@ class AccumulationTrainer(SimpleTrainer):
         values = (
             torch.stack([t.to(tensors[0].device) for t in tensors]).tolist() if tensors else []
         )
-        gathered = comm.all_gather((values, data_time))
-        mean = np.mean([v[: len(names)] for v, _ in gathered], axis=0) if names else []
+        gathered = comm.all_gather((values, data_time, self._stop_signal))
+        self.stop_signals = [signum for _, _, signum in gathered]
+        self.stop_agreed = any(self.stop_signals)
+        mean = np.mean([v[: len(names)] for v, _, _ in gathered], axis=0) if names else []
         self.last_losses = {n: float(v) for n, v in zip(names, mean)}
         self.last_total_loss = float(sum(self.last_losses.values()))
         if grad_norm is not None:
-            self.last_grad_norm = float(np.max([v[-1] for v, _ in gathered]))
+            self.last_grad_norm = float(np.max([v[-1] for v, _, _ in gathered]))
         if comm.is_main_process():
             iter = self.iter if iter is None else iter
             storage = get_event_storage()
             storage.put_scalar("rank_data_time", data_time, cur_iter=iter)
-            storage.put_scalar("data_time", max(t for _, t in gathered), cur_iter=iter)
+            storage.put_scalar("data_time", max(t for _, t, _ in gathered), cur_iter=iter)
             storage.put_scalar(f"{prefix}total_loss", self.last_total_loss, cur_iter=iter)
             if len(self.last_losses) > 1:
                 storage.put_scalars(cur_iter=iter, **self.last_losses)

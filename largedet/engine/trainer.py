@@ -20,6 +20,8 @@ What it adds to ``DefaultTrainer``, each in one place:
 - a batch ramp (``SOLVER.BATCH_RAMP``, :class:`~largedet.engine.batch.BatchSchedule`): a
   smaller global batch in the first epochs through K alone, the LR following its scaling
   rule at each batch, the schedule and PMD's period in images;
+- pre-emption (``PREEMPTION.SIGNALS``, :mod:`largedet.engine.preemption`): a signal ends
+  the current step, a checkpoint is written and every process exits with status 75;
 - model EMA (``MODEL_EMA``, :mod:`largedet.engine.ema`): a moving average of the weights,
   updated once per optimizer step, kept in checkpoints and evaluated in place of (or
   beside) the trained weights;
@@ -78,6 +80,7 @@ from .data import (
 )
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .hooks import DivergenceGuard, ReseedEveryIter
+from .preemption import PreemptionHook
 from .train_loop import AccumulationTrainer, check_agvm_estimates
 
 __all__ = ["Trainer", "describe_run", "shut_down_distributed"]
@@ -260,6 +263,9 @@ class Trainer(DefaultTrainer):
         if self.ema is not None:  # after the guard: a rolled-back step is not averaged
             ours.append(EMAHook(self.ema, self.batch_at))
             hooks = [self._ema_eval_hook() if isinstance(h, EvalHook) else h for h in hooks]
+        # pre-emption: after the LR step and the periodic checkpoint, before evaluating
+        evaluation = next(i for i, h in enumerate(hooks) if isinstance(h, EvalHook))
+        hooks.insert(evaluation, PreemptionHook(self.cfg.PREEMPTION.SIGNALS))
         if self.cfg.RESEED_EVERY_ITER:
             ours.insert(0, ReseedEveryIter(self.cfg.SEED))
         if isinstance(self._trainer.data_loader, DetectionTrainLoader):

@@ -1,0 +1,101 @@
+"""Pre-emption: on a signal, finish the optimizer step, save a checkpoint, exit with status 75.
+
+A cluster that takes a job away (Slurm's pre-emption or time-out, torchrun's SIGTERM, a
+spot instance going away) signals the training processes. :class:`PreemptionHook` catches
+the signals ``PREEMPTION.SIGNALS`` names; the handler only records the signal. The ranks
+agree on the step at which they stop without a host sync of their own: each rank's flag
+travels in the all-gather of the step's losses that the trainer makes anyway
+(:class:`~largedet.engine.train_loop.AccumulationTrainer`), so every rank learns in the
+same step that some rank was signalled, a rank that got no signal included. After that
+step (its LR step and periodic checkpoint done) the main process writes an atomic
+checkpoint with the data position, every rank waits for it, the log says
+``pre-empted at iteration N: checkpoint <file>``, and every process exits with
+:data:`PREEMPTED_EXIT_CODE` (``Preempted``, a ``SystemExit``). ``--resume`` then continues
+at step N + 1: no step is trained twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from typing import Dict, Sequence
+
+from detectron2.engine import HookBase
+from detectron2.utils import comm
+
+__all__ = ["PREEMPTED_EXIT_CODE", "Preempted", "PreemptionHook", "parse_signals"]
+
+logger = logging.getLogger(__name__)
+
+#: Exit status of a pre-empted run: sysexits' EX_TEMPFAIL ("try again later")
+PREEMPTED_EXIT_CODE = 75
+
+
+class Preempted(SystemExit):
+    """Raised on every rank after the pre-emption checkpoint is written; exits with
+    :data:`PREEMPTED_EXIT_CODE`."""
+
+    def __init__(self, iteration: int, checkpoint: str):
+        super().__init__(PREEMPTED_EXIT_CODE)
+        self.iteration, self.checkpoint = iteration, checkpoint
+
+
+def parse_signals(names: Sequence[str]) -> list:
+    """``signal.Signals`` of names such as ``"SIGTERM"``; ValueError naming an unknown one."""
+    out = []
+    for name in names:
+        sig = getattr(signal.Signals, str(name), None)
+        if sig is None or sig in (signal.SIGKILL, signal.SIGSTOP):
+            raise ValueError(
+                f"PREEMPTION.SIGNALS: {name!r} is not a signal that can be caught "
+                "(e.g. 'SIGTERM', 'SIGUSR1', 'SIGUSR2')"
+            )
+        out.append(sig)
+    return out
+
+
+class PreemptionHook(HookBase):
+    """See the module docstring. ``signals``: what to catch (``PREEMPTION.SIGNALS``); the
+    previous handlers come back after training. Handlers can only be installed in the main
+    thread; elsewhere (a trainer run in a thread) the hook warns and does nothing."""
+
+    def __init__(self, signals: Sequence[str]):
+        self._signals = parse_signals(signals)
+        self._previous: Dict[signal.Signals, object] = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.trainer._trainer.request_stop(signum)
+
+    def before_train(self):
+        if not self._signals:
+            return
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("Not in the main thread: pre-emption signals are not caught")
+            return
+        for sig in self._signals:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def after_step(self):
+        loop = self.trainer._trainer
+        if not loop.stop_agreed:
+            return
+        iteration = self.trainer.iter
+        checkpointer = self.trainer.checkpointer
+        name = f"model_{iteration:07d}"
+        path = os.path.join(checkpointer.save_dir, name + ".pth")
+        if comm.is_main_process():
+            checkpointer.save(name, iteration=iteration)
+            signals = ", ".join(sorted({signal.Signals(s).name for s in loop.stop_signals if s}))
+            logger.warning(
+                "pre-empted at iteration %d (%s): checkpoint %s; --resume continues at iteration %d",
+                iteration, signals, path, iteration + 1,
+            )  # fmt: skip
+        comm.synchronize()  # no rank exits before the checkpoint is complete
+        raise Preempted(iteration, path)
+
+    def after_train(self):
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
