@@ -157,3 +157,42 @@ def test_model_ema_is_kept_and_evaluated(tiny_shapes, tiny_shapes_spec, tmp_path
     results = run(["--eval-only"], ["MODEL.WEIGHTS", final, "MODEL_EMA.EVAL", "both"])
     assert set(results) == {"classification", "model/classification"}
     assert results["classification"]["num_videos"] == tiny_shapes_spec.num_val
+
+
+@pytest.mark.usefixtures("single_thread")
+def test_preemption_saves_and_resume_matches_an_uninterrupted_run(tiny_shapes, tiny_shapes_spec, tmp_path, monkeypatch):
+    import signal
+
+    import torch
+    from detectron2.engine import HookBase
+    from detectron2.utils.env import seed_all_rng
+    from largedet.engine.preemption import Preempted
+
+    class SignalAt(HookBase):
+        def before_step(self):
+            if self.trainer.iter == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setenv("LARGEDET_DATASETS", os.path.dirname(tiny_shapes))
+    parser = largedet_argument_parser()
+
+    def trainer(out, flags=()):
+        parsed = parser.parse_args([*flags, *tiny_overrides(tiny_shapes_spec, out), "SOLVER.MAX_ITER", "3",
+                                    "DATASETS.TEST", "()", "SEED", "0", "RESEED_EVERY_ITER", "True"])  # fmt: skip
+        seed_all_rng(0)
+        t = VideoTrainer(setup(parsed))
+        t.resume_or_load(resume=parsed.resume)
+        return t
+
+    straight = trainer(str(tmp_path / "straight"))
+    straight.train()
+    first = trainer(str(tmp_path / "preempted"))
+    first.register_hooks([SignalAt()])
+    with pytest.raises(Preempted) as stop:
+        first.train()
+    assert stop.value.iteration == 1 and stop.value.checkpoint.endswith("model_0000001.pth")
+    resumed = trainer(str(tmp_path / "preempted"), ["--resume"])
+    assert resumed.start_iter == 2
+    resumed.train()
+    a, b = straight.model.state_dict(), resumed.model.state_dict()
+    assert [k for k in a if not torch.equal(a[k], b[k])] == []

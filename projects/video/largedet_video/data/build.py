@@ -22,6 +22,7 @@ from detectron2.utils import comm
 from detectron2.data.build import worker_init_reset_seed
 from detectron2.data.samplers import InferenceSampler
 from largedet.engine import ResumableLoader, ResumableTrainingSampler
+from largedet.engine.data import image_seed
 from torch.utils.data import BatchSampler, DataLoader
 
 from ..multigrid import MultigridBatchSampler, MultigridPlan, build_multigrid_plan
@@ -180,9 +181,29 @@ def build_video_train_loader(cfg, clips_per_device: int) -> VideoTrainLoader:
     unless ``SOLVER.IMS_PER_DEVICE`` asks for gradient accumulation)."""
     dataset = build_video_dataset(cfg, cfg.DATASETS.TRAIN, is_train=True)
     sampler = ResumableTrainingSampler(len(dataset))
-    batch_sampler = BatchSampler(sampler, clips_per_device, drop_last=True)
+    if cfg.RESEED_EVERY_ITER:
+        batch_sampler = PositionSeededBatches(sampler, clips_per_device, dataset.clip_shape)
+    else:
+        batch_sampler = BatchSampler(sampler, clips_per_device, drop_last=True)
     logger.info("%s; %d training videos", describe_clips(cfg), len(dataset))
     return VideoTrainLoader(_loader(cfg, dataset, batch_sampler), sampler)
+
+
+class PositionSeededBatches:
+    """Batches of ``clips_per_device`` dataset keys ``(index, shape, seed)`` from the
+    sampler's position on, each clip's augmentation seeded from (the data seed, its
+    position in the global stream) (:func:`largedet.engine.data.image_seed`): a resumed
+    run crops and flips as an uninterrupted one did, whatever the workers
+    (``RESEED_EVERY_ITER``)."""
+
+    def __init__(self, sampler: ResumableTrainingSampler, clips_per_device: int, shape: ClipShape):
+        self.sampler, self.clips_per_device, self.shape = sampler, clips_per_device, shape
+
+    def __iter__(self):
+        entries = self.sampler.entries()
+        while True:
+            chunk = list(itertools.islice(entries, self.clips_per_device))
+            yield [(index, self.shape, image_seed(self.sampler.seed, position)) for position, index in chunk]
 
 
 def build_multigrid_train_loader(cfg) -> MultigridTrainLoader:

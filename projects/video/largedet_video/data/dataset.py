@@ -109,14 +109,20 @@ class VideoDataset(Dataset):
         """``key`` is an index, or ``(index, shape)`` to request a training clip
         of another shape: any object with ``num_frames`` and ``crop_size``
         (:class:`ClipShape`, or the multigrid schedule's shapes, which a
-        shape-carrying batch sampler yields)."""
-        index, shape = key if isinstance(key, tuple) else (key, self.clip_shape)
+        shape-carrying batch sampler yields), or ``(index, shape, seed)`` to draw
+        the clip's random numbers from ``seed``."""
+        seed = None
+        if isinstance(key, tuple):
+            index, shape, *rest = key
+            seed = rest[0] if rest else None
+        else:
+            index, shape = key, self.clip_shape
         if not self.is_train:
             return self._test_sample(index)
         for attempt in range(self.max_consecutive_skips + 1):
             record = self.records[index]
             try:
-                sample = self._train_sample(record, shape)
+                sample = self._train_sample(record, shape, seed)
             except VideoDecodeError as e:
                 self._log_skip(e)
                 index = (index + 1) % len(self.records)
@@ -137,14 +143,15 @@ class VideoDataset(Dataset):
             self.num_skipped,
         )
 
-    def _train_sample(self, record: Dict, shape: ClipShape) -> Dict:
+    def _train_sample(self, record: Dict, shape: ClipShape, seed: Optional[int] = None) -> Dict:
         """One training clip of ``shape``. A shape with fewer frames than the base
         clip (:attr:`clip_shape`) is resampled at a random, longer temporal stride
         (:meth:`FrameSampling.train_resampled`). The multi-scale crop box is chosen
         relative to the frame and then resized to ``shape.crop_size``, so a smaller
         crop shows the same field of view at a lower resolution: the scale jitter
-        is rescaled by ``crop_size / base crop`` (multigrid's spatial resampling)."""
-        rng = self._generator()
+        is rescaled by ``crop_size / base crop`` (multigrid's spatial resampling). ``seed``:
+        the clip's own generator (a position-seeded stream), else the process's."""
+        rng = self._generator() if seed is None else np.random.default_rng(seed)
         aug = self.augmentation
         with open_video(record["path"], self.decoder) as video:
             n = record.get("num_frames") or video.num_frames
