@@ -14,13 +14,16 @@ time limit, and on pre-emption where the cluster sends it:
 ``SlurmctldParameters=preempt_send_user_signal``). submitit's handler in the task of node 0
 calls :meth:`TrainingJob.checkpoint`, which stops the training processes and hands back the
 same job with ``--resume``; submitit requeues it (pre-emptions without limit, time-outs
-``max_num_timeout`` times). A job that Slurm requeues by itself (``PreemptMode=REQUEUE``,
-a node failure) resumes too (``SLURM_RESTART_COUNT``). The requeued job continues from the
-last checkpoint in the output folder (``SOLVER.CHECKPOINT_PERIOD`` /
-``train.checkpointer.period``): the steps since then are trained again, and with exact
-resume (``SEED >= 0``, ``RESEED_EVERY_ITER``) the run ends on the weights of an
-uninterrupted one. The training processes ignore the signal themselves: only the job
-decides when they stop.
+``max_num_timeout`` times). Stopping the training processes is a SIGTERM to them all, on
+which they finish the current optimizer step, write a checkpoint and exit
+(:mod:`largedet.engine.preemption`); the job waits for that up to the signal delay less
+:data:`STOP_MARGIN_S` (``SlurmResources.signal_delay_s``, so within the time Slurm gives),
+then kills what is left. The requeued job continues from that checkpoint: no step is
+trained twice, and with exact resume (``SEED >= 0``, ``RESEED_EVERY_ITER``) the run ends on
+the weights of an uninterrupted one. A job that Slurm requeues by itself
+(``PreemptMode=REQUEUE``, a node failure) resumes too (``SLURM_RESTART_COUNT``), from the
+last checkpoint written. The training processes ignore submitit's signal themselves: only
+the job decides when they stop.
 """
 
 from __future__ import annotations
@@ -41,8 +44,11 @@ __all__ = ["Placement", "SlurmResources", "TrainingJob", "placement", "submit"]
 
 logger = logging.getLogger(__name__)
 
-#: Seconds the training script gets to exit on SIGTERM before it is killed.
+#: Seconds the training script gets to exit on SIGTERM before it is killed, unless the job
+#: is given more (``TrainingJob.stop_timeout_s``).
 STOP_TIMEOUT_S = 30
+#: Seconds of Slurm's signal delay kept back for submitit's requeue after the stop.
+STOP_MARGIN_S = 20
 #: Seconds between two looks at whether the training script has exited.
 POLL_S = 1.0
 
@@ -136,6 +142,9 @@ class TrainingJob(submitit.helpers.Checkpointable):
     opts: Sequence[str] = ()
     resume: bool = False
     attempt: int = 0
+    # seconds the training processes get to save and exit on SIGTERM (submit sets it
+    # from the signal delay)
+    stop_timeout_s: float = STOP_TIMEOUT_S
     _process: Optional[subprocess.Popen] = field(
         default=None, init=False, repr=False, compare=False
     )
@@ -184,7 +193,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
     def _stop(self) -> None:
         """SIGTERM to the script's process group (the script and the per-GPU processes it
         started), SIGKILL to what is left once the script has exited or after
-        :data:`STOP_TIMEOUT_S`."""
+        :attr:`stop_timeout_s` (they save a checkpoint first)."""
         process = self._process
         if process is None:
             return
@@ -193,7 +202,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         except ProcessLookupError:  # the whole group has exited
             return
         try:
-            process.wait(timeout=STOP_TIMEOUT_S)
+            process.wait(timeout=self.stop_timeout_s)
         except subprocess.TimeoutExpired:
             logger.warning("The training script did not exit on SIGTERM; killing it")
         try:
@@ -229,4 +238,5 @@ def submit(
         folder=folder, cluster=cluster, slurm_max_num_timeout=resources.max_num_timeout
     )
     executor.update_parameters(**resources.executor_parameters())
-    return executor.submit(job)
+    stop = max(STOP_TIMEOUT_S, resources.signal_delay_s - STOP_MARGIN_S)
+    return executor.submit(replace(job, stop_timeout_s=stop))
