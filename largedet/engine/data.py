@@ -122,6 +122,10 @@ class ResumableTrainingSampler(TrainingSampler):
         start = self._position + self._rank
         yield from itertools.islice(self._infinite_indices(), start, None, self._world_size)
 
+    def global_entries(self) -> Iterator[Entry]:
+        """Every rank's ``(global position, dataset index)`` pairs from the stream's start."""
+        return zip(itertools.count(), self._infinite_indices())
+
     def entries(self, start: Optional[int] = None) -> Iterator[Entry]:
         """This rank's ``(global position, dataset index)`` pairs from the global position
         ``start`` on (default: :attr:`position`)."""
@@ -312,6 +316,22 @@ class TrainBatches(IterableDataset):
         return nxt
 
 
+def grouped_positions(
+    sampler: ResumableTrainingSampler, groups: np.ndarray, world_size: int, batch_size: int, position: int
+) -> set:
+    """The stream positions that the first ``position`` images of a run on ``world_size``
+    processes of ``batch_size`` images per pass trained on, with aspect-ratio grouping: the
+    first ``position / (world_size x batch_size)`` grouped batches of every rank (replayed
+    without reading an image)."""
+    done = position // (world_size * batch_size)
+    trained = set()
+    for rank in range(world_size):
+        entries = itertools.islice(sampler.global_entries(), rank, None, world_size)
+        for batch in itertools.islice(group_by_aspect_ratio(entries, batch_size, groups), done):
+            trained.update(p for p, _ in batch)
+    return trained
+
+
 class DetectionTrainLoader(ResumableLoader):
     """A :class:`ResumableLoader` over :class:`TrainBatches` that counts the unreadable
     images replaced (:attr:`num_skipped`, this rank's total since the process started)
@@ -320,6 +340,22 @@ class DetectionTrainLoader(ResumableLoader):
     def __init__(self, loader: DataLoader, sampler: ResumableTrainingSampler):
         super().__init__(loader, sampler)
         self.num_skipped = 0
+
+    def regrouped_images(self, world_size: int, batch_size: int, position: int) -> Optional[int]:
+        """With aspect-ratio grouping, resuming at ``position`` a run made on ``world_size``
+        processes of ``batch_size`` images per pass on this run's layout: how many images
+        of the first ``position`` the new layout counts as trained although the old run
+        did not, which it therefore skips; as many of the old run's are trained again.
+        None without grouping (the stream then continues exactly)."""
+        batches = getattr(self.loader, "dataset", None)
+        groups = getattr(batches, "groups", None)
+        if groups is None:
+            return None
+        old = grouped_positions(self.sampler, groups, world_size, batch_size, position)
+        new = grouped_positions(
+            self.sampler, groups, self.sampler.world_size, batches.batch_size, position
+        )
+        return len(new - old)
 
     def __iter__(self) -> Iterator[List[Dict[str, Any]]]:
         # The DataLoader's iterator is made here, not at the first batch: making it draws

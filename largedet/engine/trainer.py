@@ -404,7 +404,12 @@ class Trainer(DefaultTrainer):
 
     def state_dict(self):
         ret = super().state_dict()
-        ret["data"] = {"seed": self.data_seed, "position": self.data_position}
+        ret["data"] = {
+            "seed": self.data_seed,
+            "position": self.data_position,
+            "world_size": self.batch.world_size,
+            "per_device": self.batch.per_device,
+        }
         return ret
 
     def load_state_dict(self, state_dict):
@@ -420,6 +425,38 @@ class Trainer(DefaultTrainer):
         logger.info(
             "Data stream resumes after %d images (seed %d)", self.data_position, self.data_seed
         )
+        self._log_layout_change(data, loader)
+
+    def _log_layout_change(self, data: dict, loader) -> None:
+        """Say so when the run resumes on another number of processes or micro-batch size
+        than the checkpoint's, and what stays exact."""
+        world, per_device = data.get("world_size"), data.get("per_device")
+        if world is None or (world, per_device) == (self.batch.world_size, self.batch.per_device):
+            return
+        old_k = self.batch.global_batch // (world * per_device)
+        regrouped = (
+            loader.regrouped_images(world, per_device, self.data_position)
+            if isinstance(loader, DetectionTrainLoader)
+            else None
+        )
+        if regrouped is None:
+            stream = "the data stream continues exactly (no image repeated or skipped)"
+        elif regrouped == 0:
+            stream = "aspect-ratio grouping regroups the same images (none repeated or skipped)"
+        else:
+            stream = (
+                f"aspect-ratio grouping regroups the stream on the new layout: {regrouped} of the "
+                f"{self.data_position} images trained on are trained again and {regrouped} not yet "
+                "trained on are skipped"
+            )
+        logger.warning(
+            "Resuming on %d process(es) x %d image(s) per pass x K = %d (the checkpoint's run: "
+            "%d x %d x K = %d): the global batch %d, the LR schedule and the data position carry "
+            "over; %s; the weights are not bit-exact with an uninterrupted run (gradients are "
+            "summed in another order, BN sees other micro-batches)",
+            self.batch.world_size, self.batch.per_device, self.batch.accumulation,
+            world, per_device, old_k, self.batch.global_batch, stream,
+        )  # fmt: skip
 
 
 def shut_down_distributed() -> None:

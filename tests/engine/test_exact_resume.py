@@ -154,3 +154,39 @@ def test_resume_with_workers_and_grouping_is_bit_exact(mixed_aspect, tmp_path):
                 torch.as_tensor(resumed.optimizer.state_dict()["state"][key][name]),
                 torch.as_tensor(value),
             )
+
+
+@pytest.mark.parametrize("grouping", [True, False])
+def test_resume_on_another_layout_says_what_changed(mixed_aspect, tiny_shapes, tmp_path, caplog, grouping):
+    # 2 steps of 6 images in 2 micro-batches of 3, then resumed with 3 of 2 (K 2 -> 3)
+    from engine_testing import largedet_log
+
+    opts = ["SOLVER.IMS_PER_BATCH", 6, "SOLVER.MAX_ITER", 2, "DATALOADER.NUM_WORKERS", 0,
+            "DATALOADER.ASPECT_RATIO_GROUPING", grouping]  # fmt: skip
+    if not grouping:  # images of one size (the tiny detector stacks them)
+        opts += ["DATASETS.TRAIN", ("tiny_shapes_train",), "INPUT.MIN_SIZE_TRAIN", (64,)]
+    first = Trainer(_cfg(tmp_path, *opts, "SOLVER.IMS_PER_DEVICE", 3))
+    first.resume_or_load(resume=False)
+    first.train()
+    seed = first.data_seed
+    with largedet_log(caplog):
+        resumed = Trainer(_cfg(tmp_path, *opts, "SOLVER.IMS_PER_DEVICE", 2, "SOLVER.MAX_ITER", 4))
+        resumed.resume_or_load(resume=True)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Resuming on")]
+    assert line.startswith("Resuming on 1 process(es) x 2 image(s) per pass x K = 3 "
+                           "(the checkpoint's run: 1 x 3 x K = 2): the global batch 6")  # fmt: skip
+    if not grouping:
+        assert "the data stream continues exactly" in line
+        return
+    # independently: the positions the old layout trained (its real batches) and those the
+    # new layout trains after the resume; the overlap is trained twice
+    groups = aspect_ratio_groups(mixed_aspect)
+
+    def batches(batch_size, position, n):
+        sampler = ResumableTrainingSampler(NUM_IMAGES, seed=seed, position=position)
+        stream = TrainBatches(mixed_aspect, None, sampler, batch_size, groups=groups).index_batches()
+        return [p for batch in itertools.islice(stream, n) for p, _ in batch]
+
+    trained = set(batches(3, 0, 4))  # 12 images in batches of 3
+    again = len(trained & set(batches(2, 12, 60)))
+    assert again > 0 and f"{again} of the 12 images trained on are trained again and {again} not yet" in line
