@@ -19,7 +19,9 @@ import sys
 from largedet.utils.plotting import (
     load_run,
     load_study,
+    epoch_curve,
     plot_ap_vs_batch,
+    plot_ap_vs_epochs,
     plot_cells_at_batch,
     plot_curves,
     plot_throughput,
@@ -78,6 +80,10 @@ def main(argv=None) -> int:
                 counted = f"\nreported split, {images} images"
             written.append(plot_ap_vs_batch(rows, os.path.join(args.out_dir, f"{args.prefix}ap_vs_batch.png"),
                                             title=f"Box AP vs global batch, same epochs{suffix}{counted}"))  # fmt: skip
+            if any(p.factor != 1.0 for p in epoch_curve(rows)[0]):
+                written.append(plot_ap_vs_epochs(rows, os.path.join(args.out_dir, f"{args.prefix}ap_vs_epochs.png"),
+                                                 title=f"Box AP against the epoch budget{suffix}"
+                                                 + (f"\n{images} images of each split" if images else "")))  # fmt: skip
             if args.cells_at_batch is not None:
                 path = os.path.join(args.out_dir, f"{args.prefix}cells_at_{args.cells_at_batch}.png")
                 plot_cells_at_batch(rows, args.cells_at_batch, path, images=images,

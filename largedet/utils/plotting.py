@@ -3,6 +3,8 @@
 * :func:`plot_ap_vs_batch`: box AP against global batch, one line per optimizer, diverged
   runs marked on the axis (the study CSV of ``benchmarks/batch_scaling_study.py``);
 * :func:`plot_throughput`: images/s of each run of the study;
+* :func:`plot_ap_vs_epochs`: box AP against the epoch budget for PMD-LAMB at each batch,
+  beside the batch-16 baseline's seed band (:func:`epoch_curve`, :func:`parity_bracket`);
 * :func:`plot_curves`: training loss and LR of several runs against *epochs* (iteration x
   global batch / training images), an x-axis on which runs at different batches line up.
 
@@ -29,7 +31,11 @@ __all__ = [
     "RunCurves",
     "load_run",
     "load_study",
+    "EpochPoint",
+    "epoch_curve",
+    "parity_bracket",
     "plot_ap_vs_batch",
+    "plot_ap_vs_epochs",
     "plot_curves",
     "plot_throughput",
     "mean_ap",
@@ -192,6 +198,89 @@ def plot_throughput(rows: Sequence[dict], path: str, title: str = "") -> str:
     ax.set_ylabel("training images/s")
     ax.set_title(title or "Training throughput per run (red: diverged)")
     ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+_CURVE_CELL = re.compile(r"^pmd_lamb-bs(\d+)(?:-ep([\d.]+)x)?(?:-s\d+)?$")
+_BASELINE_CELL = re.compile(r"^sgd-bs16-wu2(?:-s\d+)?$")
+
+
+@dataclass(frozen=True)
+class EpochPoint:
+    """The mean AP (held-out and reported) of one batch at one epoch factor, and its seeds."""
+
+    batch: int
+    factor: float  # epochs / the baseline's epochs
+    holdout: Optional[float]
+    reported: Optional[float]
+    seeds: int
+
+
+def epoch_curve(rows: Sequence[dict]) -> tuple:
+    """The epochs-to-parity curve of a steps-grid study: ``(points, baseline)``. ``points``
+    are the PMD-LAMB cells that change nothing but the batch and the epochs
+    (``pmd_lamb-bs<B>[-ep<f>x][-s<n>]``), their seeds averaged; ``baseline`` is the batch-16
+    SGD cell's seeds (``sgd-bs16-wu2[-s<n>]``) as a list of (held-out, reported) AP."""
+    baseline = [(r["holdout_ap"], r["box_ap"]) for r in rows if _BASELINE_CELL.match(r["cell"])
+                and r["box_ap"] is not None]  # fmt: skip
+    groups: Dict[tuple, List[dict]] = {}
+    for r in rows:
+        m = _CURVE_CELL.match(r["cell"])
+        if m and r["diverged"] != "yes" and r["box_ap"] is not None:
+            groups.setdefault((int(m.group(1)), float(m.group(2) or 1.0)), []).append(r)
+    points = [
+        EpochPoint(batch, factor, mean_ap(reps, "holdout_ap"), mean_ap(reps), len(reps))
+        for (batch, factor), reps in sorted(groups.items())
+    ]
+    return points, baseline
+
+
+def parity_bracket(points: Sequence[EpochPoint], baseline_ap: float, batch: int, tolerance: float = 1.0,
+                   key: str = "reported") -> tuple:  # fmt: skip
+    """``(below, within)``: the largest measured epoch factor of ``batch`` whose mean AP
+    (``key``) is more than ``tolerance`` below ``baseline_ap``, and the smallest above it
+    that is within ``tolerance`` (None where there is none)."""
+    mine = sorted((p for p in points if p.batch == batch), key=lambda p: p.factor)
+    within = next((p.factor for p in mine if getattr(p, key) >= baseline_ap - tolerance), None)
+    short = [p.factor for p in mine if getattr(p, key) < baseline_ap - tolerance
+             and (within is None or p.factor < within)]  # fmt: skip
+    return (max(short) if short else None), within
+
+
+def plot_ap_vs_epochs(rows: Sequence[dict], path: str, title: str = "") -> str:
+    """Box AP against the epoch factor (epochs / the baseline's) for each batch of
+    :func:`epoch_curve`, held-out and reported split side by side: a line through the
+    mean of each factor's seeds, each seed a dot; the batch-16 baseline's seeds as a band
+    (their range) around their mean, and the mean less 1 AP dashed."""
+    plt = _pyplot()
+    points, baseline = epoch_curve(rows)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    for ax, key, index, name in ((axes[0], "holdout", 0, "held-out split (chooses)"),
+                                 (axes[1], "reported", 1, "shapes_val (reports)")):  # fmt: skip
+        values = [b[index] for b in baseline if b[index] is not None]
+        if values:
+            mean = sum(values) / len(values)
+            ax.axhspan(min(values), max(values), color="0.8", alpha=0.6,
+                       label=f"SGD batch 16, 1.0x ({len(values)} seeds)")  # fmt: skip
+            ax.axhline(mean, color="0.4", lw=1)
+            ax.axhline(mean - 1.0, color="0.4", lw=1, ls="--", label="baseline - 1 AP")
+        for batch in sorted({p.batch for p in points}):
+            mine = [p for p in points if p.batch == batch and getattr(p, key) is not None]
+            ax.plot([p.factor for p in mine], [getattr(p, key) for p in mine], "-o",
+                    label=f"PMD-LAMB batch {batch}")  # fmt: skip
+            for p in mine:
+                if p.seeds > 1:
+                    ax.annotate(f"{p.seeds} seeds", (p.factor, getattr(p, key)), fontsize=7,
+                                textcoords="offset points", xytext=(4, -10))  # fmt: skip
+        ax.set_xlabel("epochs / the baseline's epochs")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("box AP")
+    axes[1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title or "Box AP against the epoch budget")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

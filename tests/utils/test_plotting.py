@@ -212,3 +212,35 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
         with_reevaluation(load_study(path), str(larger))
     proc = subprocess.run(cli[:2] + cli[4:6] + ["--runs", "x"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--eval-csv goes with --study" in proc.stderr
+
+
+def _curve_rows():
+    row = {"optimizer": "pmd_lamb", "diverged": "no"}
+    return [
+        {**row, "cell": "sgd-bs16-wu2", "optimizer": "sgd", "batch": 16, "holdout_ap": 74.0, "box_ap": 75.0},
+        {**row, "cell": "sgd-bs16-wu2-s1", "optimizer": "sgd", "batch": 16, "holdout_ap": 74.2, "box_ap": 74.6},
+        {**row, "cell": "pmd_lamb-bs1024", "batch": 1024, "holdout_ap": 71.0, "box_ap": 72.0},
+        {**row, "cell": "pmd_lamb-bs1024-s1", "batch": 1024, "holdout_ap": 71.4, "box_ap": 72.2},
+        {**row, "cell": "pmd_lamb-bs1024-ep1.4x", "batch": 1024, "holdout_ap": 72.5, "box_ap": 73.5},
+        {**row, "cell": "pmd_lamb-bs1024-ep2x", "batch": 1024, "holdout_ap": 73.5, "box_ap": 74.1},
+        {**row, "cell": "pmd_lamb-bs1024-ep1.4x-wd0.01", "batch": 1024, "holdout_ap": 90.0, "box_ap": 90.0},
+        {**row, "cell": "pmd_lamb-bs256", "batch": 256, "holdout_ap": 74.2, "box_ap": 75.5},
+        {**row, "cell": "pmd_lamb-bs1024-ep1.7x", "batch": 1024, "holdout_ap": None, "box_ap": None,
+         "diverged": "yes"},
+    ]  # fmt: skip
+
+
+def test_epoch_curve_keeps_the_batch_and_epoch_cells_only_and_brackets_parity(tmp_path):
+    from largedet.utils.plotting import epoch_curve, parity_bracket, plot_ap_vs_epochs
+
+    points, baseline = epoch_curve(_curve_rows())
+    assert baseline == [(74.0, 75.0), (74.2, 74.6)]
+    assert [(p.batch, p.factor, p.seeds) for p in points] == [(256, 1.0, 1), (1024, 1.0, 2), (1024, 1.4, 1), (1024, 2.0, 1)]
+    assert points[1].reported == pytest.approx(72.1) and points[1].holdout == pytest.approx(71.2)
+    # the baseline's mean 74.8: within 1 AP from 73.8 on; 1.4x (73.5) is not, 2.0x (74.1) is
+    assert parity_bracket(points, 74.8, 1024) == (1.4, 2.0)
+    assert parity_bracket(points, 74.8, 256) == (None, 1.0)
+    assert parity_bracket(points, 80.0, 1024) == (2.0, None)
+    assert parity_bracket(points, 73.4, 1024, key="holdout") == (1.0, 1.4)  # from 72.4 on
+    path = plot_ap_vs_epochs(_curve_rows(), str(tmp_path / "epochs.png"))
+    assert os.path.getsize(path) > 10_000
