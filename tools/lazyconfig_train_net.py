@@ -15,7 +15,6 @@ The batch arithmetic is checked here, before any process starts. Several machine
 ``tools/train_net.py``.
 """
 
-import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
 from detectron2.checkpoint import DetectionCheckpointer
 
 from largedet.engine import check_and_launch, largedet_argument_parser, print_box_ap

@@ -23,7 +23,6 @@ import argparse
 import os
 import sys
 
-import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
 from largedet.engine.slurm import SlurmResources, TrainingJob, submit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

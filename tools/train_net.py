@@ -16,8 +16,6 @@ is not a whole multiple of (processes x SOLVER.IMS_PER_DEVICE), the processes be
 or ``--num-gpus`` x ``--num-machines``, is one line on stderr, exit 2.
 """
 
-import largedet  # noqa: F401  (makes Detectron2 usable where its compiled ops are missing)
-
 from largedet.engine import (
     Trainer,
     check_and_launch,

@@ -89,6 +89,14 @@ logger = logging.getLogger(__name__)
 
 _AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
+#: Detectron2's auto_scale_workers would rescale IMS_PER_BATCH, BASE_LR and MAX_ITER with the
+#: world size; in largedet IMS_PER_BATCH is the global batch on any number of devices
+REFERENCE_WORLD_SIZE_ERROR = (
+    "SOLVER.REFERENCE_WORLD_SIZE: must be 0, got {}: SOLVER.IMS_PER_BATCH is the global batch on "
+    "any number of devices (set SOLVER.IMS_PER_DEVICE for what one device holds, SOLVER.LSR "
+    "for the LR of another batch)"
+)
+
 
 class Trainer(DefaultTrainer):
     """Trains and evaluates a Detectron2 model with largedet's batch arithmetic, optimizers,
@@ -104,7 +112,8 @@ class Trainer(DefaultTrainer):
         for name in ("detectron2", "largedet"):
             if not logging.getLogger(name).isEnabledFor(logging.INFO):
                 setup_logger(name=name)
-        cfg = DefaultTrainer.auto_scale_workers(cfg, comm.get_world_size())
+        if cfg.SOLVER.REFERENCE_WORLD_SIZE:
+            raise ValueError(REFERENCE_WORLD_SIZE_ERROR.format(cfg.SOLVER.REFERENCE_WORLD_SIZE))
         self.batch: BatchPlan = batch_plan(cfg, comm.get_world_size())
         if cfg.SOLVER.AGVM.ENABLED:
             check_agvm_estimates(self.batch.accumulation, self.batch.world_size)

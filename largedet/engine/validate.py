@@ -304,6 +304,10 @@ TRAINING_RULES: tuple[Rule, ...] = (
     Rule("SOLVER.AGVM.CLIP_ITERS", "two integers >= 0", _pair_of(int_at_least(0)), _agvm),
     Rule("WANDB.MODE", *one_of(("", "online", "offline", "disabled"))),
     Rule("SOLVER.LR_SCHEDULER_NAME", *one_of(LR_SCHEDULES)),
+    Rule("SOLVER.REFERENCE_WORLD_SIZE",
+         "0 (SOLVER.IMS_PER_BATCH is the global batch on any number of devices: set "
+         "SOLVER.IMS_PER_DEVICE for what one device holds, SOLVER.LSR for the LR of another batch)",
+         lambda v: v == 0),  # fmt: skip
     Rule("SOLVER.WSD.DECAY_START", "a number in (0, 1)", lambda v: _number(v) and 0 < v < 1, _wsd),
     Rule("MODEL_EMA.DECAY", "a number in [0, 1)", _fraction, _ema),
     Rule("MODEL_EMA.REFERENCE_BATCH", "an integer >= 0 (0: DECAY per step)", int_at_least(0), _ema),

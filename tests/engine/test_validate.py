@@ -138,6 +138,8 @@ def test_every_shipped_config_merges_and_passes_the_value_checks():
         (["SOLVER.LR_SCHEDULER_NAME", "WarmupStableDecayLR", "SOLVER.WSD.DECAY_START", "1.0"],
          "SOLVER.WSD.DECAY_START: must be a number in (0, 1), got 1.0"),
         (["SOLVER.LR_SCHEDULER_NAME", "WarmupPoly"], "SOLVER.LR_SCHEDULER_NAME: must be one of"),
+        (["SOLVER.REFERENCE_WORLD_SIZE", "8"],
+         "SOLVER.REFERENCE_WORLD_SIZE: must be 0 (SOLVER.IMS_PER_BATCH is the global batch on any number of devices"),
         (["SOLVER.IMS_PER_DEVICE", "4", "SOLVER.BATCH_RAMP.BATCHES", "(6,)", "SOLVER.BATCH_RAMP.EPOCHS", "(1.0,)"],
          "SOLVER.BATCH_RAMP.BATCHES: 6 is not a whole multiple of world size 1 x SOLVER.IMS_PER_DEVICE 4 = 4"),
     ],
