@@ -118,6 +118,17 @@ def _add_large_batch_config(cfg: CN) -> None:
     # ramp), in (0, 1); 0.8: the last fifth decays.
     cfg.SOLVER.WSD.DECAY_START = 0.8
 
+    cfg.SOLVER.WARMUP_CLIP = CN()
+    # Gradient-norm clipping around the end of warm-up, for any optimizer (AGVM's released
+    # configs clip there): the global L2 norm of the step's gradient (after averaging over
+    # micro-batches and devices, after unscaling) is clipped to MAX_NORM at the steps from
+    # ITERS[0] before to ITERS[1] after SOLVER.WARMUP_ITERS (in steps of IMS_PER_BATCH:
+    # images with a batch ramp). A float >= 0; 0 turns it off. The norm is logged as
+    # grad_norm (before clipping) at every logged step.
+    cfg.SOLVER.WARMUP_CLIP.MAX_NORM = 0.0
+    # (before, after): steps before and after the end of warm-up that clip; integers >= 0.
+    cfg.SOLVER.WARMUP_CLIP.ITERS = (50, 50)
+
     cfg.SOLVER.LSR = CN()
     # Linear scaling rule with warmup (Goyal et al. 2017; LargeDet's first ingredient).
     # true: the peak learning rate (reached at the end of warmup) is computed from

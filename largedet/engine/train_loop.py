@@ -117,6 +117,9 @@ class AccumulationTrainer(SimpleTrainer):
         self._stop_signal = 0
         self.stop_agreed = False
         self.stop_signals: List[int] = []
+        # the step's gradient-norm clip (SOLVER.WARMUP_CLIP; the trainer sets it per step):
+        # None for no clipping
+        self.clip_max_norm: Optional[float] = None
 
     def request_stop(self, signum: int) -> None:
         """Ask every rank to stop after the step in whose metrics all-gather this rank's
@@ -177,6 +180,8 @@ class AccumulationTrainer(SimpleTrainer):
         if not math.isfinite(self.last_grad_norm):
             self._skip_step()
             return
+        if self.clip_max_norm is not None:
+            _clip([g for g in grads if g is not None], grad_norm, self.clip_max_norm)
         if self.agvm is None:
             self._optimizer_step()
             return
@@ -304,6 +309,8 @@ class AccumulationTrainer(SimpleTrainer):
             storage.put_scalar("rank_data_time", data_time, cur_iter=iter)
             storage.put_scalar("data_time", max(t for _, t, _ in gathered), cur_iter=iter)
             storage.put_scalar(f"{prefix}total_loss", self.last_total_loss, cur_iter=iter)
+            if grad_norm is not None:
+                storage.put_scalar("grad_norm", self.last_grad_norm, cur_iter=iter)
             if len(self.last_losses) > 1:
                 storage.put_scalars(cur_iter=iter, **self.last_losses)
 
@@ -343,6 +350,13 @@ def total_norm(tensors: List[Tensor]) -> Tensor:
         for n in torch._foreach_norm(ts, 2.0, dtype=torch.promote_types(dtype, torch.float32))
     ]
     return torch.linalg.vector_norm(torch.stack(norms))
+
+
+def _clip(grads: List[Tensor], norm: Tensor, max_norm: float) -> None:
+    """Scale ``grads`` (whose global L2 norm is ``norm``) by ``min(1, max_norm / norm)``,
+    on the device: no host sync."""
+    coefficient = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(grads, coefficient.to(grads[0].device))
 
 
 def _copy(grad: Optional[Tensor]) -> Optional[Tensor]:

@@ -292,6 +292,17 @@ class Trainer(DefaultTrainer):
 
         return EvalHook(self.cfg.TEST.EVAL_PERIOD, test_and_save_results)
 
+    def clip_at(self, iteration: int) -> Optional[float]:
+        """The gradient-norm bound of step ``iteration`` (``SOLVER.WARMUP_CLIP``), or None."""
+        clip = self.cfg.SOLVER.WARMUP_CLIP
+        if clip.MAX_NORM <= 0:
+            return None
+        before, after = clip.ITERS
+        end_of_warmup = self.cfg.SOLVER.WARMUP_ITERS
+        if end_of_warmup - before <= self.schedule.clock(iteration) < end_of_warmup + after:
+            return clip.MAX_NORM
+        return None
+
     def batch_at(self, iteration: int) -> int:
         """The global batch of optimizer step ``iteration`` (0-based)."""
         return self.schedule.batch_at(iteration)
@@ -342,6 +353,7 @@ class Trainer(DefaultTrainer):
         stage = self.schedule.stage_at(self.iter)
         self._trainer.iter = self.iter
         self._trainer.accumulation_steps = stage.accumulation
+        self._trainer.clip_max_norm = self.clip_at(self.iter)
         if self.schedule.ramped:  # PMD-LAMB's period follows the images (its groups' clock)
             clock = self.schedule.clock(self.iter)
             for group in self.optimizer.param_groups:

@@ -309,6 +309,8 @@ TRAINING_RULES: tuple[Rule, ...] = (
          "SOLVER.IMS_PER_DEVICE for what one device holds, SOLVER.LSR for the LR of another batch)",
          lambda v: v == 0),  # fmt: skip
     Rule("SOLVER.WSD.DECAY_START", "a number in (0, 1)", lambda v: _number(v) and 0 < v < 1, _wsd),
+    Rule("SOLVER.WARMUP_CLIP.MAX_NORM", "a number >= 0 (0: off)", _non_negative),
+    Rule("SOLVER.WARMUP_CLIP.ITERS", "two integers >= 0", _pair_of(int_at_least(0))),
     Rule("MODEL_EMA.DECAY", "a number in [0, 1)", _fraction, _ema),
     Rule("MODEL_EMA.REFERENCE_BATCH", "an integer >= 0 (0: DECAY per step)", int_at_least(0), _ema),
     Rule("MODEL_EMA.BUFFERS", *one_of(BUFFER_MODES), _ema),

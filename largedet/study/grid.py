@@ -104,6 +104,8 @@ class Cell:
     ema: Optional[float] = None
     # batch ramp: (batch, until epoch) stages before the cell's batch, at equal epochs
     ramp: Tuple[Tuple[int, float], ...] = ()
+    # gradient-norm bound around the end of warm-up (SOLVER.WARMUP_CLIP, 50 steps each side)
+    clip: Optional[float] = None
 
     @property
     def name(self) -> str:
@@ -126,6 +128,8 @@ class Cell:
             parts.append(f"ema{self.ema:g}")
         if self.ramp:
             parts.append("ramp" + "-".join(f"{b}e{e:g}" for b, e in self.ramp))
+        if self.clip is not None:
+            parts.append(f"clip{self.clip:g}")
         if self.agvm:
             parts.append("agvm")
             if self.agvm_period is not None:
@@ -477,6 +481,8 @@ def plan_cell(
     if cell.ema is not None:
         overrides += ["MODEL_EMA.ENABLED", "True", "MODEL_EMA.DECAY", repr(cell.ema),
                       "MODEL_EMA.REFERENCE_BATCH", str(REFERENCE_BATCH), "MODEL_EMA.EVAL", "both"]  # fmt: skip
+    if cell.clip is not None:
+        overrides += ["SOLVER.WARMUP_CLIP.MAX_NORM", repr(cell.clip)]
     if cell.ramp:
         batches = ", ".join(str(b) for b, _ in cell.ramp)
         epochs = ", ".join(repr(float(e)) for _, e in cell.ramp)

@@ -138,3 +138,37 @@ def test_float16_creates_its_grad_scaler_and_checkpoints_it():
     assert state["grad_scaler"]["scale"] == 2.0**16
     with pytest.raises(ValueError, match="accumulation_steps"):
         AccumulationTrainer(model, [], torch.optim.SGD(model.parameters(), lr=0.1), 0)
+
+
+def test_warmup_clip_bounds_the_gradient_norm_in_its_window_only(tiny_shapes, tmp_path):
+    # SGD without momentum or weight decay: the update is -lr x the (clipped) gradient. Clip to
+    # 0.05 from 1 step before to 1 after the end of warm-up (step 2): steps 1 and 2 only.
+    from detectron2.engine import HookBase
+
+    from largedet.engine import Trainer
+    from engine_testing import tiny_cfg, weights
+
+    class Record(HookBase):
+        def __init__(self):
+            self.rows = []
+
+        def before_step(self):
+            self._before = weights(self.trainer.model)
+            self._lr = self.trainer.optimizer.param_groups[0]["lr"]
+
+        def after_step(self):
+            after = weights(self.trainer.model)
+            step = torch.sqrt(sum(((after[k] - self._before[k]) ** 2).sum() for k in after
+                                  if k.endswith(("weight", "bias")) and "norm2" not in k))  # fmt: skip
+            self.rows.append((self.trainer.iter, float(step) / self._lr, self.trainer.last_grad_norm))
+
+    cfg = tiny_cfg(str(tmp_path), "SOLVER.MOMENTUM", 0.0, "SOLVER.WEIGHT_DECAY", 0.0, "SOLVER.MAX_ITER", 4,
+                   "SOLVER.WARMUP_ITERS", 2, "SOLVER.WARMUP_CLIP.MAX_NORM", 0.05, "SOLVER.WARMUP_CLIP.ITERS", (1, 1))  # fmt: skip
+    trainer = Trainer(cfg)
+    record = Record()
+    trainer.register_hooks([record])
+    trainer.train()
+    for iteration, update_norm, grad_norm in record.rows:
+        assert grad_norm > 0.05  # every step's gradient is larger than the bound
+        expected = 0.05 if iteration in (1, 2) else grad_norm
+        assert update_norm == pytest.approx(expected, rel=1e-4), iteration
