@@ -15,9 +15,7 @@ The batch arithmetic is checked here, before any process starts. Several machine
 ``tools/train_net.py``.
 """
 
-from detectron2.checkpoint import DetectionCheckpointer
-
-from largedet.engine import check_and_launch, largedet_argument_parser, print_box_ap
+from largedet.engine import AtomicCheckpointer, check_and_launch, largedet_argument_parser, print_box_ap
 from largedet.engine.lazy import (
     LazyTrainer,
     build_lazy_model,
@@ -32,7 +30,8 @@ def main(args):
     cfg = setup_lazy_config(args)
     if args.eval_only:
         model = build_lazy_model(cfg, run_config(cfg).MODEL.DEVICE)
-        DetectionCheckpointer(model, save_dir=cfg.train.output_dir).resume_or_load(
+        # largedet's checkpointer: .pkl weights are read without running code
+        AtomicCheckpointer(model, save_dir=cfg.train.output_dir).resume_or_load(
             cfg.train.init_checkpoint, resume=args.resume
         )
         results = lazy_test(cfg, model)

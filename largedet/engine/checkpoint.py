@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import logging
 import os
+import pickle
 import re
 import secrets
+import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -13,7 +17,16 @@ import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.utils import comm
 
-__all__ = ["AtomicCheckpointer", "FoundCheckpoint", "NoCompleteCheckpointError"]
+__all__ = [
+    "AtomicCheckpointer",
+    "CheckpointSpaceError",
+    "FoundCheckpoint",
+    "NoCompleteCheckpointError",
+    "UnsafeWeightsError",
+    "check_output_dir",
+    "load_model_zoo_pickle",
+    "warn_if_low_space",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +36,105 @@ _TAG = "last_checkpoint"
 class NoCompleteCheckpointError(RuntimeError):
     """``--resume`` found checkpoint files, or a ``last_checkpoint`` tag, but no checkpoint
     that loads completely."""
+
+
+class UnsafeWeightsError(ValueError):
+    """A ``.pkl`` weights file names a Python object that a model-zoo file never holds."""
+
+
+class CheckpointSpaceError(OSError):
+    """A checkpoint could not be written for lack of disk space; the message is one line
+    naming the file, the bytes it needs and the bytes free."""
+
+
+# --- .pkl weights (Detectron2's model-zoo format) ---------------------------------------------
+
+#: the globals a model-zoo .pkl may name: numpy's array, scalar and dtype reconstruction,
+#: and the bytes of Python 3 protocol-2 pickles
+_MODEL_ZOO_GLOBALS = frozenset({
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("_codecs", "encode"),
+})  # fmt: skip
+
+
+class _ModelZooUnpickler(pickle.Unpickler):
+    """Unpickles dicts, lists, tuples, strings, numbers and numpy arrays; any other global
+    (a function to call, a class to build) is refused before it is looked up."""
+
+    def __init__(self, file, filename: str):
+        super().__init__(file, encoding="latin1")
+        self._filename = filename
+
+    def find_class(self, module, name):
+        if (module, name) in _MODEL_ZOO_GLOBALS:
+            return super().find_class(module, name)
+        raise UnsafeWeightsError(
+            f"refusing to load {self._filename}: it names the Python object {module}.{name}, "
+            "which a model-zoo weights file never holds (only dicts, lists, tuples, strings, "
+            "numbers and numpy arrays); loading it could run code"
+        )
+
+
+def load_model_zoo_pickle(filename: str, data: Optional[bytes] = None) -> Dict[str, Any]:
+    """The weights of a ``.pkl`` file in Detectron2's model-zoo format, read without running
+    code (:class:`UnsafeWeightsError` otherwise), as ``{"model": ..., "__author__": ...}``:
+    a Detectron2 model-zoo file as it is; a Caffe2 / Detectron1 one (a dict of arrays, or
+    of ``"blobs"``) without its ``*_momentum`` entries and with ``matching_heuristics``,
+    as Detectron2's checkpointer reads them."""
+    with (io.BytesIO(data) if data is not None else open(filename, "rb")) as f:
+        loaded = _ModelZooUnpickler(f, filename).load()
+    if not isinstance(loaded, dict):
+        raise UnsafeWeightsError(f"{filename}: not a model-zoo weights file (a {type(loaded).__name__}, not a dict)")
+    if "model" in loaded and "__author__" in loaded:
+        return loaded
+    arrays = loaded.get("blobs", loaded)  # detection models keep theirs under "blobs"
+    model = {k: v for k, v in arrays.items() if not k.endswith("_momentum")}
+    return {"model": model, "__author__": "Caffe2", "matching_heuristics": True}
+
+
+# --- disk space -------------------------------------------------------------------------------
+
+
+def _free_bytes(directory: str) -> int:
+    return shutil.disk_usage(directory).free
+
+
+def warn_if_low_space(directory: str, needed: int, what: str = "the next checkpoint") -> bool:
+    """Warn (and return True) when ``directory`` has fewer than ``needed`` bytes free."""
+    free = _free_bytes(directory)
+    if free < needed:
+        logger.warning(
+            "%s has %d bytes free, less than %s needs (about %d bytes): free some space or "
+            "the save will fail", directory, free, what, needed,
+        )  # fmt: skip
+        return True
+    return False
+
+
+def check_output_dir(path: str) -> None:
+    """Create ``path`` if needed and write and remove a file in it; ``OSError`` with a
+    one-line message naming it when that fails."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".write_test.{os.getpid()}")
+        with open(probe, "wb") as f:
+            f.write(b"0")
+        os.remove(probe)
+    except OSError as e:
+        raise OSError(f"OUTPUT_DIR {path!r} cannot be created or written: {e.strerror or e}") from None
+
+
+def _state_bytes(data: Any) -> int:
+    """The bytes of the tensors in a (nested) state."""
+    if isinstance(data, torch.Tensor):
+        return data.numel() * data.element_size()
+    if isinstance(data, dict):
+        return sum(_state_bytes(v) for v in data.values())
+    if isinstance(data, (list, tuple)):
+        return sum(_state_bytes(v) for v in data)
+    return 0
 
 
 # ".<file>.<pid>-<8 hex digits>.tmp"; also mkstemp's ".<file>.<8 characters>.tmp", the
@@ -94,6 +206,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
         super().__init__(model, save_dir, **kwargs)
         self.resumed_from = ""
         self._preloaded: Optional[Tuple[str, Dict[str, Any]]] = None
+        self.last_size: Optional[int] = None  # bytes of the last checkpoint written
 
     def _is_local(self) -> bool:
         return "://" not in self.save_dir
@@ -115,7 +228,22 @@ class AtomicCheckpointer(DetectionCheckpointer):
         logger.info("Saving checkpoint to %s", save_file)
         os.makedirs(self.save_dir, exist_ok=True)
         self.remove_temporary_files()
-        _write_atomically(save_file, lambda f: torch.save(data, f))
+        needed = self.last_size if self.last_size is not None else _state_bytes(data)
+        warn_if_low_space(self.save_dir, needed, f"checkpoint {basename}")
+        try:
+            _write_atomically(save_file, lambda f: torch.save(data, f))
+        except (OSError, RuntimeError) as e:
+            free = _free_bytes(self.save_dir)
+            if getattr(e, "errno", None) not in (errno.ENOSPC, errno.EDQUOT) and free >= needed:
+                raise
+            error = CheckpointSpaceError(
+                f"{save_file}: no space left on the device: the checkpoint needs about {needed} "
+                f"bytes and {free} are free; the previous checkpoint and last_checkpoint are "
+                "unchanged"
+            )
+            error.errno = errno.ENOSPC
+            raise error from None
+        self.last_size = os.path.getsize(save_file)
         self.tag_last_checkpoint(basename)
 
     def tag_last_checkpoint(self, last_filename_basename: str) -> None:
@@ -193,6 +321,11 @@ class AtomicCheckpointer(DetectionCheckpointer):
             return self.load(found.path, checkpointables)
         finally:
             self._preloaded = None
+
+    def _load_file(self, filename):
+        if filename.endswith(".pkl"):  # Detectron2 reads these with pickle.load
+            return load_model_zoo_pickle(filename)
+        return super()._load_file(filename)
 
     def _torch_load(self, f: str) -> Dict[str, Any]:
         if self._preloaded is not None and os.path.abspath(f) == self._preloaded[0]:

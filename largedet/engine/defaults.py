@@ -8,7 +8,6 @@ from dataclasses import replace
 from typing import Optional
 
 import torch
-from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.config import CfgNode, get_cfg
 from detectron2.engine import default_argument_parser, default_setup
 from detectron2.utils import comm
@@ -17,6 +16,7 @@ from detectron2.utils.logger import setup_logger
 from ..config import add_largedet_config
 from ..data import register_all_openimages, register_shapes, shapes_spec_from_config
 from .batch import BatchPlan, batch_plan
+from .checkpoint import AtomicCheckpointer
 from .ema import ModelEMA, evaluate_with_ema
 from .launch import planned_world_size
 
@@ -88,7 +88,8 @@ def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> di
     where it holds none)."""
     if args.eval_only:
         model = trainer_cls.build_model(cfg)
-        extra = DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+        # largedet's checkpointer: .pkl weights are read without running code
+        extra = AtomicCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
             cfg.MODEL.WEIGHTS, resume=args.resume
         )
         ema = _checkpoint_ema(cfg, model, extra)

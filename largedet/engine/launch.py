@@ -28,6 +28,7 @@ import torch.multiprocessing as mp
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
+from .checkpoint import CheckpointSpaceError
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
 
 __all__ = ["check_and_launch", "launch", "launched_by_torchrun", "planned_world_size"]
@@ -116,17 +117,18 @@ def launch(
         with _forwarding_signals(several and args.num_gpus > 1):
             try:
                 d2_launch(
-                    _run_then_shut_down if several else main_func,
+                    _run_then_shut_down if several else _run_alone,
                     args.num_gpus,
                     num_machines=args.num_machines,
                     machine_rank=args.machine_rank,
                     dist_url=args.dist_url,
-                    args=(main_func, args) if several else (args,),
+                    args=(main_func, args),
                     timeout=timeout,
                 )
             except mp.ProcessExitedException as e:
-                if e.exit_code == PREEMPTED_EXIT_CODE:  # the workers saved and exited
-                    sys.exit(PREEMPTED_EXIT_CODE)
+                # the workers saved and exited, or one printed its one-line error
+                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE):
+                    sys.exit(e.exit_code)
                 raise
         return
     has_gpu = torch.cuda.is_available()
@@ -138,6 +140,27 @@ def launch(
     _run_then_shut_down(main_func, args)
 
 
+#: exit status of a run that could not write a checkpoint for lack of space (EX_IOERR)
+DISK_FULL_EXIT_CODE = 74
+
+
+def _run_alone(main_func: Callable[[argparse.Namespace], object], args) -> None:
+    """``main_func(args)`` in a one-process job, a full disk one line (:func:`_one_line`)."""
+    with _one_line():
+        main_func(args)
+
+
+@contextlib.contextmanager
+def _one_line():
+    """A checkpoint that found no space (:class:`~largedet.engine.checkpoint.CheckpointSpaceError`)
+    ends the process with its one line on stderr and :data:`DISK_FULL_EXIT_CODE`."""
+    try:
+        yield
+    except CheckpointSpaceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(DISK_FULL_EXIT_CODE)
+
+
 def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args) -> None:
     """``main_func(args)`` in one process of the job, then, once every process got there,
     the process groups destroyed (without a process group, nothing to do): every script's
@@ -145,7 +168,8 @@ def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args)
     from .trainer import shut_down_distributed
 
     try:
-        main_func(args)
+        with _one_line():
+            main_func(args)
     except Preempted:  # every rank stopped at the same step, after the checkpoint
         comm.synchronize()
         shut_down_distributed()

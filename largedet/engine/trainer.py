@@ -70,7 +70,7 @@ from ..solver import (
 )
 from ..utils.wandb_writer import build_wandb_writers
 from .batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule
-from .checkpoint import AtomicCheckpointer, FoundCheckpoint
+from .checkpoint import AtomicCheckpointer, CheckpointSpaceError, FoundCheckpoint, warn_if_low_space
 from .data import (
     DetectionTrainLoader,
     ResumableLoader,
@@ -171,6 +171,9 @@ class Trainer(DefaultTrainer):
             )
             if self.schedule.ramped:
                 block += f"\n  {self.schedule.describe(size)}"
+            if os.path.isdir(cfg.OUTPUT_DIR):  # weights and up to two moments per weight
+                weights_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+                warn_if_low_space(cfg.OUTPUT_DIR, 3 * weights_bytes, "a checkpoint")
             if self.ema is not None:
                 block += f"\n  {self.ema.describe(self.batch.global_batch)}; evaluation on {cfg.MODEL_EMA.EVAL!r}"
             logger.info(block)
@@ -382,6 +385,9 @@ class Trainer(DefaultTrainer):
                     self.run_step()
                     self.after_step()
                     self.iter += 1
+            except CheckpointSpaceError as e:  # one line, no traceback
+                loop_logger.error("%s", e)
+                raise
             except Exception:
                 loop_logger.exception("Exception during training:")
                 raise

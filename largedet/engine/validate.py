@@ -41,6 +41,7 @@ from ..optim import MOMENT_DECAYS
 from ..solver import OPTIMIZER_REGISTRY
 from ..solver.lr_scheduler import LR_SCHEDULES, LSR_RULES
 from .batch import BatchPlan, batch_plan
+from .checkpoint import UnsafeWeightsError, check_output_dir, load_model_zoo_pickle
 from .defaults import setup_cfg
 from .ema import BUFFER_MODES, EMA_EVAL_MODES
 from .launch import planned_world_size
@@ -54,6 +55,7 @@ __all__ = [
     "check_args",
     "check_config",
     "check_datasets",
+    "check_files",
     "check_values",
     "config_keys",
     "int_at_least",
@@ -422,4 +424,23 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     or for ``--eval-only``. Raises :class:`ConfigError`."""
     args.opts = merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
     cfg = setup_cfg(args, log=False)
-    return check_config(cfg, None if args.eval_only else planned_world_size(args))
+    plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
+    check_files(cfg, training=not args.eval_only)
+    return plan
+
+
+def check_files(cfg: CfgNode, training: bool) -> None:
+    """What a run writes and reads before it starts: for training, ``OUTPUT_DIR`` can be
+    created and written; a ``.pkl`` ``MODEL.WEIGHTS`` holds only what a model-zoo file
+    holds (read without running code). Raises :class:`ConfigError`."""
+    if training:
+        try:
+            check_output_dir(cfg.OUTPUT_DIR)
+        except OSError as e:
+            raise ConfigError(str(e)) from None
+    weights = cfg.MODEL.WEIGHTS
+    if weights.endswith(".pkl") and os.path.isfile(weights):
+        try:
+            load_model_zoo_pickle(weights)
+        except UnsafeWeightsError as e:
+            raise ConfigError(f"MODEL.WEIGHTS: {e}") from None

@@ -19,6 +19,7 @@ from largedet.engine.validate import (
     ConfigError,
     Rule,
     check_config,
+    check_files,
     int_at_least,
     merge_checked,
     one_of,
@@ -131,4 +132,6 @@ def check_video_args(
     args.opts = merge_checked(cfg, args.config_file or default_config, args.opts)
     resolve_device(cfg)
     register_video_datasets(cfg)
-    return check_video_config(cfg, None if args.eval_only else planned_world_size(args))
+    plan = check_video_config(cfg, None if args.eval_only else planned_world_size(args))
+    check_files(cfg, training=not args.eval_only)
+    return plan
