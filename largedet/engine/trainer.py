@@ -27,7 +27,9 @@ What it adds to ``DefaultTrainer``, each in one place:
   beside) the trained weights;
 - AGVM (``SOLVER.AGVM``): per-part LR multipliers from each part's gradient variance,
   measured on two halves of the accumulated micro-batches (or of the processes);
-- one log block at start with the run's derived numbers.
+- one log block at start with the run's derived numbers, and ``run_summary.json`` beside
+  ``metrics.json`` with them and how each invocation ended
+  (:mod:`largedet.engine.run_summary`).
 
 With ``IMS_PER_DEVICE`` 0 (one micro-batch per step) and the LSR off it trains as
 ``DefaultTrainer`` does.
@@ -80,7 +82,8 @@ from .data import (
 )
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .hooks import DivergenceGuard, ReseedEveryIter
-from .preemption import PreemptionHook
+from .preemption import Preempted, PreemptionHook
+from .run_summary import RunSummaryHook
 from .train_loop import AccumulationTrainer, check_agvm_estimates
 
 __all__ = ["Trainer", "describe_run", "shut_down_distributed"]
@@ -283,6 +286,9 @@ class Trainer(DefaultTrainer):
         if isinstance(self._trainer.data_loader, DetectionTrainLoader):
             ours.append(SkippedImagesHook(self._trainer.data_loader, self.cfg.LOG_PERIOD))
         hooks[1:1] = ours
+        loader = self._trainer.data_loader
+        size = loader.dataset_size if isinstance(loader, ResumableLoader) else None
+        hooks.append(RunSummaryHook(size))
         return hooks
 
     def _ema_eval_hook(self) -> EvalHook:
@@ -377,6 +383,7 @@ class Trainer(DefaultTrainer):
         loop_logger = logging.getLogger("detectron2.engine.train_loop")  # its messages as before
         loop_logger.info("Starting training from iteration %d", self.start_iter)
         self.iter = self.start_iter
+        self.end_status = None  # how this invocation ended, for the run summary
         with EventStorage(self.start_iter) as self.storage:
             try:
                 self.before_train()
@@ -385,11 +392,24 @@ class Trainer(DefaultTrainer):
                     self.run_step()
                     self.after_step()
                     self.iter += 1
+                self.end_status = "finished"
+            except Preempted:
+                self.end_status = "preempted"
+                raise
+            except FloatingPointError:
+                self.end_status = "diverged"
+                loop_logger.exception("Exception during training:")
+                raise
             except CheckpointSpaceError as e:  # one line, no traceback
+                self.end_status = "failed"
                 loop_logger.error("%s", e)
                 raise
             except Exception:
+                self.end_status = "failed"
                 loop_logger.exception("Exception during training:")
+                raise
+            except BaseException:
+                self.end_status = "interrupted"
                 raise
             finally:
                 self.after_train()

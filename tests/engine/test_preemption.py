@@ -162,3 +162,28 @@ def test_train_net_on_two_processes_exits_75_on_sigterm_and_resumes(tiny_shapes,
     done = subprocess.run(resume, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"Starting training from iteration {stopped + 1}" in done.stdout + done.stderr
+
+
+def test_run_summary_records_each_invocation_and_how_it_ended(tiny_shapes, tmp_path):
+    import json
+
+    out = tmp_path / "run"
+    first = Trainer(tiny_cfg(str(out), *OPTS, "SOLVER.IMS_PER_DEVICE", 2))
+    first.register_hooks([SignalAt(3)])
+    first.resume_or_load(resume=False)
+    with pytest.raises(Preempted):
+        first.train()
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["status"] == "preempted"
+    assert summary["batch"] == {"global_batch": 4, "world_size": 1, "per_device": 2, "accumulation": 2, "ramp": []}
+    assert summary["lr"]["peak"] == 0.1 and summary["lr"]["rule"] == "none"
+    assert (summary["iterations"], summary["images"], summary["dataset_size"], summary["epochs"]) == (7, 28, 24, 28 / 24)
+    resumed = Trainer(tiny_cfg(str(out), *OPTS, "SOLVER.IMS_PER_DEVICE", 2))
+    resumed.resume_or_load(resume=True)
+    resumed.train()
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["status"] == "finished"
+    runs = summary["invocations"]
+    assert [(r["start_iter"], r["end_iter"], r["status"]) for r in runs] == [(0, 4, "preempted"), (4, 7, "finished")]
+    assert all(r["images_per_s"] > 0 for r in runs)
+    assert summary["wall_clock_s"] == pytest.approx(sum(r["wall_clock_s"] for r in runs), abs=0.01)

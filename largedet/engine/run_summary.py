@@ -1,0 +1,117 @@
+"""``OUTPUT_DIR/run_summary.json``: a run's facts as data, beside ``metrics.json``.
+
+What a plot, a study or a person needs from a run without reading its log: the batch
+plan (global batch, world size, images per pass, K, the ramp's stages), the LR (peak,
+scaling rule, reference), the warm-up, the run's steps, images and epochs, the optimizer,
+model EMA, and for each invocation (a resumed run has several) its first and last step,
+wall-clock, images per second and how it ended: ``running`` (written at start),
+``finished``, ``preempted``, ``diverged`` (a non-finite or exploding loss), ``failed``
+(another error) or ``interrupted`` (Ctrl-C). Written by the main process, atomically, at
+start and at the end of each invocation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Dict, Optional
+
+from detectron2.engine import HookBase
+from detectron2.utils import comm
+
+from ..solver import lr_scaling
+
+__all__ = ["SUMMARY_FILE", "RunSummaryHook", "read_run_summary"]
+
+SUMMARY_FILE = "run_summary.json"
+
+
+def read_run_summary(output_dir: str) -> Optional[Dict[str, Any]]:
+    """The summary of the run in ``output_dir``, or None when it has none."""
+    path = os.path.join(output_dir, SUMMARY_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+class RunSummaryHook(HookBase):
+    """Writes :data:`SUMMARY_FILE` (see the module docstring) from the trainer's batch plan,
+    schedule and config; the invocation's end status is the trainer's ``end_status``."""
+
+    def __init__(self, dataset_size: Optional[int] = None):
+        self._dataset_size = dataset_size
+        self._start = 0.0
+        self._start_iter = 0
+        self._start_position = 0
+
+    def _facts(self) -> Dict[str, Any]:
+        t = self.trainer
+        cfg, batch, schedule = t.cfg, t.batch, t.schedule
+        scaling = lr_scaling(cfg)
+        images = schedule.images_before(schedule.total_steps)
+        return {
+            "batch": {
+                "global_batch": batch.global_batch,
+                "world_size": batch.world_size,
+                "per_device": batch.per_device,
+                "accumulation": batch.accumulation,
+                "ramp": [
+                    {"batch": s.batch, "accumulation": s.accumulation, "first_step": s.first_step,
+                     "steps": s.steps, "first_image": s.first_image}
+                    for s in schedule.stages
+                ] if schedule.ramped else [],
+            },  # fmt: skip
+            "lr": {
+                "peak": scaling.lr,
+                "rule": scaling.rule,
+                "reference_lr": scaling.reference_lr,
+                "reference_batch": scaling.reference_batch,
+                "schedule": cfg.SOLVER.LR_SCHEDULER_NAME,
+            },
+            "warmup_iters": min(cfg.SOLVER.WARMUP_ITERS, cfg.SOLVER.MAX_ITER),
+            "optimizer": cfg.SOLVER.OPTIMIZER,
+            "iterations": t.max_iter,
+            "images": images,
+            "dataset_size": self._dataset_size,
+            "epochs": images / self._dataset_size if self._dataset_size else None,
+            "model_ema": t.ema.describe(batch.global_batch) if t.ema is not None else None,
+        }
+
+    def _write(self, status: str) -> None:
+        if not comm.is_main_process() or not self.trainer.cfg.OUTPUT_DIR:
+            return
+        output_dir = self.trainer.cfg.OUTPUT_DIR
+        summary = read_run_summary(output_dir) or {}
+        invocations = summary.get("invocations", [])
+        wall = time.perf_counter() - self._start
+        images = self.trainer.data_position - self._start_position
+        current = {
+            "start_iter": self._start_iter,
+            # the first step not trained: a pre-empted step was finished and saved
+            "end_iter": self.trainer.iter + (status == "preempted"),
+            "wall_clock_s": round(wall, 3),
+            "images_per_s": round(images / wall, 3) if wall > 0 and images else None,
+            "status": status,
+        }
+        if invocations and invocations[-1]["status"] == "running" and invocations[-1]["start_iter"] == self._start_iter:
+            invocations[-1] = current  # this invocation's start record
+        else:
+            invocations.append(current)
+        summary = {**self._facts(), "status": status, "invocations": invocations,
+                   "wall_clock_s": round(sum(i["wall_clock_s"] for i in invocations), 3)}  # fmt: skip
+        os.makedirs(output_dir, exist_ok=True)
+        path = os.path.join(output_dir, SUMMARY_FILE)
+        with open(path + ".tmp", "w") as f:
+            json.dump(summary, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+    def before_train(self):
+        self._start = time.perf_counter()
+        self._start_iter = self.trainer.start_iter
+        self._start_position = self.trainer.data_position
+        self._write("running")
+
+    def after_train(self):
+        self._write(getattr(self.trainer, "end_status", None) or "failed")
