@@ -170,3 +170,34 @@ def test_eval_only_tests_the_checkpoints_average(tiny_shapes, tmp_path):
         assert results.keys() == expected.keys()
         for key, value in expected.items():
             assert results[key] == pytest.approx(value, rel=1e-6)
+
+
+def _two_process_ema(spec, output_dir, result_file):
+    from detectron2.utils import comm
+
+    from largedet.data import register_shapes
+    from largedet.engine.trainer import shut_down_distributed
+
+    register_shapes(spec, prefix="tiny_shapes")
+    seed_all_rng(0)
+    trainer = Trainer(tiny_cfg(output_dir, *EMA_OPTS, "SOLVER.IMS_PER_BATCH", 8, "SOLVER.IMS_PER_DEVICE", 2,
+                               "SOLVER.MAX_ITER", 3))  # fmt: skip
+    record = RecordWeights()
+    trainer.register_hooks([record])
+    trainer.train()
+    averages = comm.all_gather({k: v.clone() for k, v in trainer.ema.weights.items()})
+    if comm.is_main_process():
+        torch.save({"averages": averages, "seen": record.seen}, result_file)
+    comm.synchronize()
+    shut_down_distributed()
+
+
+def test_under_ddp_every_rank_holds_the_same_average(tiny_shapes, tmp_path):
+    from engine_testing import run_on_two_processes
+
+    result = run_on_two_processes(_two_process_ema, tiny_shapes, tmp_path)
+    first, second = result["averages"]
+    assert [k for k in first if "running" not in k and not torch.equal(first[k], second[k])] == []
+    # batch 8 = 2 processes x 2 images x K 2: per-step decay 0.8 ** (8 / 2)
+    expected = closed_form([w["head.weight"] for w in result["seen"]], 0.8**4)
+    torch.testing.assert_close(first["head.weight"].double(), expected, rtol=1e-5, atol=1e-6)
