@@ -3,7 +3,6 @@ code runs, while Detectron2's model-zoo .pkl format still loads) and a full disk
 naming the file, the bytes needed and free; nothing lost)."""
 
 import errno
-import logging
 import os
 import pickle
 import subprocess
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
-from engine_testing import tiny_cfg
+from engine_testing import largedet_log, tiny_cfg
 from torch import nn
 
 from largedet.engine import Trainer
@@ -118,7 +117,7 @@ def test_a_full_disk_is_one_error_and_keeps_the_previous_checkpoint(tmp_path, mo
 
     monkeypatch.setattr(torch, "save", full)
     monkeypatch.setattr(ckpt, "_free_bytes", lambda directory: 1234)
-    with caplog.at_level(logging.WARNING, logger="largedet.engine.checkpoint"):
+    with largedet_log(caplog):  # largedet's records reach caplog even once its logger is set up
         with pytest.raises(CheckpointSpaceError) as e:
             checkpointer.save("model_0000001")
     message = str(e.value)
