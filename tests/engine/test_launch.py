@@ -132,7 +132,11 @@ def test_launch_routes_every_process_of_a_distributed_job_through_the_shut_down(
     two = argparse.Namespace(num_gpus=2, num_machines=1, machine_rank=0, dist_url="auto")
     launch_module.launch(main, two)
     assert calls[-1] == (launch_module._run_then_shut_down, 2, (main, two))
-    # one process: Detectron2 runs main here, in the caller's process, untouched
+    # one process: Detectron2 runs main here, in the caller's process, with no process
+    # group to shut down; only a full disk is turned into its one line
     one = argparse.Namespace(num_gpus=1, num_machines=1, machine_rank=0, dist_url="auto")
     launch_module.launch(main, one)
-    assert calls[-1] == (main, 1, (one,))
+    assert calls[-1] == (launch_module._run_alone, 1, (main, one))
+    seen = []
+    launch_module._run_alone(seen.append, one)
+    assert seen == [one]
