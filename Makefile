@@ -4,7 +4,7 @@
 #   make bench  set up, then run the benchmarks (they print measured ratios)
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
-DEMO_CONFIG ?= configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
+DEMO_CONFIG ?= configs/shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml
 
 .PHONY: setup demo test bench video-demo gpu-check gpu-wheels
 

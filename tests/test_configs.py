@@ -8,7 +8,7 @@ import pytest
 
 from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
-from largedet.engine import batch_plan
+from largedet.solver.batch import batch_plan
 from largedet.solver import lr_scaling
 
 CONFIG_DIR = os.path.join(os.path.dirname(__file__), "..", "configs")

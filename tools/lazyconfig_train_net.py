@@ -15,15 +15,10 @@ The batch arithmetic is checked here, before any process starts. Several machine
 ``tools/train_net.py``.
 """
 
-from largedet.engine import AtomicCheckpointer, check_and_launch, largedet_argument_parser, print_box_ap
-from largedet.engine.lazy import (
-    LazyTrainer,
-    build_lazy_model,
-    check_lazy_args,
-    lazy_test,
-    run_config,
-    setup_lazy_config,
-)
+from largedet.checkpoint import AtomicCheckpointer
+from largedet.config.lazy import run_config, setup_lazy_config
+from largedet.engine import check_and_launch, largedet_argument_parser, print_box_ap
+from largedet.engine.lazy import LazyTrainer, build_lazy_model, check_lazy_args, lazy_test
 
 
 def main(args):

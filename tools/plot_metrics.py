@@ -9,14 +9,14 @@
     python tools/plot_metrics.py --runs output/run_a output/run_b --labels A B --out-dir figs
 
 Epochs are iteration x global batch / training images, so runs at different batches
-line up. The number of training images is read from each run's log (or --num-train).
+line up. The number of training images is read from each run's run_summary.json (or --num-train).
 """
 
 import argparse
 import os
 import sys
 
-from largedet.utils.plotting import (
+from largedet.study.plotting import (
     load_run,
     load_study,
     epoch_curve,
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", nargs="*", default=(), help="OUTPUT_DIRs of training runs")
     parser.add_argument("--labels", nargs="*", default=None, help="one label per --runs entry")
     parser.add_argument(
-        "--num-train", type=int, default=None, help="training images (default: from each run's log)"
+        "--num-train", type=int, default=None, help="training images (default: from each run's run_summary.json)"
     )
     parser.add_argument("--out-dir", default=".", help="where the PNG files go")
     parser.add_argument("--prefix", default="", help="file-name prefix of the figures")

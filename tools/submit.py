@@ -68,7 +68,7 @@ def check(kind: str, args: argparse.Namespace) -> None:
         num_gpus=args.gpus_per_node, num_machines=args.nodes,
     )  # fmt: skip
     if kind == "yacs":
-        from largedet.engine.validate import check_args
+        from largedet.engine.defaults import check_args
 
         check_args(script_args)
     elif kind == "lazy":

@@ -10,30 +10,15 @@
 Trailing ``KEY VALUE`` pairs override the config. Several machines:
 ``--num-machines N --machine-rank R --dist-url tcp://HOST:PORT``. Without GPUs,
 ``--num-gpus N`` starts N CPU processes (gloo). The config is checked here, before any
-process starts (``largedet.engine.validate``): a missing file, an unknown key, a value of the
+process starts (``largedet.engine.check_args``, ``largedet.config.validate``): a missing file, an unknown key, a value of the
 wrong type or out of range, an unregistered dataset, a global batch SOLVER.IMS_PER_BATCH that
 is not a whole multiple of (processes x SOLVER.IMS_PER_DEVICE), the processes being torchrun's
 or ``--num-gpus`` x ``--num-machines``, is one line on stderr, exit 2.
 """
 
-from largedet.engine import (
-    Trainer,
-    check_and_launch,
-    largedet_argument_parser,
-    print_box_ap,
-    setup_cfg,
-    train_or_evaluate,
-)
-from largedet.engine.validate import check_args
+from largedet.engine.train_net import main, run
 
-
-def main(args):
-    cfg = setup_cfg(args)
-    results = train_or_evaluate(Trainer, cfg, args)
-    print_box_ap(results)
-    return results
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    args = largedet_argument_parser().parse_args()
-    check_and_launch(main, args, check_args)
+    run()

@@ -1,4 +1,6 @@
-"""Datasets: the built-in shapes set; OpenImages from the official files.
+"""Datasets: the built-in shapes set; OpenImages from the official files; the resumable
+training loader and its sampler, and the test loader that skips unreadable images
+(:mod:`.build`).
 
 Importing this package registers the OpenImages V6 splits (under
 :func:`~largedet.data.openimages.default_openimages_root`) in Detectron2's catalogs,
@@ -13,6 +15,13 @@ and registered only where it is used: ``write_openimages_fixture`` and
 
 import importlib
 
+from .build import (
+    ResumableLoader,
+    ResumableTrainingSampler,
+    build_test_loader,
+    build_train_loader,
+    image_seed,
+)
 from .locations import build_once, cache_root, datasets_root
 from .openimages import (
     OpenImagesDataset,
@@ -31,6 +40,11 @@ _LAZY_EXPORTS = {
 }
 
 __all__ = [
+    "ResumableLoader",
+    "ResumableTrainingSampler",
+    "build_test_loader",
+    "build_train_loader",
+    "image_seed",
     "OpenImagesDataset",
     "OpenImagesFormatError",
     "SHAPES_CLASSES",

@@ -4,7 +4,7 @@ A large dataset has a few unreadable files: truncated JPEGs, bytes that are no i
 files deleted since the annotations were written. :class:`SkipUnreadable` wraps a
 Detectron2 mapper (``DatasetMapper`` or any callable on dataset dicts) so that such an
 image maps to ``None`` instead of raising, which Detectron2's loaders and largedet's
-(:mod:`largedet.engine.data`) read as "no sample here": training takes another image,
+(:mod:`largedet.data.build`) read as "no sample here": training takes another image,
 evaluation leaves the image out. Many unreadable images in a row stop the run with an
 error naming the last one, so that a wrong dataset path fails loudly instead of
 spinning. The video project does the same for videos

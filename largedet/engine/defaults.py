@@ -1,24 +1,28 @@
-"""Command line and set-up shared by largedet's training scripts."""
+"""Command line and set-up shared by largedet's training scripts: the parser, the config
+every process builds, the check before launch, and what ``main`` does with the config."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Optional
 
-import torch
 from detectron2.config import CfgNode, get_cfg
 from detectron2.engine import default_argument_parser, default_setup
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
-from ..config import add_largedet_config
+from ..checkpoint import AtomicCheckpointer
+from ..config import add_largedet_config, resolve_device
+from ..config.validate import ConfigError, check_config, check_files, merge_checked
 from ..data import register_all_openimages, register_shapes, shapes_spec_from_config
-from .batch import BatchPlan, batch_plan
-from .checkpoint import AtomicCheckpointer
+from ..solver.batch import BatchPlan
 from .ema import ModelEMA, evaluate_with_ema
-from .launch import planned_world_size
+from .launch import launch, launched_by_torchrun, planned_world_size, process_flags_given
 
 logger = logging.getLogger(__name__)
 
@@ -32,13 +36,6 @@ def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentPars
     return parser
 
 
-def resolve_device(cfg: CfgNode) -> None:
-    """Run on the CPU when the config asks for CUDA on a machine without a GPU."""
-    if cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available():
-        logger.info("No GPU found: MODEL.DEVICE %s -> cpu", cfg.MODEL.DEVICE)
-        cfg.MODEL.DEVICE = "cpu"
-
-
 def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     """Build the frozen config from ``--config-file`` and trailing ``KEY VALUE`` overrides.
 
@@ -50,7 +47,7 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     add_largedet_config(cfg)
     if args.config_file:
         cfg.merge_from_file(args.config_file)
-    cfg.merge_from_list(args.opts)
+    merge_checked(cfg, None, args.opts)  # an integer for a float key read as that float
     resolve_device(cfg)
     cfg.freeze()
     spec = shapes_spec_from_config(cfg)
@@ -68,13 +65,52 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     return cfg
 
 
-def check_batch_arithmetic(args: argparse.Namespace) -> BatchPlan:
-    """The batch plan of the run ``args`` describe (torchrun's ``WORLD_SIZE``, or
-    ``--num-gpus`` x ``--num-machines`` processes), computed before any worker is spawned;
-    raises :class:`~largedet.engine.batch.BatchArithmeticError` naming the global batch, the
-    world size and the per-device batch when they do not fit."""
+def check_args(args: argparse.Namespace) -> BatchPlan | None:
+    """``tools/train_net.py``'s check before ``launch``: merge ``--config-file`` and the
+    overrides (:func:`~largedet.config.validate.merge_checked`), build the config every
+    worker will (:func:`setup_cfg`) and check it
+    (:func:`~largedet.config.validate.check_config`) for the job's processes (torchrun's
+    ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``:
+    :func:`~largedet.engine.launch.planned_world_size`), or for ``--eval-only``. ``args``
+    is not changed. Raises :class:`~largedet.config.validate.ConfigError`."""
+    merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
     cfg = setup_cfg(args, log=False)
-    return batch_plan(cfg, planned_world_size(args))
+    plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
+    check_files(cfg, training=not args.eval_only)
+    return plan
+
+
+def check_and_launch(
+    main_func: Callable[[argparse.Namespace], object],
+    args: argparse.Namespace,
+    check: Callable[[argparse.Namespace], object],
+    errors: tuple[type[Exception], ...] | None = None,
+) -> None:
+    """``check(args)``, then :func:`launch`. An error of ``errors`` (default
+    :class:`largedet.config.validate.ConfigError`) from ``check`` is one line on stderr
+    (``error: ...``) and exit status 2, before any process group or training starts; under
+    torchrun every process exits so and the first one alone prints the line. Under
+    torchrun, process flags given on the command line (``--num-gpus``, ``--num-machines``,
+    ``--machine-rank``, ``--dist-url``, set to other than their defaults, abbreviations
+    included) are named as ignored, once."""
+    first = not launched_by_torchrun() or os.environ.get("RANK", "0") == "0"
+    if launched_by_torchrun() and first:
+        given = process_flags_given(args)
+        if given:
+            print(
+                f"warning: {', '.join(given)} ignored under torchrun: the job has its "
+                f"{os.environ['WORLD_SIZE']} processes ({os.environ['LOCAL_WORLD_SIZE']} on "
+                "this machine, torchrun's --nproc_per_node and --nnodes)",
+                file=sys.stderr,
+            )
+    try:
+        check(args)
+    except errors or (ConfigError,) as e:
+        if first:
+            print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    launch(main_func, args)
+
 
 
 def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> dict:

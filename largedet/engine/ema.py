@@ -30,14 +30,12 @@ import torch
 from detectron2.engine import HookBase
 from torch import Tensor, nn
 
-__all__ = ["BUFFER_MODES", "EMA_EVAL_MODES", "EMAHook", "ModelEMA", "evaluate_with_ema", "per_step_decay"]
+from ..config import BUFFER_MODES, EMA_EVAL_MODES
+
+__all__ = ["EMAHook", "ModelEMA", "evaluate_with_ema", "per_step_decay"]
 
 logger = logging.getLogger(__name__)
 
-#: MODEL_EMA.BUFFERS: what the average does with floating-point buffers
-BUFFER_MODES = ("average", "copy")
-#: MODEL_EMA.EVAL: which weights an evaluation of a run with EMA tests
-EMA_EVAL_MODES = ("ema", "model", "both")
 
 
 def per_step_decay(decay: float, batch: int, reference_batch: int) -> float:

@@ -13,7 +13,7 @@ from detectron2.engine import HookBase
 from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
 
-from .checkpoint import FoundCheckpoint, NoCompleteCheckpointError
+from ..checkpoint import FoundCheckpoint, NoCompleteCheckpointError
 
 __all__ = ["DivergenceGuard", "ReseedEveryIter", "step_seed"]
 

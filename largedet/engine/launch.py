@@ -5,15 +5,18 @@
         [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
     torchrun --nproc_per_node 8 tools/train_net.py --config CFG
 
-A script calls :func:`check_and_launch`: its config is checked for
-:func:`planned_world_size` processes before any process starts, so that a batch that does
-not split over torchrun's processes is refused as it is for ``--num-gpus``.
+A script calls :func:`largedet.engine.defaults.check_and_launch`: its config is checked
+for :func:`planned_world_size` processes before any process starts, so that a batch that
+does not split over torchrun's processes is refused as it is for ``--num-gpus``. This
+module depends on Detectron2, torch and two leaf modules (the checkpoint's full-disk error,
+the pre-emption exit) only.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import multiprocessing
 import os
 import signal
@@ -25,13 +28,20 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from detectron2.engine import default_argument_parser
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-from .checkpoint import CheckpointSpaceError
+from ..checkpoint import CheckpointSpaceError
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
 
-__all__ = ["check_and_launch", "launch", "launched_by_torchrun", "planned_world_size"]
+__all__ = [
+    "launch",
+    "launched_by_torchrun",
+    "planned_world_size",
+    "process_flags_given",
+    "shut_down_distributed",
+]
 
 #: the flags that say how many processes to start; torchrun has started them already
 _PROCESS_FLAGS = ("--num-gpus", "--num-machines", "--machine-rank", "--dist-url")
@@ -50,45 +60,10 @@ def planned_world_size(args: argparse.Namespace) -> int:
     return args.num_gpus * args.num_machines
 
 
-def check_and_launch(
-    main_func: Callable[[argparse.Namespace], object],
-    args: argparse.Namespace,
-    check: Callable[[argparse.Namespace], object],
-    errors: tuple[type[Exception], ...] | None = None,
-) -> None:
-    """``check(args)``, then :func:`launch`. An error of ``errors`` (default
-    :class:`largedet.engine.validate.ConfigError`) from ``check`` is one line on stderr
-    (``error: ...``) and exit status 2, before any process group or training starts; under
-    torchrun every process exits so and the first one alone prints the line. Under
-    torchrun, process flags given on the command line (``--num-gpus``, ``--num-machines``,
-    ``--machine-rank``, ``--dist-url``, set to other than their defaults, abbreviations
-    included) are named as ignored, once."""
-    from .validate import ConfigError
-
-    first = not launched_by_torchrun() or os.environ.get("RANK", "0") == "0"
-    if launched_by_torchrun() and first:
-        given = _process_flags_given(args)
-        if given:
-            print(
-                f"warning: {', '.join(given)} ignored under torchrun: the job has its "
-                f"{os.environ['WORLD_SIZE']} processes ({os.environ['LOCAL_WORLD_SIZE']} on "
-                "this machine, torchrun's --nproc_per_node and --nnodes)",
-                file=sys.stderr,
-            )
-    try:
-        check(args)
-    except errors or (ConfigError,) as e:
-        if first:
-            print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    launch(main_func, args)
-
-
-def _process_flags_given(args: argparse.Namespace) -> list[str]:
-    """The process flags whose parsed values differ from the command line's defaults."""
-    from .defaults import largedet_argument_parser
-
-    defaults = largedet_argument_parser().parse_args([])
+def process_flags_given(args: argparse.Namespace) -> list[str]:
+    """The process flags whose parsed values differ from the command line's defaults
+    (Detectron2's: largedet's parser adds none of them)."""
+    defaults = default_argument_parser().parse_args([])
     return [
         flag
         for flag in _PROCESS_FLAGS
@@ -152,7 +127,7 @@ def _run_alone(main_func: Callable[[argparse.Namespace], object], args) -> None:
 
 @contextlib.contextmanager
 def _one_line():
-    """A checkpoint that found no space (:class:`~largedet.engine.checkpoint.CheckpointSpaceError`)
+    """A checkpoint that found no space (:class:`~largedet.checkpoint.atomic.CheckpointSpaceError`)
     ends the process with its one line on stderr and :data:`DISK_FULL_EXIT_CODE`."""
     try:
         yield
@@ -165,8 +140,6 @@ def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args)
     """``main_func(args)`` in one process of the job, then, once every process got there,
     the process groups destroyed (without a process group, nothing to do): every script's
     workers end cleanly, evaluation-only runs included."""
-    from .trainer import shut_down_distributed
-
     try:
         with _one_line():
             main_func(args)
@@ -204,3 +177,24 @@ def _forwarding_signals(forward: bool):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def shut_down_distributed() -> None:
+    """Destroy this process's process groups now, while the interpreter is fully alive.
+
+    Detectron2's ``launch`` never destroys them, and its ``comm`` module keeps references
+    (its local process group, its cached gloo group) that would keep them alive even
+    after ``destroy_process_group``. Gloo's worker threads then run on into interpreter
+    finalization; one that drops the last reference to a tensor of a collective at that
+    moment must take the GIL, the finalizing interpreter ends the thread, and the process
+    aborts (``terminate called without an active exception``, SIGABRT) after training
+    finished. Here the groups are destroyed, Detectron2's references dropped and garbage
+    collected, which joins gloo's threads (and the store's). A no-op outside
+    ``torch.distributed``.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.destroy_process_group()
+    comm._LOCAL_PROCESS_GROUP = None
+    comm._get_global_gloo_group.cache_clear()
+    gc.collect()

@@ -22,7 +22,7 @@ A largedet LazyConfig has Detectron2's parts, ``model``, ``dataloader``, ``optim
   OpenImages) as in the yacs path;
 - ``train``: the training loop's numbers, :data:`TRAIN_KEYS`, each the yacs key it names
   (``train.ims_per_batch`` is ``SOLVER.IMS_PER_BATCH``, the global batch, ...; units and
-  scope in ``largedet/config.py``); :func:`train_defaults` gives them all with the yacs
+  scope in ``largedet/config/defaults.py``); :func:`train_defaults` gives them all with the yacs
   defaults;
 - ``datasets`` (optional): registrations, each a ``LazyCall`` instantiated once in every
   process before any loader is built (``L(register_shapes)(spec=L(ShapesSpec)(...))``).
@@ -30,7 +30,7 @@ A largedet LazyConfig has Detectron2's parts, ``model``, ``dataloader``, ``optim
 :class:`LazyTrainer` is largedet's :class:`~largedet.engine.Trainer` whose ``build_*``
 methods instantiate these parts. Everything else (gradient accumulation, the LSR, the
 warm-up, checkpoints and exact resume, hooks, the start-of-run log block) is the yacs
-path's, driven by :func:`run_config`: the yacs config of ``train`` and of the loaders'
+path's, driven by :func:`~largedet.config.lazy.run_config`: the yacs config of ``train`` and of the loaders'
 numbers, computed at the edge and never written back into the LazyConfig.
 """
 
@@ -39,292 +39,41 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
-from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
-from detectron2.config import CfgNode, LazyConfig, get_cfg, instantiate
-from detectron2.data import (
-    build_detection_test_loader,
-    build_detection_train_loader,
-    get_detection_dataset_dicts,
-)
-from detectron2.engine import default_setup
+from detectron2.config import CfgNode, instantiate
 from detectron2.evaluation import inference_on_dataset, print_csv_format
 from detectron2.solver import LRMultiplier, WarmupParamScheduler
 from detectron2.solver.build import maybe_add_gradient_clipping
 from detectron2.utils import comm
-from detectron2.utils.logger import setup_logger
-from detectron2.utils.registry import locate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from ..config import add_largedet_config
+from ..config.lazy import call_target, run_config, setup_lazy_config
+from ..data.build import build_test_loader, build_train_loader
 from ..layers import resolve_sync_batchnorm
 from ..solver import log_param_groups, lr_scaling, optimizer_param_groups
-from .batch import BatchPlan, batch_plan
-from .data import build_test_loader, build_train_loader
-from .defaults import resolve_device
+from ..solver.batch import BatchPlan, batch_plan
 from .launch import planned_world_size
 from .trainer import Trainer
 
 __all__ = [
-    "TRAIN_KEYS",
     "LazyTrainer",
     "build_lazy_lr_scheduler",
     "build_lazy_model",
     "build_lazy_optimizer",
     "check_lazy_args",
     "lazy_test",
-    "run_config",
-    "setup_lazy_config",
-    "train_defaults",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: ``train.<key>`` of a LazyConfig -> the yacs key it is (meaning, unit and scope are
-#: documented there, in ``largedet/config.py`` or Detectron2's defaults).
-TRAIN_KEYS: Dict[str, str] = {
-    "output_dir": "OUTPUT_DIR",
-    "init_checkpoint": "MODEL.WEIGHTS",
-    "device": "MODEL.DEVICE",
-    "seed": "SEED",
-    "cudnn_benchmark": "CUDNN_BENCHMARK",
-    "max_iter": "SOLVER.MAX_ITER",
-    "ims_per_batch": "SOLVER.IMS_PER_BATCH",
-    "ims_per_device": "SOLVER.IMS_PER_DEVICE",
-    "lsr.enabled": "SOLVER.LSR.ENABLED",
-    "lsr.rule": "SOLVER.LSR.RULE",
-    "lsr.reference_batch": "SOLVER.LSR.REFERENCE_BATCH",
-    "lsr.reference_lr": "SOLVER.LSR.REFERENCE_LR",
-    "warmup.iters": "SOLVER.WARMUP_ITERS",
-    "warmup.factor": "SOLVER.WARMUP_FACTOR",
-    "warmup.method": "SOLVER.WARMUP_METHOD",
-    "warmup.rescale_interval": "SOLVER.RESCALE_INTERVAL",
-    "amp.enabled": "SOLVER.AMP.ENABLED",
-    "amp.precision": "SOLVER.AMP.PRECISION",
-    "clip_gradients.enabled": "SOLVER.CLIP_GRADIENTS.ENABLED",
-    "clip_gradients.clip_type": "SOLVER.CLIP_GRADIENTS.CLIP_TYPE",
-    "clip_gradients.clip_value": "SOLVER.CLIP_GRADIENTS.CLIP_VALUE",
-    "clip_gradients.norm_type": "SOLVER.CLIP_GRADIENTS.NORM_TYPE",
-    "checkpointer.period": "SOLVER.CHECKPOINT_PERIOD",
-    "eval_period": "TEST.EVAL_PERIOD",
-    "log_period": "LOG_PERIOD",
-    "reseed_every_iter": "RESEED_EVERY_ITER",
-    "divergence.spike_factor": "SOLVER.DIVERGENCE.SPIKE_FACTOR",
-    "divergence.window": "SOLVER.DIVERGENCE.WINDOW",
-    "divergence.rollback": "SOLVER.DIVERGENCE.ROLLBACK",
-    "divergence.rollback_lr_factor": "SOLVER.DIVERGENCE.ROLLBACK_LR_FACTOR",
-    "divergence.max_rollbacks": "SOLVER.DIVERGENCE.MAX_ROLLBACKS",
-    "agvm.enabled": "SOLVER.AGVM.ENABLED",
-    "agvm.groups": "SOLVER.AGVM.GROUPS",
-    "agvm.reference": "SOLVER.AGVM.REFERENCE",
-    "agvm.period": "SOLVER.AGVM.PERIOD",
-    "agvm.start_iter": "SOLVER.AGVM.START_ITER",
-    "agvm.clamp": "SOLVER.AGVM.CLAMP",
-    "agvm.momentum": "SOLVER.AGVM.MOMENTUM",
-    "agvm.clip_max_norm": "SOLVER.AGVM.CLIP_MAX_NORM",
-    "agvm.clip_iters": "SOLVER.AGVM.CLIP_ITERS",
-}
-
-# dataloader.train / dataloader.test arguments -> the yacs keys largedet's loaders read
-_TRAIN_LOADER_KEYS = {
-    "num_workers": ("DATALOADER.NUM_WORKERS", 0),
-    "aspect_ratio_grouping": ("DATALOADER.ASPECT_RATIO_GROUPING", True),
-}
-# the arguments a loader and its dataset may have: largedet's loaders take no others
-_LOADER_ARGS = {"train": {"dataset", "mapper", *_TRAIN_LOADER_KEYS}, "test": {"dataset", "mapper"}}
-_DATASET_ARGS = {"names", "filter_empty"}
-
-
-def _yacs_defaults() -> CfgNode:
-    return add_largedet_config(get_cfg())
-
-
-def _get(cfg: CfgNode, key: str) -> Any:
-    for part in key.split("."):
-        cfg = cfg[part]
-    return cfg
-
-
-def _set(cfg: CfgNode, key: str, value: Any, name: str) -> None:
-    *parents, last = key.split(".")
-    for part in parents:
-        cfg = cfg[part]
-    cfg[last] = _coerce(value, cfg[last], name)
-
-
-def _coerce(value: Any, default: Any, name: str) -> Any:
-    """``value`` in the type of the yacs default: an int where a float is expected becomes
-    that float, a list where a tuple is expected that tuple; another type is an error."""
-    if isinstance(value, Mapping):
-        raise ValueError(f"{name}: expected a value like {default!r}, got a mapping {value!r}")
-    if default is None or value is None:
-        return value
-    if isinstance(default, bool) or isinstance(value, bool):
-        if type(value) is not type(default):
-            raise ValueError(f"{name}: expected {type(default).__name__}, got {value!r}")
-        return value
-    if isinstance(default, float) and isinstance(value, int):
-        return float(value)
-    if isinstance(default, (list, tuple)):
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name}: expected a list, got {value!r}")
-        return type(default)(value)
-    if not isinstance(value, type(default)):
-        raise ValueError(f"{name}: expected {type(default).__name__}, got {value!r}")
-    return value
-
-
-def train_defaults() -> Dict[str, Any]:
-    """``train`` with every key of :data:`TRAIN_KEYS` at its yacs default, nested as in
-    ``train.lsr.enabled``. A LazyConfig starts from it: ``train = train_defaults()``."""
-    defaults = _yacs_defaults()
-    train: Dict[str, Any] = {}
-    for key, yacs_key in TRAIN_KEYS.items():
-        *parents, last = key.split(".")
-        node = train
-        for part in parents:
-            node = node.setdefault(part, {})
-        value = _get(defaults, yacs_key)
-        node[last] = list(value) if isinstance(value, tuple) else value
-    return train
-
-
-def _flatten(tree: Mapping, prefix: str = "") -> Dict[str, Any]:
-    flat = {}
-    for name, value in tree.items():
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{prefix}{name}."))
-        else:
-            flat[prefix + name] = value
-    return flat
-
-
-def _target(node) -> Any:
-    """The callable a LazyCall node names (its ``_target_``, located when a string)."""
-    target = node["_target_"]
-    return locate(target) if isinstance(target, str) else target
-
-
-def _target_name(node) -> str:
-    target = node["_target_"]
-    if isinstance(target, str):
-        return target.rsplit(".", 1)[-1]
-    return getattr(target, "__qualname__", getattr(target, "__name__", str(target)))
-
-
-def _loader_args(cfg: DictConfig, part: str, builder) -> DictConfig:
-    """``dataloader.<part>``, checked to be
-    ``L(builder)(dataset=L(get_detection_dataset_dicts)(...), ...)``."""
-    loader = cfg.dataloader[part]
-    if _target(loader) is not builder:
-        raise ValueError(
-            f"dataloader.{part}: largedet builds this loader itself from the arguments of "
-            f"L({builder.__name__})(dataset=L(get_detection_dataset_dicts)(names=...), "
-            f"mapper=...); got L({_target_name(loader)})"
-        )
-    if "dataset" not in loader or _target(loader.dataset) is not get_detection_dataset_dicts:
-        raise ValueError(
-            f"dataloader.{part}.dataset must be L(get_detection_dataset_dicts)(names=...)"
-        )
-    for key, allowed in ((f"dataloader.{part}", _LOADER_ARGS[part]),
-                         (f"dataloader.{part}.dataset", _DATASET_ARGS)):  # fmt: skip
-        node = loader if key.endswith(part) else loader.dataset
-        unknown = sorted(set(node) - allowed - {"_target_"})
-        if unknown:
-            raise ValueError(
-                f"{key}.{unknown[0]}: not taken by largedet's loader, which takes "
-                f"{', '.join(sorted(allowed))} (the batch is train.ims_per_batch and "
-                "train.ims_per_device, the sampler a resumable one, the test loader's workers "
-                "dataloader.train.num_workers)"
-            )
-    return loader
-
-
-def _dataset_names(dataset: DictConfig, key: str) -> Tuple[str, ...]:
-    names = dataset["names"]
-    names = (names,) if isinstance(names, str) else tuple(names)
-    if not names:
-        raise ValueError(f"{key}.names: no dataset named")
-    return names
-
-
-def run_config(cfg: DictConfig) -> CfgNode:
-    """The frozen yacs config of the run ``cfg`` describes, for :class:`~largedet.engine.Trainer`
-    and its hooks: largedet's defaults with
-
-    - every ``train.<key>`` at its :data:`TRAIN_KEYS` yacs key (an unknown key is an error);
-    - ``SOLVER.BASE_LR`` = ``optimizer.lr``, ``SOLVER.OPTIMIZER`` the optimizer's class name;
-    - ``SOLVER.LR_SCHEDULER_NAME`` the ``lr_multiplier``'s class name and ``SOLVER.STEPS``
-      its ``milestones`` (for the log block; the schedule itself is the ``lr_multiplier``);
-    - ``DATASETS.TRAIN``, ``DATALOADER.NUM_WORKERS``, ``ASPECT_RATIO_GROUPING`` and
-      ``FILTER_EMPTY_ANNOTATIONS`` from ``dataloader.train``; ``DATASETS.TEST`` from
-      ``dataloader.test``;
-    - ``MODEL.DEVICE`` "cpu" where "cuda" is asked for and there is no GPU.
-    """
-    run = _yacs_defaults()
-    train = OmegaConf.to_container(cfg.train, resolve=True)
-    for key, value in _flatten(train).items():
-        if key not in TRAIN_KEYS:
-            raise ValueError(
-                f"train.{key}: not a largedet training key; the keys are "
-                f"{', '.join(sorted(TRAIN_KEYS))}"
-            )
-        _set(run, TRAIN_KEYS[key], value, f"train.{key}")
-
-    if "lr" not in cfg.optimizer:
-        raise ValueError("optimizer.lr must be set: it is the peak LR (SOLVER.BASE_LR)")
-    _set(run, "SOLVER.BASE_LR", cfg.optimizer.lr, "optimizer.lr")
-    run.SOLVER.OPTIMIZER = _target_name(cfg.optimizer)
-
-    if _target(cfg.lr_multiplier) is WarmupParamScheduler:
-        raise ValueError(
-            "lr_multiplier: give the schedule without warm-up; the warm-up is train.warmup "
-            "(iterations, factor, method), added as SOLVER.WARMUP_* is in the yacs path"
-        )
-    run.SOLVER.LR_SCHEDULER_NAME = _target_name(cfg.lr_multiplier)
-    run.SOLVER.STEPS = tuple(cfg.lr_multiplier.get("milestones", ()))
-
-    loader = _loader_args(cfg, "train", build_detection_train_loader)
-    run.DATASETS.TRAIN = _dataset_names(loader.dataset, "dataloader.train.dataset")
-    run.DATALOADER.FILTER_EMPTY_ANNOTATIONS = bool(loader.dataset.get("filter_empty", True))
-    for key, (yacs_key, default) in _TRAIN_LOADER_KEYS.items():
-        _set(run, yacs_key, loader.get(key, default), f"dataloader.train.{key}")
-    if "test" in cfg.dataloader:
-        test = _loader_args(cfg, "test", build_detection_test_loader)
-        run.DATASETS.TEST = _dataset_names(test.dataset, "dataloader.test.dataset")
-    resolve_device(run)
-    run.freeze()
-    return run
-
-
-def register_datasets(cfg: DictConfig) -> None:
-    """Instantiate each entry of ``cfg.datasets`` (dataset registrations), if any."""
-    for name, registration in cfg.get("datasets", {}).items():
-        logger.debug("Registering datasets %s", name)
-        instantiate(registration)
-
-
-def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConfig:
-    """Load ``args.config_file`` with Detectron2's ``LazyConfig``, apply the trailing
-    ``key=value`` overrides (``args.opts``), register ``datasets``, and with ``log`` run
-    Detectron2's ``default_setup`` (loggers, config dump to ``train.output_dir``, seeding
-    with ``train.seed``) and set up the ``largedet`` logger as the yacs path does."""
-    cfg = LazyConfig.load(args.config_file)
-    cfg = LazyConfig.apply_overrides(cfg, args.opts or [])
-    register_datasets(cfg)
-    if log:
-        default_setup(cfg, args)
-        setup_logger(cfg.train.output_dir, distributed_rank=comm.get_rank(), name="largedet")
-    return cfg
 
 
 def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     """The batch plan of the run ``args`` describe (torchrun's ``WORLD_SIZE``, or
     ``--num-gpus`` x ``--num-machines`` processes), before any worker is spawned: raises
     ``ValueError`` for a config that :func:`run_config` rejects and
-    :class:`~largedet.engine.BatchArithmeticError` for a global batch that does not split
+    :class:`~largedet.solver.batch.BatchArithmeticError` for a global batch that does not split
     into whole micro-batches."""
     run = run_config(setup_lazy_config(args, log=False))
     return batch_plan(run, planned_world_size(args))
@@ -356,7 +105,7 @@ def build_lazy_optimizer(
     if isinstance(params, DictConfig) and "_target_" in params:
         params.model = model
     if run.SOLVER.AGVM.ENABLED:
-        if not isinstance(params, DictConfig) or _target(params) is not optimizer_param_groups:
+        if not isinstance(params, DictConfig) or call_target(params) is not optimizer_param_groups:
             raise ValueError(
                 "train.agvm.enabled needs optimizer.params = L(optimizer_param_groups)(...), "
                 "whose groups it splits by model part"
@@ -430,7 +179,7 @@ class LazyTrainer(Trainer):
         return build_lazy_lr_scheduler(self.lazy, cfg, optimizer)
 
     def build_train_loader(self, cfg: CfgNode):
-        """largedet's resumable training loader (:func:`~largedet.engine.build_train_loader`)
+        """largedet's resumable training loader (:func:`~largedet.data.build_train_loader`)
         with ``train.ims_per_device`` images per batch and ``dataloader.train.mapper``."""
         per_device = batch_plan(cfg, comm.get_world_size()).per_device
         return build_train_loader(

@@ -19,23 +19,11 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.parallel import DistributedDataParallel
 
 from ..optim import AGVM
+from ..solver.batch import check_agvm_estimates
 
-__all__ = ["AccumulationTrainer", "check_agvm_estimates", "total_norm"]
+__all__ = ["AccumulationTrainer", "total_norm"]
 
 logger = logging.getLogger(__name__)
-
-
-def check_agvm_estimates(accumulation_steps: int, world_size: int) -> None:
-    """Raise ``ValueError`` when a step has no two independent gradient estimates for AGVM:
-    one micro-batch per step (K = 1) on one process."""
-    if accumulation_steps < 2 and world_size < 2:
-        raise ValueError(
-            "SOLVER.AGVM.ENABLED needs two independent gradient estimates per step: K >= 2 "
-            "accumulated micro-batches (K = SOLVER.IMS_PER_BATCH / (world size x "
-            "SOLVER.IMS_PER_DEVICE)) or two or more processes; got K = 1 on one process. Set "
-            "SOLVER.IMS_PER_DEVICE to at most half of SOLVER.IMS_PER_BATCH, or "
-            "SOLVER.AGVM.ENABLED False"
-        )
 
 
 class AccumulationTrainer(SimpleTrainer):

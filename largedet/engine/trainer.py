@@ -4,20 +4,20 @@ What it adds to ``DefaultTrainer``, each in one place:
 
 - the global batch ``SOLVER.IMS_PER_BATCH`` on any number of devices, as
   ``IMS_PER_DEVICE``-image micro-batches accumulated K times per optimizer step
-  (:func:`~largedet.engine.batch.batch_plan`, :class:`~largedet.engine.train_loop.AccumulationTrainer`),
+  (:func:`~largedet.solver.batch.batch_plan`, :class:`~largedet.engine.train_loop.AccumulationTrainer`),
   in full precision, float16 with a gradient scaler, or bfloat16;
 - the optimizer of ``largedet.solver.build_optimizer`` (``SOLVER.OPTIMIZER``) at the LR of
   the linear scaling rule (``SOLVER.LSR``), with Detectron2's warmup schedule
   (``largedet.solver.build_lr_scheduler``);
 - "SyncBN" norms that run on the CPU too (``largedet.layers``);
 - DDP on CPU processes (gloo) as well as GPUs;
-- exact resume: atomic checkpoints (:class:`~largedet.engine.checkpoint.AtomicCheckpointer`)
-  that also hold the data position (:class:`~largedet.engine.data.ResumableLoader`), a
+- exact resume: atomic checkpoints (:class:`~largedet.checkpoint.atomic.AtomicCheckpointer`)
+  that also hold the data position (:class:`~largedet.data.build.ResumableLoader`), a
   resume from the newest checkpoint that loads completely, and optionally per-step
   seeding (``RESEED_EVERY_ITER``);
 - the divergence guard (``SOLVER.DIVERGENCE``), whose rollback (:meth:`Trainer.roll_back`)
   sends the iteration back to the restored checkpoint's;
-- a batch ramp (``SOLVER.BATCH_RAMP``, :class:`~largedet.engine.batch.BatchSchedule`): a
+- a batch ramp (``SOLVER.BATCH_RAMP``, :class:`~largedet.solver.batch.BatchSchedule`): a
   smaller global batch in the first epochs through K alone, the LR following its scaling
   rule at each batch, the schedule and PMD's period in images;
 - pre-emption (``PREEMPTION.SIGNALS``, :mod:`largedet.engine.preemption`): a signal ends
@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import atexit
 import functools
-import gc
 import logging
 import os
 import weakref
 from typing import Optional
 
 import torch
-import torch.distributed as dist
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model, default_writers
@@ -58,7 +56,15 @@ from detectron2.utils.events import EventStorage
 from detectron2.utils.logger import setup_logger
 
 from .. import HAS_COMPILED_D2_OPS
-from ..config import add_largedet_config
+from ..checkpoint import AtomicCheckpointer, CheckpointSpaceError, FoundCheckpoint, warn_if_low_space
+from ..config import add_largedet_config, amp_dtype
+from ..data.build import (
+    DetectionTrainLoader,
+    ResumableLoader,
+    SkippedImagesHook,
+    build_test_loader,
+    build_train_loader,
+)
 from ..evaluation.coco_evaluation import COCOEvaluator
 from ..layers import resolve_sync_batchnorm
 from ..optim import PART_KEY
@@ -70,27 +76,18 @@ from ..solver import (
     lr_scaling,
     with_scaled_lr,
 )
+from ..solver.batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule, check_agvm_estimates
 from ..utils.wandb_writer import build_wandb_writers
-from .batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule
-from .checkpoint import AtomicCheckpointer, CheckpointSpaceError, FoundCheckpoint, warn_if_low_space
-from .data import (
-    DetectionTrainLoader,
-    ResumableLoader,
-    SkippedImagesHook,
-    build_test_loader,
-    build_train_loader,
-)
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .hooks import DivergenceGuard, ReseedEveryIter
 from .preemption import Preempted, PreemptionHook
 from .run_summary import RunSummaryHook
-from .train_loop import AccumulationTrainer, check_agvm_estimates
+from .launch import shut_down_distributed
+from .train_loop import AccumulationTrainer
 
-__all__ = ["Trainer", "describe_run", "shut_down_distributed"]
+__all__ = ["Trainer", "describe_run"]
 
 logger = logging.getLogger(__name__)
-
-_AMP_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 #: Detectron2's auto_scale_workers would rescale IMS_PER_BATCH, BASE_LR and MAX_ITER with the
 #: world size; in largedet IMS_PER_BATCH is the global batch on any number of devices
@@ -184,14 +181,9 @@ class Trainer(DefaultTrainer):
 
     @staticmethod
     def amp_dtype(cfg) -> Optional[torch.dtype]:
-        """The autocast dtype of ``SOLVER.AMP`` (None: full precision)."""
-        if not cfg.SOLVER.AMP.ENABLED:
-            return None
-        if cfg.SOLVER.AMP.PRECISION not in _AMP_DTYPES:
-            raise ValueError(
-                f"SOLVER.AMP.PRECISION must be one of {sorted(_AMP_DTYPES)}, got {cfg.SOLVER.AMP.PRECISION!r}"
-            )
-        return _AMP_DTYPES[cfg.SOLVER.AMP.PRECISION]
+        """The autocast dtype of ``SOLVER.AMP`` (None: full precision):
+        :func:`largedet.config.amp_dtype`."""
+        return amp_dtype(cfg)
 
     def describe_schedule(self, cfg) -> Optional[str]:
         """The schedule's part of the start-of-run block (warm-up, LR steps, iterations,
@@ -506,27 +498,6 @@ class Trainer(DefaultTrainer):
         )  # fmt: skip
 
 
-def shut_down_distributed() -> None:
-    """Destroy this process's process groups now, while the interpreter is fully alive.
-
-    Detectron2's ``launch`` never destroys them, and its ``comm`` module keeps references
-    (its local process group, its cached gloo group) that would keep them alive even
-    after ``destroy_process_group``. Gloo's worker threads then run on into interpreter
-    finalization; one that drops the last reference to a tensor of a collective at that
-    moment must take the GIL, the finalizing interpreter ends the thread, and the process
-    aborts (``terminate called without an active exception``, SIGABRT) after training
-    finished. Here the groups are destroyed, Detectron2's references dropped and garbage
-    collected, which joins gloo's threads (and the store's). A no-op outside
-    ``torch.distributed``.
-    """
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    dist.destroy_process_group()
-    comm._LOCAL_PROCESS_GROUP = None
-    comm._get_global_gloo_group.cache_clear()
-    gc.collect()
-
-
 @functools.lru_cache(maxsize=None)
 def _shut_down_distributed_at_exit() -> None:
     # once per process; atexit handlers run before the interpreter starts to finalize
@@ -573,7 +544,15 @@ def describe_run(
         if warmup_iters
         else "no warmup"
     )
-    amp = f"AMP {solver.AMP.PRECISION}" if solver.AMP.ENABLED else "full precision"
+    if amp_dtype(cfg) is not None:
+        amp = f"AMP {solver.AMP.PRECISION}"
+    elif solver.AMP.ENABLED:  # SOLVER.AMP.NATIVE_ONLY on a device without it
+        amp = (
+            f"full precision: {cfg.MODEL.DEVICE} has no native {solver.AMP.PRECISION} "
+            "(SOLVER.AMP.NATIVE_ONLY)"
+        )
+    else:
+        amp = "full precision"
     lines = [
         "Large-batch run:",
         f"  world size {batch.world_size}; global batch {batch.global_batch} (SOLVER.IMS_PER_BATCH); "

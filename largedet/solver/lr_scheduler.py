@@ -161,7 +161,7 @@ def lr_multiplier(cfg: CfgNode, max_iter: int) -> ParamScheduler:
 
 class ImageClockLRMultiplier(LRMultiplier):
     """Detectron2's ``LRMultiplier`` for a run whose global batch changes (a batch ramp,
-    :class:`~largedet.engine.batch.BatchSchedule`): at optimizer step t the LR is each
+    :class:`~largedet.solver.batch.BatchSchedule`): at optimizer step t the LR is each
     group's peak LR x the schedule's multiplier at the run's progress in images
     (``images_before(t) / total_images``) x ``batch_factor(batch_at(t))``, the scaling
     rule's ratio to the full batch. ``last_epoch`` counts optimizer steps, as before."""
@@ -191,7 +191,7 @@ def build_lr_scheduler(
     It multiplies each parameter group's initial LR (which the optimizer got from
     :func:`with_scaled_lr`) by the schedule at each step; ``SOLVER.WARMUP_ITERS`` and
     ``SOLVER.STEPS`` are steps whatever the length. With a ``schedule``
-    (:class:`~largedet.engine.batch.BatchSchedule`) that ramps the batch, an
+    (:class:`~largedet.solver.batch.BatchSchedule`) that ramps the batch, an
     :class:`ImageClockLRMultiplier`: the schedule over ``SOLVER.MAX_ITER`` steps of the
     full batch followed in images, times ``SOLVER.LSR.RULE``'s factor at each step's batch.
     """

@@ -1,7 +1,7 @@
 """The batch-scaling study's schema: its grids, cells, per-cell plan and CSV columns.
 
 ``benchmarks/batch_scaling_study.py`` runs the cells (one ``tools/train_net.py`` per cell)
-and :mod:`largedet.utils.plotting` draws the CSV it writes; both take the names and
+and :mod:`largedet.study.plotting` draws the CSV it writes; both take the names and
 columns from here. Two CPU grids on the shapes data at 64 px:
 
 * ``steps`` (steps-matched): 200 epochs of 1536 images for every batch, so batch 1024

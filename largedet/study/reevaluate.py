@@ -16,7 +16,6 @@ import csv
 import os
 import re
 import subprocess
-import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -106,7 +105,7 @@ def reevaluate_cells(
     output_dir: str,
     images: int,
     csv_path: str,
-    train_net: str,
+    train_command: Sequence[str],
     threads: int = 1,
     device_label: str = "",
 ) -> List[str]:
@@ -124,7 +123,7 @@ def reevaluate_cells(
     evaluated = []
     for name in todo_cells(cells, study_rows, output_dir, done):
         run_dir = os.path.join(output_dir, name)
-        cmd = [sys.executable, train_net, "--config", os.path.join(run_dir, "config.yaml"),
+        cmd = [*train_command, "--config", os.path.join(run_dir, "config.yaml"),
                "--eval-only", *eval_overrides(run_dir, images)]  # fmt: skip
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         start = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Runs the batch-scaling study: one ``tools/train_net.py`` subprocess per cell, a CSV row
+"""Runs the batch-scaling study: one training subprocess (``python -m
+largedet.engine.train_net``, i.e. ``tools/train_net.py``) per cell, a CSV row
 per finished cell; resumable, several processes at once (a lock file per cell).
 
 ``benchmarks/batch_scaling_study.py`` is its command line; the grids and the per-cell
@@ -12,7 +13,6 @@ import csv
 import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -20,12 +20,14 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..engine.run_summary import read_run_summary
 from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, final_ap, plan_cell
 from .reevaluate import read_csv_rows, reevaluate_cells, todo_cells
 
-# the checkout this package lives in: the runner trains through its tools/train_net.py
+# the checkout this package lives in: relative output paths and the grid's configs
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
+#: how a cell's training (or evaluation) process is started: tools/train_net.py as a module
+TRAIN_COMMAND = (sys.executable, "-m", "largedet.engine.train_net")
 
 
 def read_done(csv_path: str) -> Dict[str, dict]:
@@ -61,18 +63,14 @@ def read_metrics(path: str) -> List[dict]:
     return rows
 
 
-_SPEED = re.compile(r"Overall training speed: (\d+) iterations in \S+ \(([\d.]+) s / it\)")
-
-
-def summarize(
-    plan: Plan, run_dir: str, log_text: str, returncode: int, wall: float, args
-) -> Optional[dict]:
+def summarize(plan: Plan, run_dir: str, returncode: int, wall: float, args) -> Optional[dict]:
     """The CSV row of a finished run, or None when it failed for a reason other than
-    divergence."""
+    divergence. How the run ended and its speed come from its ``run_summary.json``."""
     metrics = read_metrics(os.path.join(run_dir, "metrics.json"))
+    summary = read_run_summary(run_dir) or {}
     # the divergence guard (largedet.engine.DivergenceGuard) and Detectron2's own
-    # non-finite checks (loss; RPN proposals) all raise FloatingPointError
-    diverged = returncode != 0 and "FloatingPointError" in log_text
+    # non-finite checks (loss; RPN proposals) raise FloatingPointError: status "diverged"
+    diverged = returncode != 0 and summary.get("status") == "diverged"
     if returncode != 0 and not diverged:
         return None
     ap = final_ap(metrics, args.grid_obj.report_set)
@@ -80,8 +78,9 @@ def summarize(
     if not diverged and ap["AP"] == "":
         return None
     losses = [m["total_loss"] for m in metrics if "total_loss" in m]
-    speed = _SPEED.findall(log_text)
-    images_per_s = plan.cell.batch / float(speed[-1][1]) if speed else ""
+    # the last invocation's, as Detectron2's "Overall training speed" reports it
+    invocations = summary.get("invocations") or [{}]
+    images_per_s = invocations[-1].get("images_per_s") or ""
     per_device = int(plan.overrides[plan.overrides.index("SOLVER.IMS_PER_DEVICE") + 1])
     return {
         "cell": plan.cell.name,
@@ -153,13 +152,13 @@ def _write_wall_clock(run_dir: str, seconds: float) -> None:
 
 
 def train(overrides: Sequence[str], run_dir: str, args) -> Tuple[int, str, float]:
-    """Run tools/train_net.py on the grid's config with ``overrides`` (resuming from
+    """Run :data:`TRAIN_COMMAND` on the grid's config with ``overrides`` (resuming from
     ``run_dir``'s last checkpoint if there is one); its output goes to run_dir/study_log.txt.
     Returns the exit status, the log text and the wall-clock seconds of the whole run:
     those of earlier, interrupted invocations too (kept in ``run_dir/study_wall_clock_s``,
     updated every 30 s, so a killed invocation loses at most that)."""
     os.makedirs(run_dir, exist_ok=True)
-    cmd = [sys.executable, TRAIN_NET, "--config", os.path.join(ROOT, args.grid_obj.config)]
+    cmd = [*TRAIN_COMMAND, "--config", os.path.join(ROOT, args.grid_obj.config)]
     if args.num_gpus > 1:
         cmd += ["--num-gpus", str(args.num_gpus)]
     resuming = os.path.exists(os.path.join(run_dir, "last_checkpoint"))
@@ -346,7 +345,7 @@ def main(argv=None) -> int:
             return 0
         try:
             reevaluate_cells([p.cell.name for p in plans], read_done(csv_path), args.output_dir,
-                             args.eval_images, eval_csv, TRAIN_NET, args.threads,
+                             args.eval_images, eval_csv, TRAIN_COMMAND, args.threads,
                              args.device_label)  # fmt: skip
         except ValueError as e:
             parser.error(str(e))
@@ -390,7 +389,7 @@ def main(argv=None) -> int:
                 flush=True,
             )
             returncode, text, wall = run_cell(plan, run_dir, args)
-            row = summarize(plan, run_dir, text, returncode, wall, args)
+            row = summarize(plan, run_dir, returncode, wall, args)
             if row is None:
                 failures.append(name)
                 tail = "\n".join(text.strip().splitlines()[-5:])

@@ -21,7 +21,7 @@ from detectron2.structures import Boxes, BoxMode, Instances
 from largedet.config import add_largedet_config
 from largedet.data.unreadable import SkipUnreadable
 from largedet.engine import Trainer
-from largedet.engine.data import ResumableTrainingSampler, TrainBatches
+from largedet.data.build import ResumableTrainingSampler, TrainBatches
 
 TRAIN_DAMAGE = {2: "truncated", 9: "random_bytes", 17: "deleted"}
 VAL_DAMAGE = {1: "truncated", 4: "random_bytes", 6: "deleted"}

@@ -11,7 +11,7 @@ from detectron2.utils.env import seed_all_rng
 from engine_testing import StopAt, tiny_cfg, weights
 
 from largedet.engine import Trainer
-from largedet.engine.batch import BatchArithmeticError, BatchPlan, batch_plan, batch_schedule
+from largedet.solver.batch import BatchArithmeticError, BatchPlan, batch_plan, batch_schedule
 from largedet.optim import PMDLAMB
 
 

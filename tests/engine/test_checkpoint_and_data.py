@@ -10,9 +10,10 @@ from torch import nn
 
 import largedet  # noqa: F401
 from detectron2.utils.env import seed_all_rng
-from largedet.engine import AtomicCheckpointer, ResumableTrainingSampler, Trainer
-from largedet.engine import checkpoint as checkpoint_module
-from largedet.engine.checkpoint import NoCompleteCheckpointError
+from largedet.checkpoint import AtomicCheckpointer, NoCompleteCheckpointError
+from largedet.checkpoint import atomic as checkpoint_module
+from largedet.data import ResumableTrainingSampler
+from largedet.engine import Trainer
 
 
 def test_checkpoint_and_tag_are_written_whole(tmp_path):

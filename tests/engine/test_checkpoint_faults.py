@@ -15,9 +15,9 @@ from detectron2.checkpoint import DetectionCheckpointer
 from engine_testing import largedet_log, tiny_cfg
 from torch import nn
 
+from largedet.checkpoint import AtomicCheckpointer, CheckpointSpaceError, UnsafeWeightsError
+from largedet.checkpoint import atomic as ckpt
 from largedet.engine import Trainer
-from largedet.engine import checkpoint as ckpt
-from largedet.engine.checkpoint import AtomicCheckpointer, CheckpointSpaceError, UnsafeWeightsError
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")

@@ -8,7 +8,7 @@ from engine_testing import tiny_cfg
 from unreadable_testing import damaged_copies, register
 
 from largedet.engine import Trainer
-from largedet.engine.data import DetectionTrainLoader
+from largedet.data.build import DetectionTrainLoader
 
 DAMAGE = {2: "truncated", 9: "random_bytes", 17: "deleted"}
 

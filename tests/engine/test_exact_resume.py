@@ -14,7 +14,7 @@ from engine_testing import NUM_CLASSES, StopAt, tiny_cfg, weights
 from PIL import Image
 
 from largedet.engine import Trainer
-from largedet.engine.data import (
+from largedet.data.build import (
     ResumableTrainingSampler,
     TrainBatches,
     aspect_ratio_groups,

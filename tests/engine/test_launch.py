@@ -85,7 +85,7 @@ def test_train_net_under_torchrun_checks_the_batch_against_its_world_size(tiny_s
 
 def test_process_flags_ignored_under_torchrun_are_found_from_their_values():
     from largedet.engine import largedet_argument_parser
-    from largedet.engine.launch import _process_flags_given
+    from largedet.engine.launch import process_flags_given as _process_flags_given
 
     parse = largedet_argument_parser().parse_args
     assert _process_flags_given(parse([])) == []

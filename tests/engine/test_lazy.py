@@ -16,15 +16,10 @@ from detectron2.engine import HookBase
 from detectron2.solver import WarmupParamScheduler
 from detectron2.utils.env import seed_all_rng
 from largedet.config import add_largedet_config
-from largedet.engine import Trainer, batch_plan, describe_run
-from largedet.engine.lazy import (
-    TRAIN_KEYS,
-    LazyTrainer,
-    build_lazy_lr_scheduler,
-    build_lazy_optimizer,
-    run_config,
-    train_defaults,
-)
+from largedet.config.lazy import TRAIN_KEYS, run_config, train_defaults
+from largedet.engine import Trainer, describe_run
+from largedet.engine.lazy import LazyTrainer, build_lazy_lr_scheduler, build_lazy_optimizer
+from largedet.solver.batch import batch_plan
 from largedet.optim import PART_KEY
 from largedet.solver import build_lr_scheduler, build_optimizer, with_scaled_lr
 

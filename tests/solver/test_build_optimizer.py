@@ -10,7 +10,8 @@ from torch import nn
 
 from detectron2.config import get_cfg
 from largedet import optim
-from largedet.config import _add_solver_config, add_largedet_config
+from largedet.config import add_largedet_config
+from largedet.config.defaults import _add_solver_config
 from largedet.solver import OPTIMIZER_REGISTRY, build_optimizer, get_optimizer_params
 
 YAML = """
@@ -245,14 +246,14 @@ def test_user_registered_optimizer(tmp_path):
     assert type(optimizer) is torch.optim.RAdam and optimizer.param_groups[0]["lr"] == 0.004
 
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+README = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "training.md")
 
 
 def readme_registry_example() -> str:
-    """The first ``python`` block of the README's "Optimizers" section."""
+    """The first ``python`` block of the "Optimizers" section of the training manual."""
     with open(README) as f:
         text = f.read()
-    section = text[text.index("### Optimizers") :]
+    section = text[text.index("## Optimizers") :]
     return re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
 
 

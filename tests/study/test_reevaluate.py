@@ -47,7 +47,7 @@ def test_finished_cells_are_evaluated_once_on_the_larger_split(tmp_path, monkeyp
     rows = {name: {"diverged": "yes" if name == "diverged" else "no"} for name in ("a", "b", "diverged", "unfinished")}
     csv_path = str(tmp_path / "holdout.csv")
     cells = ["a", "b", "diverged", "unfinished", "not-run"]
-    evaluated = reevaluate.reevaluate_cells(cells, rows, str(out), 2000, csv_path, str(script), device_label="vm")
+    evaluated = reevaluate.reevaluate_cells(cells, rows, str(out), 2000, csv_path, [sys.executable, str(script)], device_label="vm")
     assert evaluated == ["a", "b"]
     assert "unfinished: no model_final.pth" in capsys.readouterr().out
     with open(csv_path, newline="") as f:
@@ -65,20 +65,20 @@ def test_finished_cells_are_evaluated_once_on_the_larger_split(tmp_path, monkeyp
         "DATASETS.TEST", "('shapes_holdout_val', 'shapes_val', )", "OUTPUT_DIR", os.path.join(run_dir, "eval_2000"),
     ]  # fmt: skip
     # again: nothing left to do, the CSV unchanged
-    assert reevaluate.reevaluate_cells(cells, rows, str(out), 2000, csv_path, str(script)) == []
+    assert reevaluate.reevaluate_cells(cells, rows, str(out), 2000, csv_path, [sys.executable, str(script)]) == []
     assert len(calls.read_text().splitlines()) == 2
     # a failed evaluation names the cell and keeps the rows written before it
     make_cell(out, "broken")
     with pytest.raises(RuntimeError, match=r"broken: evaluation failed \(exit 1, 0 of 2 evaluations printed\):\n.*boom"):
-        reevaluate.reevaluate_cells(["broken"], {"broken": {"diverged": "no"}}, str(out), 2000, csv_path, str(script))
+        reevaluate.reevaluate_cells(["broken"], {"broken": {"diverged": "no"}}, str(out), 2000, csv_path, [sys.executable, str(script)])
     assert len(open(csv_path).read().splitlines()) == 3
     # another image count goes to another CSV: mixed counts would not be comparable
     with pytest.raises(ValueError, match=r"holds evaluations on \[2000\] images, not 500"):
-        reevaluate.reevaluate_cells(cells, rows, str(out), 500, csv_path, str(script))
+        reevaluate.reevaluate_cells(cells, rows, str(out), 500, csv_path, [sys.executable, str(script)])
     # an empty file (created beforehand) still gets its header
     empty = tmp_path / "empty.csv"
     empty.write_text("")
-    reevaluate.reevaluate_cells(["a"], rows, str(out), 2000, str(empty), str(script))
+    reevaluate.reevaluate_cells(["a"], rows, str(out), 2000, str(empty), [sys.executable, str(script)])
     assert empty.read_text().splitlines()[0].startswith("cell,images,holdout_ap,")
 
 

@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import sys
 import types
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 import largedet  # noqa: F401
 from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
-from largedet.engine import batch_plan
+from largedet.solver.batch import batch_plan
 from largedet.solver import lr_scaling
 from largedet.study import grid as schema
 from largedet.study import runner
@@ -103,8 +104,13 @@ def test_agvm_and_sweep_cells_override_what_they_name(study):
     assert plan.cell.name == "pmd_lamb-bs1024-T3-linear-agvm"
 
 
-def fake_run(run_dir, ap=None, losses=(2.0, 1.5), speed=None):
+def fake_run(run_dir, ap=None, losses=(2.0, 1.5), speed=None, status="finished", batch=64):
+    """A run's metrics.json and run_summary.json (``speed``: seconds per step of ``batch``
+    images; ``status``: how it ended)."""
     os.makedirs(run_dir, exist_ok=True)
+    invocation = {"images_per_s": None if speed is None else batch / speed, "status": status}
+    with open(os.path.join(run_dir, "run_summary.json"), "w") as f:
+        json.dump({"status": status, "invocations": [invocation]}, f)
     with open(os.path.join(run_dir, "metrics.json"), "w") as f:
         for i, loss in enumerate(losses):
             f.write(json.dumps({"iteration": i, "total_loss": loss, "lr": 0.1}) + "\n")
@@ -120,12 +126,6 @@ def fake_run(run_dir, ap=None, losses=(2.0, 1.5), speed=None):
                 )
                 + "\n"
             )
-    log = (
-        ""
-        if speed is None
-        else f"Overall training speed: 20 iterations in 0:00:09 ({speed} s / it)\n"
-    )
-    return log
 
 
 def test_summarize_reads_ap_speed_and_divergence(study, tmp_path):
@@ -133,25 +133,25 @@ def test_summarize_reads_ap_speed_and_divergence(study, tmp_path):
         num_gpus=1, grid_obj=study.build_grid("short"), device_label="cpu", threads=1
     )
     plan = study.plan_cell(args.grid_obj, schema.Cell("lamb", 64), 2.0, str(tmp_path), 1)
-    log = fake_run(str(tmp_path / "ok"), ap=41.234, speed=0.5)
-    row = study.summarize(plan, str(tmp_path / "ok"), log, 0, 100.0, args)
+    fake_run(str(tmp_path / "ok"), ap=41.234, speed=0.5)
+    row = study.summarize(plan, str(tmp_path / "ok"), 0, 100.0, args)
     assert row["box_ap"] == "41.23" and row["ap50"] == "51.23" and row["ap75"] == "36.23"
     assert row["images_per_s"] == "128.00"  # 64 images in 0.5 s
     assert row["diverged"] == "no" and row["final_loss"] == "1.5000" and row["accumulation"] == 4
     # a run stopped by a non-finite loss is a result, with no AP
-    fake_run(str(tmp_path / "div"), losses=(2.0, math.inf))
-    text = "FloatingPointError: Training diverged at iteration 7: loss inf"
-    row = study.summarize(plan, str(tmp_path / "div"), text, 1, 5.0, args)
+    fake_run(str(tmp_path / "div"), losses=(2.0, math.inf), status="diverged")
+    row = study.summarize(plan, str(tmp_path / "div"), 1, 5.0, args)
     assert row["diverged"] == "yes" and row["box_ap"] == ""
     # a model that detects nothing: Detectron2 writes NaN, the COCO AP is 0
     fake_run(str(tmp_path / "empty"), ap=math.nan, speed=0.5)
-    row = study.summarize(plan, str(tmp_path / "empty"), log, 0, 100.0, args)
+    row = study.summarize(plan, str(tmp_path / "empty"), 0, 100.0, args)
     assert row["box_ap"] == "0.00" and row["diverged"] == "no"
     # a run that ended without evaluating is not a row
     fake_run(str(tmp_path / "noeval"), ap=None, speed=0.5)
-    assert study.summarize(plan, str(tmp_path / "noeval"), log, 0, 100.0, args) is None
+    assert study.summarize(plan, str(tmp_path / "noeval"), 0, 100.0, args) is None
     # any other failure is not a row (it is retried)
-    assert study.summarize(plan, str(tmp_path / "div"), "KeyError: 'x'", 1, 5.0, args) is None
+    fake_run(str(tmp_path / "failed"), losses=(2.0, 1.0), status="failed")
+    assert study.summarize(plan, str(tmp_path / "failed"), 1, 5.0, args) is None
 
 
 def test_study_resumes_and_skips_finished_cells(study, tmp_path, monkeypatch):
@@ -345,20 +345,20 @@ def test_summarize_reads_the_held_out_and_the_reported_split(study, tmp_path):
         for name, ap in (("shapes_holdout_val", 61.5), ("shapes_val", 63.25)):
             row.update({f"{name}/bbox/AP": ap, f"{name}/bbox/AP50": ap + 20, f"{name}/bbox/AP75": ap + 1})
         f.write(json.dumps(row) + "\n")
-    row = study.summarize(plan, run_dir, "", 0, 10.0, args)
+    row = study.summarize(plan, run_dir, 0, 10.0, args)
     assert (row["box_ap"], row["ap50"], row["ap75"]) == ("63.25", "83.25", "64.25")
     assert (row["holdout_ap"], row["holdout_ap50"]) == ("61.50", "81.50")
     assert row["warmup_epochs"] == "40" and row["epochs"] == "200" and row["lr_factor"] == "1"
     # a run evaluated on one set has no held-out AP (Detectron2 then drops the set's name)
     fake_run(str(tmp_path / "one"), ap=50.0)
-    row = study.summarize(plan, str(tmp_path / "one"), "", 0, 10.0, args)
+    row = study.summarize(plan, str(tmp_path / "one"), 0, 10.0, args)
     assert row["box_ap"] == "50.00" and row["holdout_ap"] == ""
 
 
 def test_wall_clock_adds_up_over_resumed_invocations(study, tmp_path, monkeypatch):
     script = tmp_path / "fake_train.py"
     script.write_text("import time; time.sleep(0.3)\n")
-    monkeypatch.setattr(study, "TRAIN_NET", str(script))
+    monkeypatch.setattr(study, "TRAIN_COMMAND", (sys.executable, str(script)))
     args = types.SimpleNamespace(grid_obj=study.build_grid("steps"), num_gpus=1, threads=1)
     run_dir = str(tmp_path / "cell")
     _, _, first = study.train([], run_dir, args)
@@ -430,6 +430,7 @@ def test_steps_recipe_config_is_the_archived_run_key_for_key():
     assert mine["SOLVER"].pop("WSD") == {"DECAY_START": 0.8} and mine["SOLVER"]["LR_SCHEDULER_NAME"] != "WarmupStableDecayLR"
     assert mine["SOLVER"].pop("WARMUP_CLIP")["MAX_NORM"] == 0.0
     mine.pop("PREEMPTION")  # what a signal does; no effect on a run that gets none
+    assert mine["SOLVER"]["AMP"].pop("NATIVE_ONLY") is False  # AMP is off in the study
     assert mine == ran
     # and the row it names is in the study's CSV, with the AP the config's header states
     with open(os.path.join(ROOT, "benchmarks", "results", "batch_scaling_steps.csv")) as f:
@@ -478,7 +479,7 @@ def test_a_terminated_study_stops_its_training_process(tmp_path):
     driver = (
         "import sys, types\n"
         "from largedet.study import runner\n"
-        f"runner.TRAIN_NET = {str(fake)!r}\n"
+        f"runner.TRAIN_COMMAND = (sys.executable, {str(fake)!r})\n"
         "runner.signal.signal(runner.signal.SIGTERM, runner._interrupt_on_sigterm)\n"
         "args = types.SimpleNamespace(grid_obj=runner.build_grid('steps'), num_gpus=1, threads=1)\n"
         f"runner.train([], {str(tmp_path / 'run')!r}, args)\n"
@@ -522,7 +523,7 @@ def test_wsd_cell_holds_the_peak_to_80_percent_then_decays_linearly(study):
 
 
 def test_axis_cells_override_what_they_name(study):
-    from largedet.engine.batch import batch_schedule
+    from largedet.solver.batch import batch_schedule
     from largedet.engine.ema import ModelEMA
 
     grid = study.build_grid("steps")

@@ -18,7 +18,7 @@ not been trained to the end here (at about 23 images/s on the 2-core CPU it woul
 from fvcore.common.param_scheduler import MultiStepParamScheduler
 
 from detectron2.config import LazyCall as L
-from largedet.engine.lazy import train_defaults
+from largedet.config.lazy import train_defaults
 from largedet.optim import PMDLAMB
 from largedet.solver import optimizer_param_groups
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from detectron2.config import get_cfg
-from largedet.engine.validate import TRAINING_RULES, check_values, merge_checked
+from largedet.config.validate import TRAINING_RULES, check_values, merge_checked
 
 from largedet_video import add_video_config
 from largedet_video.engine.validate import VIDEO_RULES
@@ -96,7 +96,7 @@ def test_every_video_config_passes_the_value_checks():
 
 
 def test_torchcodec_decoder_that_cannot_decode_here_is_a_config_error(monkeypatch):
-    from largedet.engine.validate import ConfigError
+    from largedet.config.validate import ConfigError
     from largedet_video.engine import validate
 
     cfg = add_video_config(get_cfg())
@@ -115,7 +115,7 @@ def test_no_config_file_outside_the_checkout_is_a_config_error(tmp_path):
     # config is missing, and the run says so instead of failing to open it
     import argparse
 
-    from largedet.engine.validate import ConfigError
+    from largedet.config.validate import ConfigError
     from largedet_video.engine.validate import check_video_args
 
     missing = str(tmp_path / "configs" / "demo.yaml")

@@ -6,7 +6,7 @@ import os
 import pytest
 from detectron2.config import get_cfg
 from detectron2.modeling import build_model
-from largedet.engine import batch_plan
+from largedet.solver.batch import batch_plan
 from largedet.solver import lr_scaling
 
 from largedet_video import add_video_config

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from largedet.engine import ResumableTrainingSampler
+from largedet.data.build import ResumableTrainingSampler
 from torch.utils.data import BatchSampler, DataLoader
 
 from largedet_video.data import (

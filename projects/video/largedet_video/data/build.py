@@ -21,8 +21,8 @@ from detectron2.data import DatasetCatalog
 from detectron2.utils import comm
 from detectron2.data.build import worker_init_reset_seed
 from detectron2.data.samplers import InferenceSampler
-from largedet.engine import ResumableLoader, ResumableTrainingSampler
-from largedet.engine.data import image_seed
+from largedet.data.build import ResumableLoader, ResumableTrainingSampler
+from largedet.data.build import image_seed
 from torch.utils.data import BatchSampler, DataLoader
 
 from ..multigrid import MultigridBatchSampler, MultigridPlan, build_multigrid_plan
@@ -97,7 +97,7 @@ def _loader(cfg, dataset, batch_sampler) -> DataLoader:
 
 class VideoTrainLoader(ResumableLoader):
     """This rank's endless stream of training batches (largedet's
-    :class:`~largedet.engine.ResumableLoader`), counting the unreadable videos
+    :class:`~largedet.data.ResumableLoader`), counting the unreadable videos
     the workers passed over (``num_skipped``, this rank's total)."""
 
     def __init__(self, loader: DataLoader, sampler: ResumableTrainingSampler):
@@ -192,7 +192,7 @@ def build_video_train_loader(cfg, clips_per_device: int) -> VideoTrainLoader:
 class PositionSeededBatches:
     """Batches of ``clips_per_device`` dataset keys ``(index, shape, seed)`` from the
     sampler's position on, each clip's augmentation seeded from (the data seed, its
-    position in the global stream) (:func:`largedet.engine.data.image_seed`): a resumed
+    position in the global stream) (:func:`largedet.data.build.image_seed`): a resumed
     run crops and flips as an uninterrupted one did, whatever the workers
     (``RESEED_EVERY_ITER``)."""
 

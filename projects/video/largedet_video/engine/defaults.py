@@ -11,7 +11,8 @@ from detectron2.config import CfgNode, get_cfg
 from detectron2.engine import default_setup
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
-from largedet.engine import resolve_device
+from largedet.config import resolve_device
+from largedet.config.validate import merge_checked
 
 from ..config import add_video_config
 from ..data import register_video_datasets
@@ -35,7 +36,7 @@ def build_cfg(args: argparse.Namespace) -> CfgNode:
     trailing ``KEY VALUE`` overrides, on ``cpu`` where CUDA is asked for and absent."""
     cfg = add_video_config(get_cfg())
     cfg.merge_from_file(args.config_file or DEFAULT_CONFIG)
-    cfg.merge_from_list(args.opts)
+    merge_checked(cfg, None, args.opts)  # an integer for a float key read as that float
     resolve_device(cfg)
     cfg.freeze()
     return cfg

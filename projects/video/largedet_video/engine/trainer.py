@@ -7,7 +7,8 @@ import logging
 from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
 from detectron2.utils import comm
-from largedet.engine import Trainer, batch_plan
+from largedet.engine import Trainer
+from largedet.solver.batch import batch_plan
 from largedet.solver import lr_scaling
 
 from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader

@@ -1,10 +1,10 @@
 """The video project's config, checked before any worker starts (``projects/video/train.py``).
 
-largedet's checks (:mod:`largedet.engine.validate`: merging, unknown keys, value types,
+largedet's checks (:mod:`largedet.config.validate`: merging, unknown keys, value types,
 the solver's values, registered datasets, the batch arithmetic) plus the video keys:
 :data:`VIDEO_RULES`, the backbone registered in ``VIDEO_BACKBONE_REGISTRY``, the frame
 sampling, and the files behind the datasets (Kinetics CSVs, ``DATASETS.VIDEO_LISTS`` list
-files, ``MODEL.VIDEO.PRETRAINED``). Each error is a :class:`~largedet.engine.validate.ConfigError`,
+files, ``MODEL.VIDEO.PRETRAINED``). Each error is a :class:`~largedet.config.validate.ConfigError`,
 one line naming the key or file.
 """
 
@@ -14,8 +14,10 @@ import argparse
 import os
 
 from detectron2.config import CfgNode, get_cfg
-from largedet.engine import BatchPlan, planned_world_size, resolve_device
-from largedet.engine.validate import (
+from largedet.config import resolve_device
+from largedet.engine import planned_world_size
+from largedet.solver.batch import BatchPlan
+from largedet.config.validate import (
     ConfigError,
     Rule,
     check_config,
@@ -100,7 +102,7 @@ def _check_video_keys(cfg: CfgNode, splits) -> None:
 
 
 def check_video_config(cfg: CfgNode, world_size: int | None) -> BatchPlan | None:
-    """:func:`largedet.engine.validate.check_config` with :data:`VIDEO_RULES`, then the
+    """:func:`largedet.config.validate.check_config` with :data:`VIDEO_RULES`, then the
     video keys and the dataset files; ``world_size`` None: evaluation only (the
     ``DATASETS.TEST`` datasets). ``cfg``'s datasets must be registered
     (``register_video_datasets``)."""
@@ -118,18 +120,18 @@ def check_video_args(
     args: argparse.Namespace, default_config: str = DEFAULT_CONFIG
 ) -> BatchPlan | None:
     """``projects/video/train.py``'s check before launch: merge ``--config-file`` (or
-    ``default_config``) and the overrides (``args.opts`` takes the ones
-    :func:`~largedet.engine.validate.merge_checked` returns), register the datasets and
+    ``default_config``) and the overrides (:func:`~largedet.config.validate.merge_checked`;
+    ``args`` is not changed), register the datasets and
     check the config (:func:`check_video_config`) for the job's processes (torchrun's
     ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``), or for ``--eval-only``.
-    Raises :class:`~largedet.engine.validate.ConfigError`."""
+    Raises :class:`~largedet.config.validate.ConfigError`."""
     if not args.config_file and not os.path.isfile(default_config):
         raise ConfigError(
             f"{default_config}: the built-in demo's config is part of the largedet checkout "
             "(projects/video/configs), not of an installed package; pass --config-file"
         )
     cfg = add_video_config(get_cfg())
-    args.opts = merge_checked(cfg, args.config_file or default_config, args.opts)
+    merge_checked(cfg, args.config_file or default_config, args.opts)
     resolve_device(cfg)
     register_video_datasets(cfg)
     plan = check_video_config(cfg, None if args.eval_only else planned_world_size(args))

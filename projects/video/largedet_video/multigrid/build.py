@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from detectron2.config import CfgNode
-from largedet.engine import batch_plan
+from largedet.solver.batch import batch_plan
 
 from .plan import MultigridPlan
 from .schedule import build_multigrid_schedule

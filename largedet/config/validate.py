@@ -2,8 +2,8 @@
 or file.
 
 Without these checks a bad config is a traceback from every worker, often only after the
-model has been built and printed. :func:`check_args` is what ``tools/train_net.py`` calls
-before ``launch``; the script prints ``error: <message>`` and exits 2 on a
+model has been built and printed. :func:`largedet.engine.defaults.check_args` is what
+``tools/train_net.py`` calls (through ``check_and_launch``) before ``launch``; the script prints ``error: <message>`` and exits 2 on a
 :class:`ConfigError`. It
 
 1. merges the config file, then the trailing ``KEY VALUE`` overrides, as Detectron2 does
@@ -14,7 +14,7 @@ before ``launch``; the script prints ``error: <message>`` and exits 2 on a
    ``SOLVER.OPTIMIZER`` registered, ``SOLVER.PMD.PERIOD >= 1``, LRs > 0, ...;
 3. checks datasets (:func:`check_datasets`): registered, and the annotation file of a
    COCO-style dataset present (the built-in shapes set is generated on first use);
-4. the batch arithmetic (:func:`~largedet.engine.batch.batch_plan`) and, with AGVM, its two
+4. the batch arithmetic (:func:`~largedet.solver.batch.batch_plan`) and, with AGVM, its two
    gradient estimates per step.
 
 Other scripts (``projects/video/train.py``) run the same steps with their own config and
@@ -23,7 +23,6 @@ rules (:func:`check_config` takes extra :class:`Rule` s).
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import math
 import os
@@ -33,26 +32,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from detectron2.config import CfgNode, get_cfg
+from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
-from ..config import add_largedet_config
+from ..checkpoint import UnsafeWeightsError, check_output_dir, load_model_zoo_pickle
 from ..optim import MOMENT_DECAYS
 from ..solver import OPTIMIZER_REGISTRY
+from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
 from ..solver.lr_scheduler import LR_SCHEDULES, LSR_RULES
-from .batch import BatchPlan, batch_plan
-from .checkpoint import UnsafeWeightsError, check_output_dir, load_model_zoo_pickle
-from .defaults import setup_cfg
-from .ema import BUFFER_MODES, EMA_EVAL_MODES
-from .launch import planned_world_size
-from .train_loop import check_agvm_estimates
-from .trainer import Trainer
+from .defaults import BUFFER_MODES, EMA_EVAL_MODES
+from .device import amp_dtype
 
 __all__ = [
     "TRAINING_RULES",
     "ConfigError",
     "Rule",
-    "check_args",
     "check_config",
     "check_datasets",
     "check_files",
@@ -340,7 +334,7 @@ def _check_training_values(cfg: CfgNode, extra_rules: Iterable[Rule]) -> None:
     _check_registered("SOLVER.OPTIMIZER", cfg.SOLVER.OPTIMIZER, OPTIMIZER_REGISTRY)
     check_values(cfg, (*TRAINING_RULES, *extra_rules))
     try:
-        Trainer.amp_dtype(cfg)  # names SOLVER.AMP.PRECISION
+        amp_dtype(cfg)  # names SOLVER.AMP.PRECISION
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if _agvm(cfg):
@@ -412,20 +406,6 @@ def check_config(
             check_agvm_estimates(plan.accumulation, world_size)
     except ValueError as e:  # their messages start with the key
         raise ConfigError(str(e)) from None
-    return plan
-
-
-def check_args(args: argparse.Namespace) -> BatchPlan | None:
-    """``tools/train_net.py``'s check before ``launch``: merge ``--config-file`` and the
-    overrides (:func:`merge_checked`; ``args.opts`` takes the overrides it returns), build
-    the config every worker will (:func:`~largedet.engine.defaults.setup_cfg`) and check it
-    (:func:`check_config`) for the job's processes (torchrun's ``WORLD_SIZE``, or
-    ``--num-gpus`` x ``--num-machines``: :func:`~largedet.engine.launch.planned_world_size`),
-    or for ``--eval-only``. Raises :class:`ConfigError`."""
-    args.opts = merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
-    cfg = setup_cfg(args, log=False)
-    plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
-    check_files(cfg, training=not args.eval_only)
     return plan
 
 

@@ -1,4 +1,4 @@
-"""largedet.utils.plotting and tools/plot_metrics.py: study CSV and metrics.json to figures."""
+"""largedet.study.plotting and tools/plot_metrics.py: study CSV and metrics.json to figures."""
 
 import csv
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from largedet.utils.plotting import load_run, load_study, study_table
+from largedet.study.plotting import load_run, load_study, study_table
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 FIELDS = [
@@ -59,7 +59,7 @@ def test_study_table_is_the_main_grid_only(tmp_path):
 
 
 def test_study_table_averages_a_cells_seeds(tmp_path):
-    from largedet.utils.plotting import mean_ap, seed_replicas
+    from largedet.study.plotting import mean_ap, seed_replicas
 
     seeded = STUDY + [
         {"cell": "sgd-bs16-s1", "optimizer": "sgd", "batch": 16, "box_ap": "50.3", "diverged": "no", "agvm": "no"},
@@ -83,7 +83,7 @@ def test_study_table_averages_a_cells_seeds(tmp_path):
 
 
 def test_one_decimal_rounds_the_csv_values_as_written():
-    from largedet.utils.plotting import one_decimal
+    from largedet.study.plotting import one_decimal
 
     # 75.35 is 75.3499... in binary, which plain formatting rounds down
     assert f"{75.35:.1f}" == "75.3" and one_decimal(75.35) == "75.4"
@@ -107,8 +107,8 @@ def fake_run_dir(run_dir, batch, num_train, iterations):
         f.write(
             f"MODEL:\n  DEVICE: cpu\nSOLVER:\n  BASE_LR: 0.1\n  IMS_PER_BATCH: {batch}\nTEST:\n  IMS_PER_BATCH: 99\n"
         )
-    with open(os.path.join(run_dir, "log.txt"), "w") as f:
-        f.write(f"  10 iterations x {batch} = 640 images = 0.43 epochs of {num_train} images\n")
+    with open(os.path.join(run_dir, "run_summary.json"), "w") as f:  # the parts read
+        json.dump({"batch": {"global_batch": batch}, "dataset_size": num_train}, f)
     with open(os.path.join(run_dir, "metrics.json"), "w") as f:
         for it in iterations:
             f.write(
@@ -155,7 +155,7 @@ def test_plot_metrics_cli_writes_figures_and_the_table(tmp_path):
 
 
 def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
-    from largedet.utils.plotting import plot_cells_at_batch
+    from largedet.study.plotting import plot_cells_at_batch
 
     fields = FIELDS + ["holdout_ap"]
     rows = [
@@ -187,7 +187,7 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
 
     # a larger evaluation replaces the study's own figures on both splits; a cell it lacks
     # is left out (not shown with the smaller splits' figures), a diverged one stays
-    from largedet.utils.plotting import with_reevaluation
+    from largedet.study.plotting import with_reevaluation
 
     larger = tmp_path / "eval.csv"
     larger.write_text("cell,images,holdout_ap,box_ap\npmd_lamb-bs1024,2000,72.9,73.0\n"
@@ -231,7 +231,7 @@ def _curve_rows():
 
 
 def test_epoch_curve_keeps_the_batch_and_epoch_cells_only_and_brackets_parity(tmp_path):
-    from largedet.utils.plotting import epoch_curve, parity_bracket, plot_ap_vs_epochs
+    from largedet.study.plotting import epoch_curve, parity_bracket, plot_ap_vs_epochs
 
     points, baseline = epoch_curve(_curve_rows())
     assert baseline == [(74.0, 75.0), (74.2, 74.6)]

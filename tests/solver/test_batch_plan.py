@@ -10,13 +10,8 @@ import pytest
 import largedet  # noqa: F401
 from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
-from largedet.engine import (
-    BatchArithmeticError,
-    BatchPlan,
-    batch_plan,
-    check_batch_arithmetic,
-    largedet_argument_parser,
-)
+from largedet.engine import largedet_argument_parser, planned_world_size, setup_cfg
+from largedet.solver.batch import BatchArithmeticError, BatchPlan, batch_plan
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 SHAPES_CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml")
@@ -61,6 +56,11 @@ def test_errors_name_the_numbers(ims_per_batch, ims_per_device, world_size, numb
     assert "SOLVER.IMS_PER_BATCH" in message
     for number in numbers:
         assert f" {number}" in message
+
+
+def check_batch_arithmetic(args):
+    # the plan of the run the command line describes, before any worker starts
+    return batch_plan(setup_cfg(args, log=False), planned_world_size(args))
 
 
 def test_check_from_the_command_line_arguments():

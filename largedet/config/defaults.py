@@ -7,6 +7,15 @@ steps, scaled LR) are never stored here; they are computed and logged at start.
 
 from detectron2.config import CfgNode as CN
 
+__all__ = ["AMP_PRECISIONS", "BUFFER_MODES", "EMA_EVAL_MODES", "add_largedet_config"]
+
+#: MODEL_EMA.BUFFERS: what the average does with floating-point buffers
+BUFFER_MODES = ("average", "copy")
+#: MODEL_EMA.EVAL: which weights an evaluation of a run with EMA tests
+EMA_EVAL_MODES = ("ema", "model", "both")
+#: SOLVER.AMP.PRECISION: the autocast dtypes
+AMP_PRECISIONS = ("bfloat16", "float16")
+
 
 def add_largedet_config(cfg: CN) -> CN:
     """Add largedet's keys (with defaults) to a Detectron2 config, in place; returns it."""
@@ -153,6 +162,12 @@ def _add_large_batch_config(cfg: CN) -> None:
     # gradient scaler, unscaled once per optimizer step before clipping) or
     # "bfloat16" (no scaler; also on CPUs).
     cfg.SOLVER.AMP.PRECISION = "float16"
+    # With True, autocast only where the device computes SOLVER.AMP.PRECISION in hardware
+    # and run in float32 elsewhere (said at start): on x86 CPUs bfloat16 needs AVX512-BF16
+    # or AMX-BF16 and float16 AVX512-FP16 or AMX-FP16; on Arm CPUs the BF16 or FP16
+    # arithmetic extensions; on GPUs bfloat16 needs compute capability >= 8.0. Emulated
+    # low precision is slower than float32 on a CPU.
+    cfg.SOLVER.AMP.NATIVE_ONLY = False
 
     cfg.SOLVER.DIVERGENCE = CN()
     # Divergence guard. A step whose loss (total_loss averaged over devices and

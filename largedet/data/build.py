@@ -52,7 +52,7 @@ from detectron2.engine import HookBase
 from detectron2.utils import comm
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from ..data.unreadable import MAX_CONSECUTIVE_SKIPS, SkipUnreadable
+from .unreadable import MAX_CONSECUTIVE_SKIPS, SkipUnreadable
 
 __all__ = [
     "DetectionTrainLoader",

@@ -1,4 +1,4 @@
-"""largedet.engine.validate: a config that cannot run is one ConfigError naming the key or
+"""largedet.config.validate: a config that cannot run is one ConfigError naming the key or
 file, raised before any worker starts; every shipped config passes."""
 
 import glob
@@ -11,8 +11,8 @@ from detectron2.config import get_cfg
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from largedet.config import add_largedet_config
 from largedet.data import ShapesSpec, register_shapes, shapes_spec_from_config
-from largedet.engine import BatchPlan
-from largedet.engine.validate import (
+from largedet.solver.batch import BatchPlan
+from largedet.config.validate import (
     TRAINING_RULES,
     ConfigError,
     check_config,

@@ -9,9 +9,9 @@
   global batch / training images), an x-axis on which runs at different batches line up.
 
 A run is an ``OUTPUT_DIR`` written by ``tools/train_net.py``: ``metrics.json`` (Detectron2's
-JSON writer, one line per logged step) and ``config.yaml``; the number of training
-images comes from the run description largedet logs at start ("... epochs of N images")
-in ``log.txt``. Uses matplotlib's Agg backend (no display needed).
+JSON writer, one line per logged step), ``run_summary.json`` (global batch, number of
+training images) and ``config.yaml`` (the global batch of a run without a summary). Uses
+matplotlib's Agg backend (no display needed).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Dict, List, Optional, Sequence
 
-from ..study.grid import cell_kind
+from ..engine.run_summary import read_run_summary
+from .grid import cell_kind
 
 __all__ = [
     "RunCurves",
@@ -44,8 +45,6 @@ __all__ = [
     "with_reevaluation",
 ]
 
-_EPOCH_LINE = re.compile(r"epochs of (\d+) images")
-_BATCH_LINE = re.compile(r"global batch (\d+)")
 
 
 def _pyplot():
@@ -403,25 +402,20 @@ class RunCurves:
 
 
 def load_run(run_dir: str, label: str = "", num_train: Optional[int] = None) -> RunCurves:
-    """Read ``run_dir``'s metrics.json, its global batch (config.yaml) and training-set
-    size (``num_train``, else the start-of-run description in log.txt)."""
+    """Read ``run_dir``'s metrics.json, its global batch (run_summary.json, else
+    config.yaml) and training-set size (``num_train``, else run_summary.json)."""
     metrics_path = os.path.join(run_dir, "metrics.json")
     if not os.path.exists(metrics_path):
         raise FileNotFoundError(f"no metrics.json in {run_dir}")
-    log_text = ""
-    log_path = os.path.join(run_dir, "log.txt")
-    if os.path.exists(log_path):
-        with open(log_path, errors="replace") as f:
-            log_text = f.read()
-    batch = _global_batch(run_dir, log_text)
+    summary = read_run_summary(run_dir) or {}
+    batch = summary.get("batch", {}).get("global_batch") or _global_batch(run_dir)
     if num_train is None:
-        found = _EPOCH_LINE.findall(log_text)
-        if not found:
+        num_train = summary.get("dataset_size")
+        if not num_train:
             raise ValueError(
-                f"{run_dir}: the number of training images is not in log.txt; pass num_train "
-                "(tools/plot_metrics.py --num-train)"
+                f"{run_dir}: no run_summary.json with the number of training images; pass "
+                "num_train (tools/plot_metrics.py --num-train)"
             )
-        num_train = int(found[-1])
     curves = RunCurves(label or os.path.basename(os.path.normpath(run_dir)), batch, num_train)
     seen = {}
     with open(metrics_path) as f:
@@ -445,7 +439,7 @@ def load_run(run_dir: str, label: str = "", num_train: Optional[int] = None) -> 
     return curves
 
 
-def _global_batch(run_dir: str, log_text: str) -> int:
+def _global_batch(run_dir: str) -> int:
     config_path = os.path.join(run_dir, "config.yaml")
     if os.path.exists(config_path):
         with open(config_path) as f:
@@ -455,12 +449,7 @@ def _global_batch(run_dir: str, log_text: str) -> int:
                     in_solver = line.startswith("SOLVER:")
                 elif in_solver and line.strip().startswith("IMS_PER_BATCH:"):
                     return int(line.split(":", 1)[1])
-    found = _BATCH_LINE.findall(log_text)
-    if found:
-        return int(found[-1])
-    raise ValueError(
-        f"{run_dir}: no SOLVER.IMS_PER_BATCH in config.yaml and no run description in log.txt"
-    )
+    raise ValueError(f"{run_dir}: no run_summary.json and no SOLVER.IMS_PER_BATCH in config.yaml")
 
 
 def plot_curves(runs: Sequence[RunCurves], path: str, title: str = "") -> str:

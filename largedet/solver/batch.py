@@ -17,6 +17,7 @@ __all__ = [
     "RampStage",
     "batch_plan",
     "batch_schedule",
+    "check_agvm_estimates",
     "check_batch_ramp",
 ]
 
@@ -217,3 +218,16 @@ def batch_schedule(
             stages.append(RampStage(batch, batch // unit, step, steps, image))
         step, image = step + steps, image + steps * batch
     return BatchSchedule(tuple(stages), total)
+
+
+def check_agvm_estimates(accumulation_steps: int, world_size: int) -> None:
+    """Raise ``ValueError`` when a step has no two independent gradient estimates for AGVM:
+    one micro-batch per step (K = 1) on one process."""
+    if accumulation_steps < 2 and world_size < 2:
+        raise ValueError(
+            "SOLVER.AGVM.ENABLED needs two independent gradient estimates per step: K >= 2 "
+            "accumulated micro-batches (K = SOLVER.IMS_PER_BATCH / (world size x "
+            "SOLVER.IMS_PER_DEVICE)) or two or more processes; got K = 1 on one process. Set "
+            "SOLVER.IMS_PER_DEVICE to at most half of SOLVER.IMS_PER_BATCH, or "
+            "SOLVER.AGVM.ENABLED False"
+        )

@@ -1,0 +1,25 @@
+"""Checkpoints: written whole or not at all, resumed from the newest complete one, weights
+from ``.pkl`` files read without running code, a full disk one clear error
+(:mod:`.atomic`)."""
+
+from .atomic import (
+    AtomicCheckpointer,
+    CheckpointSpaceError,
+    FoundCheckpoint,
+    NoCompleteCheckpointError,
+    UnsafeWeightsError,
+    check_output_dir,
+    load_model_zoo_pickle,
+    warn_if_low_space,
+)
+
+__all__ = [
+    "AtomicCheckpointer",
+    "CheckpointSpaceError",
+    "FoundCheckpoint",
+    "NoCompleteCheckpointError",
+    "UnsafeWeightsError",
+    "check_output_dir",
+    "load_model_zoo_pickle",
+    "warn_if_low_space",
+]
