@@ -14,6 +14,7 @@ from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
 
 from ..checkpoint import FoundCheckpoint, NoCompleteCheckpointError
+from ..solver.lr_scheduler import rescale_schedule
 
 __all__ = ["DivergenceGuard", "ReseedEveryIter", "step_seed"]
 
@@ -166,12 +167,8 @@ class DivergenceGuard(HookBase):
         lowered = [lr * self.lr_factor for lr in trainer.scheduler.base_lrs]
         trainer.roll_back(found)  # restores this hook's state and the scheduler's too
         self.rollbacks = rollbacks
-        scheduler = trainer.scheduler
-        for group, new, restored in zip(
-            trainer.optimizer.param_groups, lowered, scheduler.base_lrs
-        ):  # the LR the next step uses: the schedule's value at the restored iteration
-            group["lr"] = group["lr"] * new / restored if restored else 0.0
-        scheduler.base_lrs = lowered
+        # the LR the next step uses: the lowered schedule's value at the restored iteration
+        rescale_schedule(trainer.scheduler, lowered)
 
     def state_dict(self):
         return {"history": list(self.history), "rollbacks": self.rollbacks}

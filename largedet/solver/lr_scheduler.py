@@ -10,7 +10,8 @@ With ``SOLVER.LSR.ENABLED`` the scaled LR replaces ``SOLVER.BASE_LR``: the optim
 parameter groups are built with it (biases times ``SOLVER.BIAS_LR_FACTOR``, as in
 Detectron2) and the schedule multiplies it. The whole schedule is one Detectron2
 ``LRMultiplier`` over a ``WarmupParamScheduler``, stepped once per optimizer step by
-Detectron2's ``LRScheduler`` hook; nothing else writes the LR.
+Detectron2's ``LRScheduler`` hook; besides it, only :func:`rescale_schedule` (the divergence
+guard's rollback) writes the LR of a running schedule.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import List
+from typing import List, Sequence
 
 import torch
 from detectron2.config import CfgNode
@@ -41,6 +42,7 @@ __all__ = [
     "build_lr_scheduler",
     "lr_multiplier",
     "lr_scaling",
+    "rescale_schedule",
     "with_scaled_lr",
 ]
 
@@ -179,6 +181,16 @@ class ImageClockLRMultiplier(LRMultiplier):
     def get_lr(self) -> List[float]:
         factor = self.factor(self.last_epoch)
         return [base_lr * factor for base_lr in self.base_lrs]
+
+
+def rescale_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler, base_lrs: Sequence[float]) -> None:
+    """Give ``scheduler`` the peak LRs ``base_lrs`` (one per parameter group) from its current
+    step on, each group's current LR following in proportion (the schedule's value at this
+    step). Besides the scheduler's own steps, the one writer of a running schedule's LR: the
+    divergence guard's rollback lowers the LR through it."""
+    for group, new, old in zip(scheduler.optimizer.param_groups, base_lrs, scheduler.base_lrs):
+        group["lr"] = group["lr"] * new / old if old else 0.0
+    scheduler.base_lrs = list(base_lrs)
 
 
 def build_lr_scheduler(
