@@ -15,25 +15,17 @@ The batch arithmetic is checked here, before any process starts. Several machine
 ``tools/train_net.py``.
 """
 
-from largedet.checkpoint import AtomicCheckpointer
 from largedet.config.lazy import run_config, setup_lazy_config
-from largedet.engine import check_and_launch, largedet_argument_parser, print_box_ap
-from largedet.engine.lazy import LazyTrainer, build_lazy_model, check_lazy_args, lazy_test
+from largedet.engine import check_and_launch, largedet_argument_parser, print_box_ap, train_or_evaluate
+from largedet.engine.lazy import LazyTrainer, check_lazy_args
 
 
 def main(args):
+    """One process's work, as ``tools/train_net.py``'s: ``train_or_evaluate`` with the
+    trainer class of the LazyConfig (``--eval-only`` reads ``train.init_checkpoint`` with
+    largedet's checkpointer: ``.pkl`` weights without running code)."""
     cfg = setup_lazy_config(args)
-    if args.eval_only:
-        model = build_lazy_model(cfg, run_config(cfg).MODEL.DEVICE)
-        # largedet's checkpointer: .pkl weights are read without running code
-        AtomicCheckpointer(model, save_dir=cfg.train.output_dir).resume_or_load(
-            cfg.train.init_checkpoint, resume=args.resume
-        )
-        results = lazy_test(cfg, model)
-    else:
-        trainer = LazyTrainer(cfg)
-        trainer.resume_or_load(resume=args.resume)
-        results = trainer.train()
+    results = train_or_evaluate(LazyTrainer.for_config(cfg), run_config(cfg), args)
     print_box_ap(results)
     return results
 

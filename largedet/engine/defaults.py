@@ -22,6 +22,7 @@ from ..config.validate import ConfigError, check_config, check_files, merge_chec
 from ..data import register_all_openimages, register_shapes, shapes_spec_from_config
 from ..solver.batch import BatchPlan
 from .ema import ModelEMA, evaluate_with_ema
+from .run_summary import write_eval_results
 from .launch import launch, launched_by_torchrun, planned_world_size, process_flags_given
 
 logger = logging.getLogger(__name__)
@@ -118,7 +119,9 @@ def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> di
     ``--eval-only``, build ``trainer_cls``'s model, load ``MODEL.WEIGHTS`` (with
     ``--resume``, the last checkpoint of ``OUTPUT_DIR`` where there is one) and test it;
     otherwise train a ``trainer_cls`` (``DefaultTrainer``'s interface), from the last
-    checkpoint with ``--resume``. Returns the evaluation results (``{}`` when none ran).
+    checkpoint with ``--resume``. Returns the evaluation results (``{}`` when none ran);
+    ``--eval-only`` also writes them to ``OUTPUT_DIR/eval_results.json``
+    (:func:`~largedet.engine.run_summary.write_eval_results`).
     With ``MODEL_EMA.ENABLED``, ``--eval-only`` tests the weights ``MODEL_EMA.EVAL`` names,
     the average being the one the checkpoint holds (a warning, and the trained weights,
     where it holds none)."""
@@ -129,7 +132,9 @@ def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> di
             cfg.MODEL.WEIGHTS, resume=args.resume
         )
         ema = _checkpoint_ema(cfg, model, extra)
-        return evaluate_with_ema(trainer_cls.test, cfg, model, ema, cfg.MODEL_EMA.EVAL)
+        results = evaluate_with_ema(trainer_cls.test, cfg, model, ema, cfg.MODEL_EMA.EVAL)
+        write_eval_results(cfg.OUTPUT_DIR, results)
+        return results
     trainer = trainer_cls(cfg)
     trainer.resume_or_load(resume=args.resume)
     return trainer.train()

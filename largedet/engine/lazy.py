@@ -158,36 +158,73 @@ def lazy_test(cfg: DictConfig, model: torch.nn.Module) -> Dict[str, Any]:
 
 class LazyTrainer(Trainer):
     """largedet's :class:`~largedet.engine.Trainer` on a LazyConfig: the model, optimizer,
-    LR schedule and loaders come from ``cfg``'s parts; the rest from :func:`run_config`::
+    LR schedule and loaders come from the LazyConfig's parts; the rest from its
+    :func:`run_config`. Its builders keep ``DefaultTrainer``'s signatures (classmethods of
+    the run's yacs config), so :func:`~largedet.engine.train_or_evaluate` serves it as it
+    serves :class:`~largedet.engine.Trainer`: the class of one LazyConfig is
+    ``LazyTrainer.for_config(cfg)``, whose builders read that config::
 
-        trainer = LazyTrainer(cfg)
-        trainer.resume_or_load(resume=args.resume)
-        results = trainer.train()
+        trainer_cls = LazyTrainer.for_config(cfg)
+        results = train_or_evaluate(trainer_cls, run_config(cfg), args)
+
+    ``LazyTrainer(cfg)`` with a LazyConfig is ``LazyTrainer.for_config(cfg)(run_config(cfg))``.
     """
 
-    def __init__(self, cfg: DictConfig):
-        self.lazy = cfg
-        super().__init__(run_config(cfg))
+    #: the LazyConfig whose parts the builders instantiate (set by :meth:`for_config`)
+    lazy: Optional[DictConfig] = None
 
-    def build_model(self, cfg: CfgNode) -> torch.nn.Module:
-        return build_lazy_model(self.lazy, cfg.MODEL.DEVICE)
+    @classmethod
+    def for_config(cls, cfg: DictConfig) -> type:
+        """The trainer class of the LazyConfig ``cfg``: a subclass whose :attr:`lazy` it is."""
+        return type(cls.__name__, (cls,), {"lazy": cfg, "__module__": cls.__module__})
 
-    def build_optimizer(self, cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
-        return build_lazy_optimizer(self.lazy, model, cfg)
+    def __new__(cls, cfg, *args, **kwargs):
+        if isinstance(cfg, DictConfig):  # LazyTrainer(lazy_cfg)
+            cls = cls.for_config(cfg)
+        return super().__new__(cls)
 
-    def build_lr_scheduler(self, cfg: CfgNode, optimizer: torch.optim.Optimizer):
-        return build_lazy_lr_scheduler(self.lazy, cfg, optimizer)
+    def __init__(self, cfg):
+        if isinstance(cfg, DictConfig):
+            cfg = run_config(cfg)
+        super().__init__(cfg)
 
-    def build_train_loader(self, cfg: CfgNode):
+    @classmethod
+    def _lazy(cls) -> DictConfig:
+        if cls.lazy is None:
+            raise TypeError(
+                "LazyTrainer has no LazyConfig: use LazyTrainer.for_config(cfg) or LazyTrainer(cfg)"
+            )
+        return cls.lazy
+
+    @classmethod
+    def build_model(cls, cfg: CfgNode) -> torch.nn.Module:
+        return build_lazy_model(cls._lazy(), cfg.MODEL.DEVICE)
+
+    @classmethod
+    def build_optimizer(cls, cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
+        return build_lazy_optimizer(cls._lazy(), model, cfg)
+
+    @classmethod
+    def build_lr_scheduler(
+        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer, schedule=None, max_iter=None
+    ):
+        """``lr_multiplier`` after ``train.warmup`` over ``train.max_iter`` steps
+        (:func:`build_lazy_lr_scheduler`; a LazyConfig has no batch ramp, so ``schedule``
+        and ``max_iter`` are its ``SOLVER.MAX_ITER`` steps of the full batch)."""
+        return build_lazy_lr_scheduler(cls._lazy(), cfg, optimizer)
+
+    @classmethod
+    def build_train_loader(cls, cfg: CfgNode):
         """largedet's resumable training loader (:func:`~largedet.data.build_train_loader`)
         with ``train.ims_per_device`` images per batch and ``dataloader.train.mapper``."""
         per_device = batch_plan(cfg, comm.get_world_size()).per_device
         return build_train_loader(
-            cfg, per_device, mapper=instantiate(self.lazy.dataloader.train.mapper)
+            cfg, per_device, mapper=instantiate(cls._lazy().dataloader.train.mapper)
         )
 
-    def test(self, cfg: CfgNode, model: torch.nn.Module, evaluators: Optional[List] = None):
+    @classmethod
+    def test(cls, cfg: CfgNode, model: torch.nn.Module, evaluators: Optional[List] = None):
         """:func:`lazy_test` (``evaluators`` are not supported: use ``dataloader.evaluator``)."""
         if evaluators is not None:
             raise ValueError("LazyTrainer.test takes its evaluator from dataloader.evaluator")
-        return lazy_test(self.lazy, model)
+        return lazy_test(cls._lazy(), model)

@@ -8,6 +8,10 @@ wall-clock, images per second and how it ended: ``running`` (written at start),
 ``finished``, ``preempted``, ``diverged`` (a non-finite or exploding loss), ``failed``
 (another error) or ``interrupted`` (Ctrl-C). Written by the main process, atomically, at
 start and at the end of each invocation.
+
+``OUTPUT_DIR/eval_results.json``: what an ``--eval-only`` run measured, the evaluation
+results as the training scripts return them (``{"bbox": {"AP": ...}}`` for one test set,
+``{<dataset>: {"bbox": ...}, ...}`` for several), written by the main process, atomically.
 """
 
 from __future__ import annotations
@@ -20,11 +24,40 @@ from typing import Any, Dict, Optional
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 
-from ..solver import lr_scaling
 
-__all__ = ["SUMMARY_FILE", "RunSummaryHook", "read_run_summary"]
+__all__ = [
+    "EVAL_RESULTS_FILE",
+    "SUMMARY_FILE",
+    "RunSummaryHook",
+    "read_eval_results",
+    "read_run_summary",
+    "write_eval_results",
+]
 
 SUMMARY_FILE = "run_summary.json"
+EVAL_RESULTS_FILE = "eval_results.json"
+
+
+def _write_json(path: str, data: Any) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1, default=float)  # numpy scalars as floats
+    os.replace(path + ".tmp", path)
+
+
+def write_eval_results(output_dir: str, results: Dict[str, Any]) -> None:
+    """Write ``results`` to ``output_dir/eval_results.json`` (main process only)."""
+    if comm.is_main_process() and output_dir:
+        _write_json(os.path.join(output_dir, EVAL_RESULTS_FILE), results)
+
+
+def read_eval_results(output_dir: str) -> Optional[Dict[str, Any]]:
+    """The results an ``--eval-only`` run wrote to ``output_dir``, or None when it wrote none."""
+    path = os.path.join(output_dir, EVAL_RESULTS_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def read_run_summary(output_dir: str) -> Optional[Dict[str, Any]]:
@@ -49,7 +82,7 @@ class RunSummaryHook(HookBase):
     def _facts(self) -> Dict[str, Any]:
         t = self.trainer
         cfg, batch, schedule = t.cfg, t.batch, t.schedule
-        scaling = lr_scaling(cfg)
+        scaling = t.lr_scaling  # the trainer's, computed once
         images = schedule.images_before(schedule.total_steps)
         return {
             "batch": {
@@ -101,11 +134,7 @@ class RunSummaryHook(HookBase):
             invocations.append(current)
         summary = {**self._facts(), "status": status, "invocations": invocations,
                    "wall_clock_s": round(sum(i["wall_clock_s"] for i in invocations), 3)}  # fmt: skip
-        os.makedirs(output_dir, exist_ok=True)
-        path = os.path.join(output_dir, SUMMARY_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump(summary, f, indent=1)
-        os.replace(path + ".tmp", path)
+        _write_json(os.path.join(output_dir, SUMMARY_FILE), summary)
 
     def before_train(self):
         self._start = time.perf_counter()

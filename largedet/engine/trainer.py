@@ -48,7 +48,9 @@ import torch
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model, default_writers
+from detectron2.engine import hooks as d2_hooks
 from detectron2.engine.hooks import EvalHook, PeriodicWriter
+from fvcore.nn.precise_bn import get_bn_modules
 from detectron2.evaluation import verify_results
 from detectron2.modeling import build_model
 from detectron2.utils import comm
@@ -76,6 +78,7 @@ from ..solver import (
     lr_scaling,
     with_scaled_lr,
 )
+from ..solver.lr_scheduler import LRScaling
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule, check_agvm_estimates
 from ..utils.wandb_writer import build_wandb_writers
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
@@ -108,6 +111,11 @@ class Trainer(DefaultTrainer):
     """
 
     def __init__(self, cfg):
+        # Not DefaultTrainer.__init__, which hard-codes its inner trainer (SimpleTrainer or
+        # AMPTrainer), its checkpointer, SOLVER.MAX_ITER as the length and
+        # auto_scale_workers: the same attributes are set here (model, optimizer and data
+        # loader through _trainer, scheduler, checkpointer, start_iter, max_iter, cfg) by
+        # the same overridable builders, called with DefaultTrainer's arguments.
         TrainerBase.__init__(self)
         for name in ("detectron2", "largedet"):
             if not logging.getLogger(name).isEnabledFor(logging.INFO):
@@ -115,6 +123,8 @@ class Trainer(DefaultTrainer):
         if cfg.SOLVER.REFERENCE_WORLD_SIZE:
             raise ValueError(REFERENCE_WORLD_SIZE_ERROR.format(cfg.SOLVER.REFERENCE_WORLD_SIZE))
         self.batch: BatchPlan = batch_plan(cfg, comm.get_world_size())
+        #: the peak LR and where it comes from, computed once (:func:`~largedet.solver.lr_scaling`)
+        self.lr_scaling: LRScaling = lr_scaling(cfg)
         if cfg.SOLVER.AGVM.ENABLED:
             check_agvm_estimates(self.batch.accumulation, self.batch.world_size)
 
@@ -145,7 +155,7 @@ class Trainer(DefaultTrainer):
             agvm=agvm,
         )
         self.max_iter = self.run_length(cfg)
-        self.scheduler = self.build_lr_scheduler(cfg, optimizer)
+        self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.schedule, self.max_iter)
         self.ema: Optional[ModelEMA] = ModelEMA.from_config(cfg, model)
         extra = {} if self.ema is None else {"model_ema": self.ema}
         self.checkpointer = AtomicCheckpointer(
@@ -163,6 +173,7 @@ class Trainer(DefaultTrainer):
             size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
             block = describe_run(
                 cfg,
+                self.lr_scaling,
                 self.batch,
                 type(optimizer).__name__,
                 size,
@@ -196,8 +207,8 @@ class Trainer(DefaultTrainer):
         stops, what the writers' ETA counts down and the steps the LR schedule of
         :meth:`build_lr_scheduler` spans. ``SOLVER.MAX_ITER`` here, or the batch ramp's
         steps (:attr:`schedule`); a trainer whose schedule sets its own length (the video
-        project's multigrid plan) overrides it. Called in ``__init__`` before the scheduler
-        and the hooks are built."""
+        project's multigrid plan) overrides it, and :meth:`build_lr_scheduler` with it.
+        Called in ``__init__`` before the scheduler and the hooks are built."""
         return self.schedule.total_steps
 
     def build_batch_schedule(self, cfg, data_loader) -> BatchSchedule:
@@ -223,10 +234,22 @@ class Trainer(DefaultTrainer):
         """``largedet.solver.build_optimizer`` (``SOLVER.OPTIMIZER``) at the peak LR of ``SOLVER.LSR``."""
         return build_optimizer(with_scaled_lr(cfg), model)
 
-    def build_lr_scheduler(self, cfg, optimizer):
+    @classmethod
+    def build_lr_scheduler(
+        cls, cfg, optimizer, schedule: Optional[BatchSchedule] = None, max_iter: Optional[int] = None
+    ):
         """Detectron2's warmup + schedule around the peak LR (``largedet.solver.build_lr_scheduler``)
-        over :meth:`run_length` steps."""
-        return build_lr_scheduler(cfg, optimizer, self.max_iter, schedule=self.schedule)
+        over ``max_iter`` steps (default ``SOLVER.MAX_ITER``; the trainer passes
+        :meth:`run_length`'s). ``schedule``: the run's global batch of every step
+        (:meth:`build_batch_schedule`), which a batch ramp (``SOLVER.BATCH_RAMP``) needs: the
+        LR then follows the ramp's images and batches. Called as Detectron2's
+        ``build_lr_scheduler(cfg, optimizer)`` it is the schedule of a run without a ramp."""
+        if schedule is None and cfg.SOLVER.BATCH_RAMP.BATCHES:
+            raise ValueError(
+                "SOLVER.BATCH_RAMP: build_lr_scheduler needs the run's batch schedule "
+                "(Trainer.build_batch_schedule), whose steps depend on the dataset size"
+            )
+        return build_lr_scheduler(cfg, optimizer, max_iter, schedule=schedule)
 
     @classmethod
     def build_train_loader(cls, cfg):
@@ -262,10 +285,7 @@ class Trainer(DefaultTrainer):
         written every ``LOG_PERIOD`` steps, ``data/skipped_images`` among them."""
         if self.cfg.LOG_PERIOD < 1:
             raise ValueError(f"LOG_PERIOD must be an integer >= 1, got {self.cfg.LOG_PERIOD}")
-        hooks = super().build_hooks()
-        for hook in hooks:
-            if isinstance(hook, PeriodicWriter):
-                hook._period = self.cfg.LOG_PERIOD
+        hooks = self._detectron2_hooks()
         ours = [DivergenceGuard.from_config(self.cfg)]
         if self.ema is not None:  # after the guard: a rolled-back step is not averaged
             ours.append(EMAHook(self.ema, self.batch_at))
@@ -281,6 +301,33 @@ class Trainer(DefaultTrainer):
         loader = self._trainer.data_loader
         size = loader.dataset_size if isinstance(loader, ResumableLoader) else None
         hooks.append(RunSummaryHook(size))
+        return hooks
+
+    def _detectron2_hooks(self) -> list:
+        """The hooks of ``DefaultTrainer.build_hooks``, in its order, with the writers'
+        period ``LOG_PERIOD`` (Detectron2's is fixed at 20)."""
+        cfg = self.cfg.clone()
+        cfg.defrost()
+        cfg.DATALOADER.NUM_WORKERS = 0  # PreciseBN's own loader, as Detectron2 builds it
+        precise_bn = cfg.TEST.PRECISE_BN.ENABLED and get_bn_modules(self.model)
+        hooks = [
+            d2_hooks.IterationTimer(),
+            d2_hooks.LRScheduler(),
+            d2_hooks.PreciseBN(
+                cfg.TEST.EVAL_PERIOD, self.model, self.build_train_loader(cfg),
+                cfg.TEST.PRECISE_BN.NUM_ITER,
+            ) if precise_bn else None,
+        ]  # fmt: skip
+        if comm.is_main_process():
+            hooks.append(d2_hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD))
+
+        def test_and_save_results():
+            self._last_eval_results = self.test(self.cfg, self.model)
+            return self._last_eval_results
+
+        hooks.append(EvalHook(cfg.TEST.EVAL_PERIOD, test_and_save_results))
+        if comm.is_main_process():
+            hooks.append(PeriodicWriter(self.build_writers(), period=self.cfg.LOG_PERIOD))
         return hooks
 
     def _ema_eval_hook(self) -> EvalHook:
@@ -519,18 +566,19 @@ def _warn_unused_lsr_keys(cfg) -> None:
 
 def describe_run(
     cfg,
+    scaling: LRScaling,
     batch: BatchPlan,
     optimizer_name: str,
     dataset_size: Optional[int] = None,
     agvm_parts: Optional[str] = None,
     schedule: Optional[str] = None,
 ) -> str:
-    """The block of derived numbers logged at the start of training. ``agvm_parts``: the
+    """The block of derived numbers logged at the start of training, for the peak LR
+    ``scaling`` (:func:`~largedet.solver.lr_scaling` of ``cfg``). ``agvm_parts``: the
     AGVM parts with their parameter counts (default: the part names of the config);
     ``schedule``: what replaces the lines of the ``SOLVER`` schedule (warm-up, LR steps,
     iterations and epochs), for a trainer that runs another one."""
     solver = cfg.SOLVER
-    scaling = lr_scaling(cfg)
     images = solver.MAX_ITER * batch.global_batch
     epochs = (
         f"{images / dataset_size:.2f} epochs of {dataset_size} images"

@@ -6,12 +6,20 @@ the global batch B grows k times over a reference batch, the peak LR grows k tim
 reference LR known to work (``SOLVER.LSR``), and training starts with a warmup from
 ``WARMUP_FACTOR x LR`` over ``SOLVER.WARMUP_ITERS`` optimizer steps.
 
-With ``SOLVER.LSR.ENABLED`` the scaled LR replaces ``SOLVER.BASE_LR``: the optimizer's
-parameter groups are built with it (biases times ``SOLVER.BIAS_LR_FACTOR``, as in
-Detectron2) and the schedule multiplies it. The whole schedule is one Detectron2
-``LRMultiplier`` over a ``WarmupParamScheduler``, stepped once per optimizer step by
-Detectron2's ``LRScheduler`` hook; besides it, only :func:`rescale_schedule` (the divergence
-guard's rollback) writes the LR of a running schedule.
+Who computes and who writes the LR, once each:
+
+- :func:`lr_scaling` computes the peak LR from the config (``SOLVER.BASE_LR``, or with
+  ``SOLVER.LSR.ENABLED`` the rule's LR, which replaces it); the trainer calls it once and
+  hands the result (:class:`LRScaling`) to what needs it;
+- :func:`with_scaled_lr` is the one place that writes it into a config: the transient copy
+  that the optimizer registry's builders read (their contract is Detectron2's, ``(cfg,
+  model)`` reading ``SOLVER.BASE_LR``); the parameter groups get it (biases times
+  ``SOLVER.BIAS_LR_FACTOR``, as in Detectron2);
+- the schedule multiplies each group's initial LR: one Detectron2 ``LRMultiplier`` over a
+  ``WarmupParamScheduler`` (:func:`build_lr_scheduler`, given the peak LR), stepped once per
+  optimizer step by Detectron2's ``LRScheduler`` hook; besides its steps, only
+  :func:`rescale_schedule` (the divergence guard's rollback) writes the LR of a running
+  schedule.
 """
 
 from __future__ import annotations
@@ -115,17 +123,19 @@ def with_scaled_lr(cfg: CfgNode) -> CfgNode:
     return scaled
 
 
-def lr_multiplier(cfg: CfgNode, max_iter: int) -> ParamScheduler:
+def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float | None = None) -> ParamScheduler:
     """The schedule's multiplier of the peak LR as a function of the run's progress in
     [0, 1): Detectron2's warm-up (``WARMUP_FACTOR``, ``WARMUP_ITERS``, ``WARMUP_METHOD``)
     around ``SOLVER.LR_SCHEDULER_NAME``'s shape over ``max_iter`` steps, as Detectron2's
     ``build_lr_scheduler`` makes it (``WarmupMultiStepLR``, ``WarmupCosineLR``,
     ``WarmupStepWithFixedGammaLR``), or warm-up-stable-decay (``WarmupStableDecayLR``):
-    1 until ``SOLVER.WSD.DECAY_START``, then linear to ``BASE_LR_END / BASE_LR`` (the peak
-    LR's ``BASE_LR`` as :func:`with_scaled_lr` sets it)."""
+    1 until ``SOLVER.WSD.DECAY_START``, then linear to ``BASE_LR_END / peak_lr``. ``peak_lr``:
+    the run's peak LR (default: :func:`lr_scaling`'s), which the cosine and the
+    warm-up-stable-decay shapes end at ``SOLVER.BASE_LR_END`` from."""
     solver = cfg.SOLVER
     name = solver.LR_SCHEDULER_NAME
-    end_value = solver.BASE_LR_END / solver.BASE_LR if solver.BASE_LR else 0.0
+    peak_lr = lr_scaling(cfg).lr if peak_lr is None else peak_lr
+    end_value = solver.BASE_LR_END / peak_lr if peak_lr else 0.0
     if name == "WarmupMultiStepLR":
         steps = [x for x in solver.STEPS if x <= max_iter]
         if len(steps) != len(solver.STEPS):
@@ -194,25 +204,29 @@ def rescale_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler, base_lrs: 
 
 
 def build_lr_scheduler(
-    cfg: CfgNode, optimizer: torch.optim.Optimizer, max_iter: int | None = None, schedule=None
+    cfg: CfgNode,
+    optimizer: torch.optim.Optimizer,
+    max_iter: int | None = None,
+    schedule=None,
+    peak_lr: float | None = None,
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """The warm-up + schedule (:func:`lr_multiplier`) around the peak LR, as one Detectron2
     ``LRMultiplier`` over ``max_iter`` optimizer steps (default ``SOLVER.MAX_ITER``; the
     trainer gives its run length, :meth:`largedet.engine.Trainer.run_length`).
 
     It multiplies each parameter group's initial LR (which the optimizer got from
-    :func:`with_scaled_lr`) by the schedule at each step; ``SOLVER.WARMUP_ITERS`` and
-    ``SOLVER.STEPS`` are steps whatever the length. With a ``schedule``
+    :func:`with_scaled_lr`) by the schedule at each step; ``peak_lr`` (default
+    :func:`lr_scaling`'s) is what ``SOLVER.BASE_LR_END`` is relative to. It writes no config.
+    ``SOLVER.WARMUP_ITERS`` and ``SOLVER.STEPS`` are steps whatever the length. With a ``schedule``
     (:class:`~largedet.solver.batch.BatchSchedule`) that ramps the batch, an
     :class:`ImageClockLRMultiplier`: the schedule over ``SOLVER.MAX_ITER`` steps of the
     full batch followed in images, times ``SOLVER.LSR.RULE``'s factor at each step's batch.
     """
-    cfg = with_scaled_lr(cfg)
+    peak_lr = lr_scaling(cfg).lr if peak_lr is None else peak_lr
     if schedule is not None and schedule.ramped:
         rule = LSR_RULES[cfg.SOLVER.LSR.RULE]
         full = schedule.full_batch
-        return ImageClockLRMultiplier(
-            optimizer, lr_multiplier(cfg, cfg.SOLVER.MAX_ITER), schedule, lambda b: rule(b / full)
-        )
+        multiplier = lr_multiplier(cfg, cfg.SOLVER.MAX_ITER, peak_lr)
+        return ImageClockLRMultiplier(optimizer, multiplier, schedule, lambda b: rule(b / full))
     max_iter = cfg.SOLVER.MAX_ITER if max_iter is None else max_iter
-    return LRMultiplier(optimizer, multiplier=lr_multiplier(cfg, max_iter), max_iter=max_iter)
+    return LRMultiplier(optimizer, multiplier=lr_multiplier(cfg, max_iter, peak_lr), max_iter=max_iter)

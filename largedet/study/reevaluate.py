@@ -2,7 +2,8 @@
 evaluated again on ``shapes_holdout_val`` (the split that chooses the recipe) and on
 ``shapes_val`` (the reported one) with more images each. The first 150 images of each are
 the ones every cell was evaluated on when it finished: the generator draws image ``i``
-from the same seed whatever the count.
+from the same seed whatever the count. The AP is read from the ``eval_results.json`` that
+``--eval-only`` writes (:func:`largedet.engine.run_summary.read_eval_results`).
 
 With 150 images, differences of about one AP between cells are within a split's sampling
 noise. Nothing is trained here: one ``tools/train_net.py --eval-only`` per cell, on its
@@ -13,12 +14,13 @@ CSV are skipped).
 from __future__ import annotations
 
 import csv
+import math
 import os
-import re
 import subprocess
 import time
 from typing import Dict, List, Optional, Sequence
 
+from ..engine.run_summary import EVAL_RESULTS_FILE, read_eval_results
 from .grid import HOLDOUT_SET
 
 REPORT_SET = "shapes_val"
@@ -26,8 +28,8 @@ REPORT_SET = "shapes_val"
 __all__ = [
     "EVAL_SETS",
     "EVAL_FIELDS",
+    "eval_ap",
     "eval_overrides",
-    "last_copypaste_ap",
     "read_csv_rows",
     "reevaluate_cells",
     "todo_cells",
@@ -42,22 +44,24 @@ EVAL_SETS = (
 EVAL_FIELDS = ("cell", "images", *(c for _, cols in EVAL_SETS for c in cols),
                "wall_clock_s", "device")  # fmt: skip
 
-_COPYPASTE = re.compile(r"copypaste: ([-0-9.naN]+),([-0-9.naN]+),([-0-9.naN]+),")
 
-
-def last_copypaste_ap(log_text: str, count: int = 1) -> Optional[List[Dict[str, str]]]:
-    """AP, AP50 and AP75 (two decimals) of the last ``count`` evaluations Detectron2
-    printed (its ``copypaste:`` lines), in order; None when there are fewer. NaN (nothing
-    detected) is 0."""
-    found = _COPYPASTE.findall(log_text)
-    if len(found) < count:
+def eval_ap(results: Optional[dict]) -> Optional[List[Dict[str, str]]]:
+    """AP, AP50 and AP75 (two decimals) of each split of :data:`EVAL_SETS`, in order, from
+    an ``--eval-only`` run's results (``eval_results.json``); None when a split is missing.
+    NaN (nothing detected) is 0."""
+    if results is None:
         return None
 
-    def value(text: str) -> str:
-        x = float(text)
-        return "0.00" if x != x else f"{x:.2f}"
+    def value(x: float) -> str:
+        return "0.00" if math.isnan(x) else f"{x:.2f}"
 
-    return [dict(zip(("ap", "ap50", "ap75"), map(value, f))) for f in found[-count:]]
+    found = []
+    for name, _ in EVAL_SETS:
+        bbox = results.get(name, {}).get("bbox")
+        if bbox is None:
+            return None
+        found.append({k: value(float(bbox[c])) for k, c in (("ap", "AP"), ("ap50", "AP50"), ("ap75", "AP75"))})
+    return found
 
 
 def eval_overrides(run_dir: str, images: int) -> List[str]:
@@ -126,16 +130,18 @@ def reevaluate_cells(
         cmd = [*train_command, "--config", os.path.join(run_dir, "config.yaml"),
                "--eval-only", *eval_overrides(run_dir, images)]  # fmt: skip
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        eval_dir = os.path.join(run_dir, f"eval_{images}")
+        if os.path.exists(os.path.join(eval_dir, EVAL_RESULTS_FILE)):  # an earlier attempt's
+            os.remove(os.path.join(eval_dir, EVAL_RESULTS_FILE))
         start = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
-        text = proc.stdout + proc.stderr
-        aps = last_copypaste_ap(text, len(EVAL_SETS)) if proc.returncode == 0 else None
+        aps = eval_ap(read_eval_results(eval_dir)) if proc.returncode == 0 else None
         if aps is None:
-            tail = "\n".join(text.strip().splitlines()[-5:])
-            found = len(_COPYPASTE.findall(text))
-            raise RuntimeError(f"{name}: evaluation failed (exit {proc.returncode}, {found} of "
-                               f"{len(EVAL_SETS)} evaluations printed):\n{tail}")  # fmt: skip
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+            splits = ", ".join(n for n, _ in EVAL_SETS)
+            raise RuntimeError(f"{name}: evaluation failed (exit {proc.returncode}; no results for "
+                               f"{splits} in {eval_dir}/{EVAL_RESULTS_FILE}):\n{tail}")  # fmt: skip
         with open(csv_path, "a", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=EVAL_FIELDS)
             if f.tell() == 0:

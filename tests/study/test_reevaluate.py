@@ -10,10 +10,11 @@ import pytest
 
 from largedet.study import reevaluate, runner
 
-# a stand-in for tools/train_net.py: records its arguments, prints Detectron2's copypaste
-# lines with an AP that depends on the weights' folder, or fails for a cell named "broken"
+# a stand-in for tools/train_net.py --eval-only: records its arguments, writes the results
+# (OUTPUT_DIR/eval_results.json) with an AP that depends on the weights' folder, or fails
+# for a cell named "broken"; what it prints is not read
 FAKE_TRAIN_NET = """
-import json, os, sys
+import json, math, os, sys
 args = sys.argv[1:]
 weights = args[args.index("MODEL.WEIGHTS") + 1]
 with open(os.environ["CALLS"], "a") as f:
@@ -21,11 +22,16 @@ with open(os.environ["CALLS"], "a") as f:
 cell = os.path.basename(os.path.dirname(weights))
 if cell == "broken":
     sys.exit("boom")
-ap = {"a": "61.25", "b": "nan"}[cell]
-print("copypaste: AP,AP50,AP75,APs,APm,APl")
-print("copypaste: 1.0,2.0,3.0,4,nan,nan")  # an earlier evaluation: not one of these
-print(f"copypaste: AP,AP50,AP75,APs,APm,APl\\ncopypaste: {ap},90.5,70.125,1,nan,nan")  # held-out
-print("copypaste: AP,AP50,AP75,APs,APm,APl\\ncopypaste: 55.555,80,60,1,nan,nan")  # reported
+ap = {"a": 61.25, "b": math.nan}[cell]
+print("copypaste: AP,AP50,AP75,APs,APm,APl\\ncopypaste: 1.0,2.0,3.0,4,nan,nan")  # not read
+results = {
+    "shapes_holdout_val": {"bbox": {"AP": ap, "AP50": 90.5, "AP75": 70.125, "APs": 1.0}},
+    "shapes_val": {"bbox": {"AP": 55.555, "AP50": 80, "AP75": 60, "APs": 1.0}},
+}
+out = args[args.index("OUTPUT_DIR") + 1]
+os.makedirs(out, exist_ok=True)
+with open(os.path.join(out, "eval_results.json"), "w") as f:
+    json.dump(results, f)
 """
 
 
@@ -69,7 +75,7 @@ def test_finished_cells_are_evaluated_once_on_the_larger_split(tmp_path, monkeyp
     assert len(calls.read_text().splitlines()) == 2
     # a failed evaluation names the cell and keeps the rows written before it
     make_cell(out, "broken")
-    with pytest.raises(RuntimeError, match=r"broken: evaluation failed \(exit 1, 0 of 2 evaluations printed\):\n.*boom"):
+    with pytest.raises(RuntimeError, match=r"broken: evaluation failed \(exit 1; no results for shapes_holdout_val, shapes_val in .*eval_results.json\):\n.*boom"):
         reevaluate.reevaluate_cells(["broken"], {"broken": {"diverged": "no"}}, str(out), 2000, csv_path, [sys.executable, str(script)])
     assert len(open(csv_path).read().splitlines()) == 3
     # another image count goes to another CSV: mixed counts would not be comparable
@@ -100,8 +106,12 @@ def test_the_command_line_checks_the_image_count(capsys):
     assert "--eval-images must be at least 1, got 0" in capsys.readouterr().err
 
 
-def test_copypaste_parsing():
-    assert reevaluate.last_copypaste_ap("no evaluation here") is None
-    one = "x copypaste: 75.9492,94.1918,87.9956,76.3,nan,nan"
-    assert reevaluate.last_copypaste_ap(one) == [{"ap": "75.95", "ap50": "94.19", "ap75": "88.00"}]
-    assert reevaluate.last_copypaste_ap(one, 2) is None  # fewer evaluations than splits
+def test_eval_results_reading():
+    assert reevaluate.eval_ap(None) is None
+    bbox = {"AP": 75.9492, "AP50": 94.1918, "AP75": 87.9956}
+    both = {"shapes_holdout_val": {"bbox": bbox}, "shapes_val": {"bbox": {**bbox, "AP": float("nan")}}}
+    assert reevaluate.eval_ap(both) == [
+        {"ap": "75.95", "ap50": "94.19", "ap75": "88.00"},
+        {"ap": "0.00", "ap50": "94.19", "ap75": "88.00"},  # nothing detected: AP 0
+    ]
+    assert reevaluate.eval_ap({"shapes_val": {"bbox": bbox}}) is None  # a split missing

@@ -1,6 +1,7 @@
 """End to end: tools/lazyconfig_train_net.py trains the batch-1024 LazyConfig example, shrunk
 to a few steps on a tiny shapes set, with accumulation, and evaluates it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,9 @@ def test_lazyconfig_train_net_trains_and_evaluates_the_example(tiny_shapes, tmp_
     proc = run("--eval-only", *tiny_overrides(tiny_shapes, tmp_path / "eval"), weights)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert [line for line in proc.stdout.splitlines() if line.startswith("box AP: ")] == printed
+    # and writes what it measured beside its outputs, the AP the line prints
+    results = json.loads((tmp_path / "eval" / "eval_results.json").read_text())
+    assert printed == [f"box AP: {results['bbox']['AP']:.1f}"]
 
 
 def test_lazyconfig_train_net_refuses_a_batch_that_does_not_split(tiny_shapes, tmp_path):

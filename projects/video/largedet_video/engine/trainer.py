@@ -9,7 +9,6 @@ from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
 from largedet.solver.batch import batch_plan
-from largedet.solver import lr_scaling
 
 from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader
 from ..evaluation import VideoClassificationEvaluator
@@ -33,18 +32,23 @@ class VideoTrainer(Trainer):
     change is the sampler's next epoch and a regrouping of sub-batch BN, in place."""
 
     def __init__(self, cfg):
-        self.multigrid = None
-        if multigrid_enabled(cfg):
-            num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
-            self.multigrid = build_multigrid_plan(cfg, num_samples, comm.get_world_size())
+        self.multigrid = self.build_multigrid_plan(cfg)
         super().__init__(cfg)
+
+    @classmethod
+    def build_multigrid_plan(cls, cfg):
+        """The multigrid plan of ``cfg`` on this job's processes (None without multigrid)."""
+        if not multigrid_enabled(cfg):
+            return None
+        num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
+        return build_multigrid_plan(cfg, num_samples, comm.get_world_size())
 
     def describe_schedule(self, cfg):
         """The multigrid plan's stages, steps and LR in the start-of-run block (instead of
         ``SOLVER``'s schedule, which multigrid replaces)."""
         if self.multigrid is None:
             return None
-        solver, lr = cfg.SOLVER, lr_scaling(cfg).lr
+        solver, lr = cfg.SOLVER, self.lr_scaling.lr
         warmup_iters = min(solver.WARMUP_ITERS, self.multigrid.max_iter)
         warmup = (
             f"{solver.WARMUP_METHOD} warmup over {warmup_iters} iterations from "
@@ -66,11 +70,13 @@ class VideoTrainer(Trainer):
             return build_multigrid_train_loader(cfg)
         return build_video_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
 
-    def build_lr_scheduler(self, cfg, optimizer):
+    @classmethod
+    def build_lr_scheduler(cls, cfg, optimizer, schedule=None, max_iter=None):
         """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps."""
-        if self.multigrid is None:
-            return super().build_lr_scheduler(cfg, optimizer)
-        return build_multigrid_lr_scheduler(cfg, optimizer, self.multigrid)
+        plan = cls.build_multigrid_plan(cfg)
+        if plan is None:
+            return super().build_lr_scheduler(cfg, optimizer, schedule, max_iter)
+        return build_multigrid_lr_scheduler(cfg, optimizer, plan)
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):

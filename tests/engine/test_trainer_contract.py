@@ -1,0 +1,99 @@
+"""The trainers keep Detectron2's ``DefaultTrainer`` contract: the builders and ``test`` are
+classmethods of the config with ``DefaultTrainer``'s parameters (largedet's extra ones come
+after, with defaults), so a ``DefaultTrainer`` subclass's habits carry over and one
+``train_or_evaluate`` serves every trainer; the peak LR is computed once per trainer."""
+
+import inspect
+import math
+import os
+
+import pytest
+import torch
+from engine_testing import tiny_cfg
+from torch import nn
+
+import largedet  # noqa: F401
+from detectron2.config import LazyConfig
+from detectron2.engine import DefaultTrainer
+from largedet.engine import Trainer
+from largedet.engine.lazy import LazyTrainer
+
+BUILDERS = (
+    "build_model",
+    "build_optimizer",
+    "build_lr_scheduler",
+    "build_train_loader",
+    "build_test_loader",
+    "build_evaluator",
+    "test",
+)
+LAZY = os.path.join(
+    os.path.dirname(__file__), "..", "..", "configs", "shapes", "lazy", "faster_rcnn_R18_FPN_pmdlamb_bs1024.py"
+)
+
+
+def trainer_classes():
+    from largedet_video.engine import VideoTrainer
+
+    return [Trainer, LazyTrainer.for_config(LazyConfig.load(LAZY)), VideoTrainer]
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_builders_are_classmethods_with_detectron2s_parameters(name):
+    d2 = list(inspect.signature(getattr(DefaultTrainer, name)).parameters.values())
+    for cls in trainer_classes():
+        assert isinstance(inspect.getattr_static(cls, name), classmethod), (cls, name)
+        ours = list(inspect.signature(getattr(cls, name)).parameters.values())
+        assert [p.name for p in ours[: len(d2)]] == [p.name for p in d2], (cls, name)
+        # what largedet adds can be left out, as a Detectron2 caller does
+        assert all(p.default is not inspect.Parameter.empty for p in ours[len(d2):]), (cls, name)
+
+
+def test_build_lr_scheduler_called_as_detectron2_does_is_the_configs_schedule(tmp_path):
+    # no warm-up, cosine over SOLVER.MAX_ITER = 10 steps from 0.1: 0.1 (1 + cos(pi i / 10)) / 2
+    cfg = tiny_cfg(
+        str(tmp_path), "SOLVER.MAX_ITER", 10, "SOLVER.WARMUP_ITERS", 0,
+        "SOLVER.LR_SCHEDULER_NAME", "WarmupCosineLR",
+    )  # fmt: skip
+    model = nn.Linear(2, 2)
+    optimizer = Trainer.build_optimizer(cfg, model)
+    scheduler = Trainer.build_lr_scheduler(cfg, optimizer)
+    lrs = []
+    for _ in range(10):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([0.1 * (1 + math.cos(math.pi * i / 10)) / 2 for i in range(10)], rel=1e-12)
+
+
+def test_build_lr_scheduler_of_a_batch_ramp_needs_the_runs_schedule(tmp_path):
+    cfg = tiny_cfg(str(tmp_path), "SOLVER.BATCH_RAMP.BATCHES", (2,), "SOLVER.BATCH_RAMP.EPOCHS", (1.0,))
+    optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="SOLVER.BATCH_RAMP: build_lr_scheduler needs the run's batch schedule"):
+        Trainer.build_lr_scheduler(cfg, optimizer)
+
+
+def test_lazy_trainer_of_a_config_and_without_one():
+    cfg = LazyConfig.load(LAZY)
+    cls = LazyTrainer.for_config(cfg)
+    assert issubclass(cls, LazyTrainer) and cls.lazy is cfg and LazyTrainer.lazy is None
+    with pytest.raises(TypeError, match="LazyTrainer has no LazyConfig"):
+        LazyTrainer.build_model(None)
+
+
+def test_the_peak_lr_is_computed_once_and_is_what_the_summary_and_the_optimizer_hold(tiny_shapes, tmp_path, monkeypatch):
+    from largedet.engine import trainer as trainer_module
+
+    calls = []
+    real = trainer_module.lr_scaling
+    monkeypatch.setattr(trainer_module, "lr_scaling", lambda cfg: calls.append(1) or real(cfg))
+    cfg = tiny_cfg(
+        str(tmp_path), "SOLVER.LSR.ENABLED", True, "SOLVER.LSR.RULE", "sqrt",
+        "SOLVER.LSR.REFERENCE_BATCH", 1, "SOLVER.LSR.REFERENCE_LR", 0.01,
+    )  # fmt: skip
+    trainer = Trainer(cfg)
+    assert len(calls) == 1
+    # sqrt(4 / 1) x 0.01; the optimizer's groups start from it (warm-up factor 0.5 at step 0)
+    assert trainer.lr_scaling.lr == pytest.approx(0.02, rel=1e-12)
+    assert trainer.scheduler.base_lrs[0] == pytest.approx(0.02, rel=1e-12)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.01, rel=1e-12)
