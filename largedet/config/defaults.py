@@ -1,11 +1,35 @@
 """``add_largedet_config(cfg)``: every key largedet adds to Detectron2's config.
 
 Each key is commented where it is defined: meaning, unit, scope (per device or
-global), allowed values and the paper's symbol. Derived values (accumulation
+global), allowed values and the paper's symbol. A key with a value rule (checked before
+launch) or a LazyConfig name (``train.<name>``) is declared by one
+:func:`~largedet.config.keys.declare` call that gives both with the default. Derived values (accumulation
 steps, scaled LR) are never stored here; they are computed and logged at start.
 """
 
 from detectron2.config import CfgNode as CN
+from detectron2.config import get_cfg
+
+from .keys import (
+    LSR_RULES,
+    MOMENT_DECAYS,
+    clamp,
+    declare,
+    fraction,
+    int_at_least,
+    lr_factor,
+    non_negative,
+    number,
+    one_of,
+    pair_of,
+    positive,
+    positive_or_none,
+    spike_factor,
+    when_agvm,
+    when_ema,
+    when_lsr,
+    when_wsd,
+)
 
 __all__ = ["AMP_PRECISIONS", "BUFFER_MODES", "EMA_EVAL_MODES", "add_largedet_config"]
 
@@ -71,26 +95,26 @@ def _add_solver_config(cfg: CN) -> None:
     cfg.SOLVER.LAMB = CN()
     # (beta1, beta2) of LAMB and PMD_LAMB: decay rates of the first and second
     # gradient moments, each in [0, 1).
-    cfg.SOLVER.LAMB.BETAS = (0.9, 0.999)
+    declare(cfg, "SOLVER.LAMB.BETAS", (0.9, 0.999), ("two numbers in [0, 1)", pair_of(fraction)))
     # eps of LAMB and PMD_LAMB, added to sqrt(v_t / b_t) in the update's
     # denominator; > 0, in units of the gradient.
-    cfg.SOLVER.LAMB.EPS = 1e-6
+    declare(cfg, "SOLVER.LAMB.EPS", 1e-6, ("a number > 0", positive))
     # Upper clamp of the layer-wise trust ratio ||w|| / ||x|| of LAMB and PMD_LAMB;
     # > 0, or None for no clamp.
-    cfg.SOLVER.LAMB.MAX_TRUST_RATIO = 10.0
+    declare(cfg, "SOLVER.LAMB.MAX_TRUST_RATIO", 10.0, ("a number > 0, or None", positive_or_none))
 
     cfg.SOLVER.PMD = CN()
     # Period T of PMD_LAMB's moment decay, in optimizer steps (iterations); an
     # integer >= 1. Within each period the moments' decay coefficient gamma falls
     # from 1 towards 0, then restarts.
-    cfg.SOLVER.PMD.PERIOD = 200
+    declare(cfg, "SOLVER.PMD.PERIOD", 200, ("an integer >= 1 (optimizer steps)", int_at_least(1)))
     # Shape d(u) of gamma over the position u in [0, 1) inside a period:
     # "cosine" ((1 + cos(pi u)) / 2), "linear" (1 - u) or "none" (1: plain LAMB).
-    cfg.SOLVER.PMD.DECAY = "cosine"
+    declare(cfg, "SOLVER.PMD.DECAY", "cosine", one_of(MOMENT_DECAYS))
 
     cfg.SOLVER.LARS = CN()
     # Trust coefficient eta of LARS: trust = eta ||w|| / (||g|| + lambda ||w||); > 0.
-    cfg.SOLVER.LARS.ETA = 0.001
+    declare(cfg, "SOLVER.LARS.ETA", 0.001, ("a number > 0", positive))
 
 
 def _add_large_batch_config(cfg: CN) -> None:
@@ -103,7 +127,7 @@ def _add_large_batch_config(cfg: CN) -> None:
     # micro-batches per optimizer step, which must be a whole number (checked before
     # any worker starts). 0 means IMS_PER_BATCH / world size, i.e. K = 1: Detectron2's
     # behaviour. K is computed at start and logged, never stored here.
-    cfg.SOLVER.IMS_PER_DEVICE = 0
+    declare(cfg, "SOLVER.IMS_PER_DEVICE", 0, lazy="ims_per_device")
 
     cfg.SOLVER.BATCH_RAMP = CN()
     # Batch ramp: global batches (images per optimizer step) of the stages that train
@@ -125,7 +149,13 @@ def _add_large_batch_config(cfg: CN) -> None:
     cfg.SOLVER.WSD = CN()
     # Where the decay starts, as a fraction of the run (of its images with a batch
     # ramp), in (0, 1); 0.8: the last fifth decays.
-    cfg.SOLVER.WSD.DECAY_START = 0.8
+    declare(
+        cfg,
+        "SOLVER.WSD.DECAY_START",
+        0.8,
+        ("a number in (0, 1)", lambda v: number(v) and 0 < v < 1),
+        when=when_wsd,
+    )
 
     cfg.SOLVER.WARMUP_CLIP = CN()
     # Gradient-norm clipping around the end of warm-up, for any optimizer (AGVM's released
@@ -134,9 +164,14 @@ def _add_large_batch_config(cfg: CN) -> None:
     # ITERS[0] before to ITERS[1] after SOLVER.WARMUP_ITERS (in steps of IMS_PER_BATCH:
     # images with a batch ramp). A float >= 0; 0 turns it off. The norm is logged as
     # grad_norm (before clipping) at every logged step.
-    cfg.SOLVER.WARMUP_CLIP.MAX_NORM = 0.0
+    declare(cfg, "SOLVER.WARMUP_CLIP.MAX_NORM", 0.0, ("a number >= 0 (0: off)", non_negative))
     # (before, after): steps before and after the end of warm-up that clip; integers >= 0.
-    cfg.SOLVER.WARMUP_CLIP.ITERS = (50, 50)
+    declare(
+        cfg,
+        "SOLVER.WARMUP_CLIP.ITERS",
+        (50, 50),
+        ("two integers >= 0", pair_of(int_at_least(0))),
+    )
 
     cfg.SOLVER.LSR = CN()
     # Linear scaling rule with warmup (Goyal et al. 2017; LargeDet's first ingredient).
@@ -146,28 +181,42 @@ def _add_large_batch_config(cfg: CN) -> None:
     # at start and the schedule (SOLVER.LR_SCHEDULER_NAME, STEPS, GAMMA) multiplies it.
     # Warmup is Detectron2's: from WARMUP_FACTOR x LR to LR over SOLVER.WARMUP_ITERS
     # optimizer steps (SOLVER.WARMUP_METHOD).
-    cfg.SOLVER.LSR.ENABLED = False
+    declare(cfg, "SOLVER.LSR.ENABLED", False, lazy="lsr.enabled")
     # How the peak LR grows with the global batch B: "linear": REFERENCE_LR x B /
     # REFERENCE_BATCH; "sqrt": REFERENCE_LR x sqrt(B / REFERENCE_BATCH) (a common
     # choice for adaptive optimizers such as LAMB).
-    cfg.SOLVER.LSR.RULE = "linear"
+    declare(cfg, "SOLVER.LSR.RULE", "linear", one_of(LSR_RULES), when=when_lsr, lazy="lsr.rule")
     # Global batch (images per optimizer step) at which REFERENCE_LR is known to work;
     # an integer >= 1.
-    cfg.SOLVER.LSR.REFERENCE_BATCH = 16
+    declare(
+        cfg,
+        "SOLVER.LSR.REFERENCE_BATCH",
+        16,
+        ("an integer >= 1", int_at_least(1)),
+        when=when_lsr,
+        lazy="lsr.reference_batch",
+    )
     # Peak LR at REFERENCE_BATCH, in the optimizer's units (SGD: step size; LAMB and
     # PMD-LAMB: step relative to the weight norm); > 0. Detectron2's SGD uses 0.02 at 16.
-    cfg.SOLVER.LSR.REFERENCE_LR = 0.02
+    declare(
+        cfg,
+        "SOLVER.LSR.REFERENCE_LR",
+        0.02,
+        ("a number > 0", positive),
+        when=when_lsr,
+        lazy="lsr.reference_lr",
+    )
 
     # Autocast dtype when SOLVER.AMP.ENABLED (Detectron2's switch): "float16" (with a
     # gradient scaler, unscaled once per optimizer step before clipping) or
     # "bfloat16" (no scaler; also on CPUs).
-    cfg.SOLVER.AMP.PRECISION = "float16"
+    declare(cfg, "SOLVER.AMP.PRECISION", "float16", lazy="amp.precision")
     # With True, autocast only where the device computes SOLVER.AMP.PRECISION in hardware
     # and run in float32 elsewhere (said at start): on x86 CPUs bfloat16 needs AVX512-BF16
     # or AMX-BF16 and float16 AVX512-FP16 or AMX-FP16; on Arm CPUs the BF16 or FP16
     # arithmetic extensions; on GPUs bfloat16 needs compute capability >= 8.0. Emulated
     # low precision is slower than float32 on a CPU.
-    cfg.SOLVER.AMP.NATIVE_ONLY = False
+    declare(cfg, "SOLVER.AMP.NATIVE_ONLY", False, lazy="amp.native_only")
 
     cfg.SOLVER.DIVERGENCE = CN()
     # Divergence guard. A step whose loss (total_loss averaged over devices and
@@ -176,20 +225,44 @@ def _add_large_batch_config(cfg: CN) -> None:
     # gradient scaler the scaler skips it instead and it is no divergence). So does a spike: a
     # loss above SPIKE_FACTOR x the median loss of the previous WINDOW steps; a
     # float > 1, or 0 to disable the spike test.
-    cfg.SOLVER.DIVERGENCE.SPIKE_FACTOR = 10.0
+    declare(
+        cfg,
+        "SOLVER.DIVERGENCE.SPIKE_FACTOR",
+        10.0,
+        ("0 (off) or a number > 1", spike_factor),
+        lazy="divergence.spike_factor",
+    )
     # Number of previous steps in the running median, an integer >= 1; the spike test
     # starts once that many steps have been seen.
-    cfg.SOLVER.DIVERGENCE.WINDOW = 50
+    declare(
+        cfg,
+        "SOLVER.DIVERGENCE.WINDOW",
+        50,
+        ("an integer >= 1", int_at_least(1)),
+        lazy="divergence.window",
+    )
     # What divergence does. false: stop with the loss dict and the last good
     # checkpoint in the error. true: restore the newest complete checkpoint (weights,
     # iteration, LR schedule, optimizer, gradient scaler, AGVM's mu; the data stream
     # goes on) and multiply the LR by ROLLBACK_LR_FACTOR; stop when there is no checkpoint
     # yet or after MAX_ROLLBACKS rollbacks in a run.
-    cfg.SOLVER.DIVERGENCE.ROLLBACK = False
+    declare(cfg, "SOLVER.DIVERGENCE.ROLLBACK", False, lazy="divergence.rollback")
     # Factor applied to the LR at each rollback, in (0, 1].
-    cfg.SOLVER.DIVERGENCE.ROLLBACK_LR_FACTOR = 0.5
+    declare(
+        cfg,
+        "SOLVER.DIVERGENCE.ROLLBACK_LR_FACTOR",
+        0.5,
+        ("a number in (0, 1]", lr_factor),
+        lazy="divergence.rollback_lr_factor",
+    )
     # Rollbacks allowed in a run (counted across resumes), an integer >= 0.
-    cfg.SOLVER.DIVERGENCE.MAX_ROLLBACKS = 3
+    declare(
+        cfg,
+        "SOLVER.DIVERGENCE.MAX_ROLLBACKS",
+        3,
+        ("an integer >= 0", int_at_least(0)),
+        lazy="divergence.max_rollbacks",
+    )
 
     # Re-seed Python's, NumPy's and torch's random number generators before every
     # optimizer step from (SEED, iteration, rank), and each training image's
@@ -198,7 +271,7 @@ def _add_large_batch_config(cfg: CN) -> None:
     # DATALOADER.NUM_WORKERS and with aspect-ratio grouping (exact resume also needs
     # SEED >= 0 and the same number of processes and SOLVER.IMS_PER_DEVICE);
     # false: seeded once at start, as in Detectron2.
-    cfg.RESEED_EVERY_ITER = False
+    declare(cfg, "RESEED_EVERY_ITER", False, lazy="reseed_every_iter")
     # Unreadable training images (truncated, not an image, missing) are skipped, logged
     # and counted (data/skipped_images); more than this many in a row in one loader
     # process stop the run with an error naming the last file.
@@ -215,7 +288,7 @@ def _add_large_batch_config(cfg: CN) -> None:
     # Optimizer steps between two writes of the logged metrics (console, metrics.json,
     # TensorBoard); an integer >= 1. Detectron2 writes every 20; short runs (a few dozen
     # large-batch steps) need fewer to draw their loss curves.
-    cfg.LOG_PERIOD = 20
+    declare(cfg, "LOG_PERIOD", 20, ("an integer >= 1", int_at_least(1)), lazy="log_period")
 
     # Sync-BN needs no key: a norm "SyncBN" (MODEL.RESNETS.NORM, MODEL.FPN.NORM, ...)
     # runs as torch's nn.SyncBatchNorm on GPUs and as Detectron2's NaiveSyncBatchNorm
@@ -237,7 +310,7 @@ def _add_agvm_config(cfg: CN) -> None:
     # under DDP, the first and second halves of the processes. One process with K = 1
     # has no two estimates: an error. Logged per part: agvm/phi/<part>, agvm/mu/<part>.
     # true or false.
-    cfg.SOLVER.AGVM.ENABLED = False
+    declare(cfg, "SOLVER.AGVM.ENABLED", False, lazy="agvm.enabled")
     # Model parts, as (part name, module-name prefix) pairs. A trainable parameter
     # belongs to the part of the longest prefix its name (as in model.named_parameters(),
     # without DDP's "module.") starts with; a parameter that matches none is an error.
@@ -246,35 +319,82 @@ def _add_agvm_config(cfg: CN) -> None:
     # name. The defaults fit Detectron2's GeneralizedRCNN: backbone (ResNet), fpn (the
     # rest of the backbone), rpn, box_head (box head and predictor), mask_head. For the
     # video project's classifier: (("backbone", "backbone"), ("head", "head")).
-    cfg.SOLVER.AGVM.GROUPS = [
-        ["backbone", "backbone.bottom_up"],
-        ["fpn", "backbone"],
-        ["rpn", "proposal_generator"],
-        ["box_head", "roi_heads.box_"],
-        ["mask_head", "roi_heads.mask_"],
-    ]
+    declare(
+        cfg,
+        "SOLVER.AGVM.GROUPS",
+        [
+            ["backbone", "backbone.bottom_up"],
+            ["fpn", "backbone"],
+            ["rpn", "proposal_generator"],
+            ["box_head", "roi_heads.box_"],
+            ["mask_head", "roi_heads.mask_"],
+        ],
+        lazy="agvm.groups",
+    )
     # The part the others are aligned with; its mu stays 1. A name in GROUPS.
-    cfg.SOLVER.AGVM.REFERENCE = "backbone"
+    declare(cfg, "SOLVER.AGVM.REFERENCE", "backbone", lazy="agvm.reference")
     # Optimizer steps between two variance estimates (tau in the paper); an integer >= 1.
-    cfg.SOLVER.AGVM.PERIOD = 10
+    declare(
+        cfg,
+        "SOLVER.AGVM.PERIOD",
+        10,
+        ("an integer >= 1", int_at_least(1)),
+        when=when_agvm,
+        lazy="agvm.period",
+    )
     # First optimizer step (0-based iteration) that estimates; mu is 1 before it.
     # -1 means SOLVER.WARMUP_ITERS: AGVM starts when the warmup ends.
-    cfg.SOLVER.AGVM.START_ITER = -1
+    declare(
+        cfg,
+        "SOLVER.AGVM.START_ITER",
+        -1,
+        ("an integer >= 0, or -1", int_at_least(-1)),
+        when=when_agvm,
+        lazy="agvm.start_iter",
+    )
     # (lo, hi) bounds of phi_REFERENCE / phi before the square root, so mu_hat lies in
     # [sqrt(lo), sqrt(hi)]; 0 < lo <= 1 <= hi.
-    cfg.SOLVER.AGVM.CLAMP = (0.5, 10.0)
+    declare(
+        cfg,
+        "SOLVER.AGVM.CLAMP",
+        (0.5, 10.0),
+        ("(lo, hi) with 0 < lo <= 1 <= hi", clamp),
+        when=when_agvm,
+        lazy="agvm.clamp",
+    )
     # Momentum m of the moving average mu <- m mu + (1 - m) mu_hat, updated once per
     # estimate (every PERIOD steps); in [0, 1). mu starts at 1.
-    cfg.SOLVER.AGVM.MOMENTUM = 0.97
+    declare(
+        cfg,
+        "SOLVER.AGVM.MOMENTUM",
+        0.97,
+        ("a number in [0, 1)", fraction),
+        when=when_agvm,
+        lazy="agvm.momentum",
+    )
     # Gradient-norm clipping around the end of warmup, where the LR peaks and mu starts
     # to move: the total L2 norm of all gradients (after averaging over micro-batches
     # and devices) is clipped to CLIP_MAX_NORM at the iterations in
     # [SOLVER.WARMUP_ITERS - CLIP_ITERS[0], SOLVER.WARMUP_ITERS + CLIP_ITERS[1]).
     # A float >= 0; 0 turns it off. Only when AGVM is enabled.
-    cfg.SOLVER.AGVM.CLIP_MAX_NORM = 0.0
+    declare(
+        cfg,
+        "SOLVER.AGVM.CLIP_MAX_NORM",
+        0.0,
+        ("a number >= 0 (0: off)", non_negative),
+        when=when_agvm,
+        lazy="agvm.clip_max_norm",
+    )
     # (before, after): optimizer steps before and after the end of warmup that clip;
     # integers >= 0.
-    cfg.SOLVER.AGVM.CLIP_ITERS = (50, 50)
+    declare(
+        cfg,
+        "SOLVER.AGVM.CLIP_ITERS",
+        (50, 50),
+        ("two integers >= 0", pair_of(int_at_least(0))),
+        when=when_agvm,
+        lazy="agvm.clip_iters",
+    )
 
 
 def _add_ema_config(cfg: CN) -> None:
@@ -288,19 +408,25 @@ def _add_ema_config(cfg: CN) -> None:
     # A step of global batch B decays by d_ref ** (B / REFERENCE_BATCH) (the same decay
     # per image at any batch; Busbridge et al., NeurIPS 2023). 0.9998 at batch 16 is
     # 0.9873 per step at batch 1024: an average over ~80 steps.
-    cfg.MODEL_EMA.DECAY = 0.9998
+    declare(cfg, "MODEL_EMA.DECAY", 0.9998, ("a number in [0, 1)", fraction), when=when_ema)
     # Global batch (images per optimizer step) at which DECAY holds, an integer >= 1;
     # 0: DECAY is the per-step decay whatever the batch.
-    cfg.MODEL_EMA.REFERENCE_BATCH = 16
+    declare(
+        cfg,
+        "MODEL_EMA.REFERENCE_BATCH",
+        16,
+        ("an integer >= 0 (0: DECAY per step)", int_at_least(0)),
+        when=when_ema,
+    )
     # Floating-point buffers (BN's running mean and variance): "average" (averaged like
     # the weights) or "copy" (the model's, copied after each step). Integer buffers are
     # always copied.
-    cfg.MODEL_EMA.BUFFERS = "average"
+    declare(cfg, "MODEL_EMA.BUFFERS", "average", one_of(BUFFER_MODES), when=when_ema)
     # What evaluations during and after training test: "ema" (the average; its results
     # are the run's), "model" (the trained weights) or "both" (the average's results,
     # and the trained weights' under model/<dataset>/... in the metrics). --eval-only on
     # a largedet checkpoint tests the average the checkpoint holds the same way.
-    cfg.MODEL_EMA.EVAL = "ema"
+    declare(cfg, "MODEL_EMA.EVAL", "ema", one_of(EMA_EVAL_MODES), when=when_ema)
 
 
 def _add_openimages_config(cfg: CN) -> None:
@@ -347,4 +473,8 @@ def _add_logging_config(cfg: CN) -> None:
     # wandb.init's mode: "online", "offline" (files only, under OUTPUT_DIR/wandb;
     # upload later with `wandb sync`) or "disabled"; "" leaves it to wandb
     # ($WANDB_MODE, else "online").
-    cfg.WANDB.MODE = ""
+    declare(cfg, "WANDB.MODE", "", one_of(("", "online", "offline", "disabled")))
+
+
+# the declarations of every key (largedet.config.keys), made once at import
+add_largedet_config(get_cfg())

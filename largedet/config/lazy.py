@@ -29,6 +29,7 @@ from detectron2.utils.registry import locate
 from omegaconf import DictConfig, OmegaConf
 
 from .defaults import add_largedet_config
+from .keys import declared_train_keys
 from .device import resolve_device
 
 __all__ = ["TRAIN_KEYS", "call_target", "register_datasets", "run_config", "setup_lazy_config", "train_defaults"]
@@ -36,50 +37,9 @@ __all__ = ["TRAIN_KEYS", "call_target", "register_datasets", "run_config", "setu
 logger = logging.getLogger(__name__)
 
 #: ``train.<key>`` of a LazyConfig -> the yacs key it is (meaning, unit and scope are
-#: documented there, in ``largedet/config/defaults.py`` or Detectron2's defaults).
-TRAIN_KEYS: Dict[str, str] = {
-    "output_dir": "OUTPUT_DIR",
-    "init_checkpoint": "MODEL.WEIGHTS",
-    "device": "MODEL.DEVICE",
-    "seed": "SEED",
-    "cudnn_benchmark": "CUDNN_BENCHMARK",
-    "max_iter": "SOLVER.MAX_ITER",
-    "ims_per_batch": "SOLVER.IMS_PER_BATCH",
-    "ims_per_device": "SOLVER.IMS_PER_DEVICE",
-    "lsr.enabled": "SOLVER.LSR.ENABLED",
-    "lsr.rule": "SOLVER.LSR.RULE",
-    "lsr.reference_batch": "SOLVER.LSR.REFERENCE_BATCH",
-    "lsr.reference_lr": "SOLVER.LSR.REFERENCE_LR",
-    "warmup.iters": "SOLVER.WARMUP_ITERS",
-    "warmup.factor": "SOLVER.WARMUP_FACTOR",
-    "warmup.method": "SOLVER.WARMUP_METHOD",
-    "warmup.rescale_interval": "SOLVER.RESCALE_INTERVAL",
-    "amp.enabled": "SOLVER.AMP.ENABLED",
-    "amp.precision": "SOLVER.AMP.PRECISION",
-    "amp.native_only": "SOLVER.AMP.NATIVE_ONLY",
-    "clip_gradients.enabled": "SOLVER.CLIP_GRADIENTS.ENABLED",
-    "clip_gradients.clip_type": "SOLVER.CLIP_GRADIENTS.CLIP_TYPE",
-    "clip_gradients.clip_value": "SOLVER.CLIP_GRADIENTS.CLIP_VALUE",
-    "clip_gradients.norm_type": "SOLVER.CLIP_GRADIENTS.NORM_TYPE",
-    "checkpointer.period": "SOLVER.CHECKPOINT_PERIOD",
-    "eval_period": "TEST.EVAL_PERIOD",
-    "log_period": "LOG_PERIOD",
-    "reseed_every_iter": "RESEED_EVERY_ITER",
-    "divergence.spike_factor": "SOLVER.DIVERGENCE.SPIKE_FACTOR",
-    "divergence.window": "SOLVER.DIVERGENCE.WINDOW",
-    "divergence.rollback": "SOLVER.DIVERGENCE.ROLLBACK",
-    "divergence.rollback_lr_factor": "SOLVER.DIVERGENCE.ROLLBACK_LR_FACTOR",
-    "divergence.max_rollbacks": "SOLVER.DIVERGENCE.MAX_ROLLBACKS",
-    "agvm.enabled": "SOLVER.AGVM.ENABLED",
-    "agvm.groups": "SOLVER.AGVM.GROUPS",
-    "agvm.reference": "SOLVER.AGVM.REFERENCE",
-    "agvm.period": "SOLVER.AGVM.PERIOD",
-    "agvm.start_iter": "SOLVER.AGVM.START_ITER",
-    "agvm.clamp": "SOLVER.AGVM.CLAMP",
-    "agvm.momentum": "SOLVER.AGVM.MOMENTUM",
-    "agvm.clip_max_norm": "SOLVER.AGVM.CLIP_MAX_NORM",
-    "agvm.clip_iters": "SOLVER.AGVM.CLIP_ITERS",
-}
+#: documented there, in ``largedet/config/defaults.py`` or Detectron2's defaults): derived
+#: from each key's declaration (:mod:`largedet.config.keys`).
+TRAIN_KEYS: Dict[str, str] = declared_train_keys()
 
 # dataloader.train / dataloader.test arguments -> the yacs keys largedet's loaders read
 _TRAIN_LOADER_KEYS = {

@@ -10,7 +10,8 @@ model has been built and printed. :func:`largedet.engine.defaults.check_args` is
    (:func:`merge_checked`): a missing or malformed file, an unknown key (with the closest
    valid one) or a value of the wrong type is a :class:`ConfigError`. An integer given on
    the command line for a float key is taken as that float (``SOLVER.BASE_LR 1``);
-2. checks values against :data:`TRAINING_RULES` and the registries (:func:`check_values`):
+2. checks values against :data:`TRAINING_RULES` (each key's rule, declared once with the
+   key: :mod:`largedet.config.keys`) and the registries (:func:`check_values`):
    ``SOLVER.OPTIMIZER`` registered, ``SOLVER.PMD.PERIOD >= 1``, LRs > 0, ...;
 3. checks datasets (:func:`check_datasets`): registered, and the annotation file of a
    COCO-style dataset present (the built-in shapes set is generated on first use);
@@ -24,11 +25,9 @@ rules (:func:`check_config` takes extra :class:`Rule` s).
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import yaml
@@ -36,12 +35,11 @@ from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
 from ..checkpoint import UnsafeWeightsError, check_output_dir, load_model_zoo_pickle
-from ..optim import MOMENT_DECAYS
 from ..solver import OPTIMIZER_REGISTRY
 from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
-from ..solver.lr_scheduler import LR_SCHEDULES, LSR_RULES
-from .defaults import BUFFER_MODES, EMA_EVAL_MODES
+from . import defaults as _defaults  # noqa: F401  (importing it declares largedet's keys)
 from .device import amp_dtype
+from .keys import Rule, _is_int, declared_rules, int_at_least, one_of, when_agvm
 
 __all__ = [
     "TRAINING_RULES",
@@ -89,10 +87,6 @@ def _lookup(tree, key: str) -> tuple[bool, Any]:
 def _unknown_key(key: str, cfg: CfgNode) -> str:
     close = difflib.get_close_matches(key.upper(), config_keys(cfg), n=1, cutoff=0.6)
     return f"{key}: no such config key" + (f"; did you mean {close[0]}?" if close else "")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _TYPE_NAMES = {
@@ -191,127 +185,9 @@ def merge_checked(cfg: CfgNode, config_file: str | None, opts: Sequence[str]) ->
 # --- values ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Rule:
-    """A key's allowed values: ``test(value)`` must hold, as ``need`` says in words, for
-    configs where ``applies(cfg)``."""
-
-    key: str
-    need: str
-    test: Callable[[Any], bool]
-    applies: Callable[[CfgNode], bool] = lambda cfg: True
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _positive(v) -> bool:
-    return _number(v) and v > 0
-
-
-def _non_negative(v) -> bool:
-    return _number(v) and v >= 0
-
-
-def _fraction(v) -> bool:
-    return _number(v) and 0 <= v < 1
-
-
-def int_at_least(low: int) -> Callable[[Any], bool]:
-    """A :class:`Rule` test: an integer (not a bool) >= ``low``."""
-    return lambda v: _is_int(v) and v >= low
-
-
-def _pair_of(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(map(test, v))
-
-
-def one_of(names: Iterable) -> tuple[str, Callable[[Any], bool]]:
-    """A :class:`Rule`'s ``need`` and ``test`` for a value among ``names``."""
-    names = sorted(names, key=str)
-    return "one of " + ", ".join(repr(n) for n in names), lambda v: v in names
-
-
-def _positive_or_none(v) -> bool:
-    return v is None or _positive(v)
-
-
-def _spike_factor(v) -> bool:
-    return v == 0 or (_number(v) and v > 1)
-
-
-def _lr_factor(v) -> bool:
-    return _number(v) and 0 < v <= 1
-
-
-def _clamp(v) -> bool:
-    return _pair_of(_number)(v) and 0 < v[0] <= 1 <= v[1]
-
-
-def _lsr(cfg: CfgNode) -> bool:
-    return cfg.SOLVER.LSR.ENABLED
-
-
-def _agvm(cfg: CfgNode) -> bool:
-    return cfg.SOLVER.AGVM.ENABLED
-
-
-def _reseed(cfg: CfgNode) -> bool:
-    return cfg.RESEED_EVERY_ITER
-
-
-def _ema(cfg: CfgNode) -> bool:
-    return cfg.MODEL_EMA.ENABLED
-
-
-def _wsd(cfg: CfgNode) -> bool:
-    return cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupStableDecayLR"
-
-
-#: The training keys of largedet and Detectron2 whose values are checked before launch.
-TRAINING_RULES: tuple[Rule, ...] = (
-    Rule("SOLVER.BASE_LR", "a number > 0", _positive, lambda cfg: not _lsr(cfg)),
-    Rule("SOLVER.LSR.RULE", *one_of(LSR_RULES), _lsr),
-    Rule("SOLVER.LSR.REFERENCE_BATCH", "an integer >= 1", int_at_least(1), _lsr),
-    Rule("SOLVER.LSR.REFERENCE_LR", "a number > 0", _positive, _lsr),
-    Rule("SOLVER.MAX_ITER", "an integer >= 1", int_at_least(1)),
-    Rule("SOLVER.WARMUP_ITERS", "an integer >= 0", int_at_least(0)),
-    Rule("SOLVER.CHECKPOINT_PERIOD", "an integer >= 1", int_at_least(1)),
-    Rule("SOLVER.WEIGHT_DECAY", "a number >= 0", _non_negative),
-    Rule("SOLVER.MOMENTUM", "a number in [0, 1)", _fraction),
-    Rule("SOLVER.PMD.PERIOD", "an integer >= 1 (optimizer steps)", int_at_least(1)),
-    Rule("SOLVER.PMD.DECAY", *one_of(MOMENT_DECAYS)),
-    Rule("SOLVER.LAMB.BETAS", "two numbers in [0, 1)", _pair_of(_fraction)),
-    Rule("SOLVER.LAMB.EPS", "a number > 0", _positive),
-    Rule("SOLVER.LAMB.MAX_TRUST_RATIO", "a number > 0, or None", _positive_or_none),
-    Rule("SOLVER.LARS.ETA", "a number > 0", _positive),
-    Rule("SOLVER.DIVERGENCE.SPIKE_FACTOR", "0 (off) or a number > 1", _spike_factor),
-    Rule("SOLVER.DIVERGENCE.WINDOW", "an integer >= 1", int_at_least(1)),
-    Rule("SOLVER.DIVERGENCE.ROLLBACK_LR_FACTOR", "a number in (0, 1]", _lr_factor),
-    Rule("SOLVER.DIVERGENCE.MAX_ROLLBACKS", "an integer >= 0", int_at_least(0)),
-    Rule("LOG_PERIOD", "an integer >= 1", int_at_least(1)),
-    Rule("SEED", "an integer >= 0 with RESEED_EVERY_ITER", int_at_least(0), _reseed),
-    Rule("SOLVER.AGVM.PERIOD", "an integer >= 1", int_at_least(1), _agvm),
-    Rule("SOLVER.AGVM.START_ITER", "an integer >= 0, or -1", int_at_least(-1), _agvm),
-    Rule("SOLVER.AGVM.CLAMP", "(lo, hi) with 0 < lo <= 1 <= hi", _clamp, _agvm),
-    Rule("SOLVER.AGVM.MOMENTUM", "a number in [0, 1)", _fraction, _agvm),
-    Rule("SOLVER.AGVM.CLIP_MAX_NORM", "a number >= 0 (0: off)", _non_negative, _agvm),
-    Rule("SOLVER.AGVM.CLIP_ITERS", "two integers >= 0", _pair_of(int_at_least(0)), _agvm),
-    Rule("WANDB.MODE", *one_of(("", "online", "offline", "disabled"))),
-    Rule("SOLVER.LR_SCHEDULER_NAME", *one_of(LR_SCHEDULES)),
-    Rule("SOLVER.REFERENCE_WORLD_SIZE",
-         "0 (SOLVER.IMS_PER_BATCH is the global batch on any number of devices: set "
-         "SOLVER.IMS_PER_DEVICE for what one device holds, SOLVER.LSR for the LR of another batch)",
-         lambda v: v == 0),  # fmt: skip
-    Rule("SOLVER.WSD.DECAY_START", "a number in (0, 1)", lambda v: _number(v) and 0 < v < 1, _wsd),
-    Rule("SOLVER.WARMUP_CLIP.MAX_NORM", "a number >= 0 (0: off)", _non_negative),
-    Rule("SOLVER.WARMUP_CLIP.ITERS", "two integers >= 0", _pair_of(int_at_least(0))),
-    Rule("MODEL_EMA.DECAY", "a number in [0, 1)", _fraction, _ema),
-    Rule("MODEL_EMA.REFERENCE_BATCH", "an integer >= 0 (0: DECAY per step)", int_at_least(0), _ema),
-    Rule("MODEL_EMA.BUFFERS", *one_of(BUFFER_MODES), _ema),
-    Rule("MODEL_EMA.EVAL", *one_of(EMA_EVAL_MODES), _ema),
-)  # fmt: skip
+#: The training keys of largedet and Detectron2 whose values are checked before launch:
+#: derived from their declarations (:mod:`largedet.config.keys`).
+TRAINING_RULES: tuple[Rule, ...] = declared_rules()
 
 
 def _check_registered(key: str, name: str, registry) -> None:
@@ -337,7 +213,7 @@ def _check_training_values(cfg: CfgNode, extra_rules: Iterable[Rule]) -> None:
         amp_dtype(cfg)  # names SOLVER.AMP.PRECISION
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if _agvm(cfg):
+    if when_agvm(cfg):
         parts = {str(part) for part, _ in cfg.SOLVER.AGVM.GROUPS}
         if cfg.SOLVER.AGVM.REFERENCE not in parts:
             raise ConfigError(
@@ -402,7 +278,7 @@ def check_config(
     check_datasets(cfg, ("DATASETS.TRAIN", "DATASETS.TEST"), required=("DATASETS.TRAIN",))
     try:
         plan = batch_plan(cfg, world_size)
-        if _agvm(cfg):
+        if when_agvm(cfg):
             check_agvm_estimates(plan.accumulation, world_size)
     except ValueError as e:  # their messages start with the key
         raise ConfigError(str(e)) from None

@@ -50,6 +50,7 @@ from detectron2.utils import comm
 from omegaconf import DictConfig
 
 from ..config.lazy import call_target, run_config, setup_lazy_config
+from ..config.validate import check_values
 from ..data.build import build_test_loader, build_train_loader
 from ..layers import resolve_sync_batchnorm
 from ..solver import log_param_groups, lr_scaling, optimizer_param_groups
@@ -72,10 +73,12 @@ logger = logging.getLogger(__name__)
 def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     """The batch plan of the run ``args`` describe (torchrun's ``WORLD_SIZE``, or
     ``--num-gpus`` x ``--num-machines`` processes), before any worker is spawned: raises
-    ``ValueError`` for a config that :func:`run_config` rejects and
+    ``ValueError`` for a config that :func:`run_config` rejects or whose values break their
+    keys' rules (:class:`~largedet.config.validate.ConfigError`, naming the yacs key), and
     :class:`~largedet.solver.batch.BatchArithmeticError` for a global batch that does not split
     into whole micro-batches."""
     run = run_config(setup_lazy_config(args, log=False))
+    check_values(run, LazyTrainer.value_rules())  # names the yacs key of the train.<name>
     return batch_plan(run, planned_world_size(args))
 
 
@@ -187,6 +190,12 @@ class LazyTrainer(Trainer):
         if isinstance(cfg, DictConfig):
             cfg = run_config(cfg)
         super().__init__(cfg)
+
+    @classmethod
+    def value_rules(cls) -> tuple:
+        """The declared rules but ``SOLVER.LR_SCHEDULER_NAME``'s: a LazyConfig's schedule is
+        its ``lr_multiplier`` (whose class name the run config carries)."""
+        return tuple(r for r in super().value_rules() if r.key != "SOLVER.LR_SCHEDULER_NAME")
 
     @classmethod
     def _lazy(cls) -> DictConfig:

@@ -60,6 +60,7 @@ from detectron2.utils.logger import setup_logger
 from .. import HAS_COMPILED_D2_OPS
 from ..checkpoint import AtomicCheckpointer, CheckpointSpaceError, FoundCheckpoint, warn_if_low_space
 from ..config import add_largedet_config, amp_dtype
+from ..config.validate import TRAINING_RULES, check_values
 from ..data.build import (
     DetectionTrainLoader,
     ResumableLoader,
@@ -92,14 +93,6 @@ __all__ = ["Trainer", "describe_run"]
 
 logger = logging.getLogger(__name__)
 
-#: Detectron2's auto_scale_workers would rescale IMS_PER_BATCH, BASE_LR and MAX_ITER with the
-#: world size; in largedet IMS_PER_BATCH is the global batch on any number of devices
-REFERENCE_WORLD_SIZE_ERROR = (
-    "SOLVER.REFERENCE_WORLD_SIZE: must be 0, got {}: SOLVER.IMS_PER_BATCH is the global batch on "
-    "any number of devices (set SOLVER.IMS_PER_DEVICE for what one device holds, SOLVER.LSR "
-    "for the LR of another batch)"
-)
-
 
 class Trainer(DefaultTrainer):
     """Trains and evaluates a Detectron2 model with largedet's batch arithmetic, optimizers,
@@ -120,8 +113,9 @@ class Trainer(DefaultTrainer):
         for name in ("detectron2", "largedet"):
             if not logging.getLogger(name).isEnabledFor(logging.INFO):
                 setup_logger(name=name)
-        if cfg.SOLVER.REFERENCE_WORLD_SIZE:
-            raise ValueError(REFERENCE_WORLD_SIZE_ERROR.format(cfg.SOLVER.REFERENCE_WORLD_SIZE))
+        # each key's declared rule (largedet.config.keys), as checked before launch, for a
+        # config that did not come through a training script
+        check_values(cfg, self.value_rules())
         self.batch: BatchPlan = batch_plan(cfg, comm.get_world_size())
         #: the peak LR and where it comes from, computed once (:func:`~largedet.solver.lr_scaling`)
         self.lr_scaling: LRScaling = lr_scaling(cfg)
@@ -189,6 +183,12 @@ class Trainer(DefaultTrainer):
                 block += f"\n  {self.ema.describe(self.batch.global_batch)}; evaluation on {cfg.MODEL_EMA.EVAL!r}"
             logger.info(block)
             _warn_unused_lsr_keys(cfg)
+
+    @classmethod
+    def value_rules(cls) -> tuple:
+        """The rules the trainer's config is checked against when it is built: every
+        declared key's (:data:`largedet.config.validate.TRAINING_RULES`)."""
+        return TRAINING_RULES
 
     @staticmethod
     def amp_dtype(cfg) -> Optional[torch.dtype]:
@@ -283,8 +283,6 @@ class Trainer(DefaultTrainer):
         """Detectron2's hooks, with per-step seeding (``RESEED_EVERY_ITER``) and the divergence
         guard after the timer: before the LR scheduler and the checkpointer; metrics are
         written every ``LOG_PERIOD`` steps, ``data/skipped_images`` among them."""
-        if self.cfg.LOG_PERIOD < 1:
-            raise ValueError(f"LOG_PERIOD must be an integer >= 1, got {self.cfg.LOG_PERIOD}")
         hooks = self._detectron2_hooks()
         ours = [DivergenceGuard.from_config(self.cfg)]
         if self.ema is not None:  # after the guard: a rolled-back step is not averaged

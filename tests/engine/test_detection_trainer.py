@@ -176,8 +176,16 @@ def test_log_period_sets_how_often_metrics_are_written(tiny_shapes, tmp_path, pe
 def test_log_period_must_be_positive(tiny_shapes, tmp_path):
     from engine_testing import tiny_cfg
 
-    with pytest.raises(ValueError, match="LOG_PERIOD must be an integer >= 1, got 0"):
+    # the trainer checks its config against each key's declared rule, as the scripts do
+    with pytest.raises(ValueError, match="LOG_PERIOD: must be an integer >= 1, got 0"):
         Trainer(tiny_cfg(str(tmp_path), "LOG_PERIOD", 0))
+
+
+def test_reference_world_size_is_refused_by_the_trainer(tiny_shapes, tmp_path):
+    from engine_testing import tiny_cfg
+
+    with pytest.raises(ValueError, match="SOLVER.REFERENCE_WORLD_SIZE: must be 0 .SOLVER.IMS_PER_BATCH is the global batch"):
+        Trainer(tiny_cfg(str(tmp_path), "SOLVER.REFERENCE_WORLD_SIZE", 8))
 
 
 class ThreeStepTrainer(Trainer):
