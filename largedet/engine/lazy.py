@@ -137,14 +137,14 @@ def build_lazy_lr_scheduler(
     return LRMultiplier(optimizer, multiplier=multiplier, max_iter=solver.MAX_ITER)
 
 
-def lazy_test(cfg: DictConfig, model: torch.nn.Module) -> Dict[str, Any]:
+def lazy_test(cfg: DictConfig, model: torch.nn.Module, run: Optional[CfgNode] = None) -> Dict[str, Any]:
     """Evaluate ``model`` on ``dataloader.test`` (``{}`` when the config has none), as
     :meth:`~largedet.engine.Trainer.test` does for one dataset: largedet's test loader of
     the dataset with the config's mapper, scored by ``dataloader.evaluator`` or, without
     one, by the evaluator the yacs path picks for the dataset."""
     if "test" not in cfg.dataloader:
         return {}
-    run = run_config(cfg)
+    run = run_config(cfg) if run is None else run
     results: Dict[str, Any] = {}
     for name in run.DATASETS.TEST:
         loader = build_test_loader(run, name, mapper=instantiate(cfg.dataloader.test.mapper))
@@ -236,4 +236,4 @@ class LazyTrainer(Trainer):
         """:func:`lazy_test` (``evaluators`` are not supported: use ``dataloader.evaluator``)."""
         if evaluators is not None:
             raise ValueError("LazyTrainer.test takes its evaluator from dataloader.evaluator")
-        return lazy_test(cls._lazy(), model)
+        return lazy_test(cls._lazy(), model, cfg)
