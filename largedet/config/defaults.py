@@ -10,9 +10,9 @@ steps, scaled LR) are never stored here; they are computed and logged at start.
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
+from ..optim import MOMENT_DECAYS
+from ..solver.lr_scheduler import LSR_RULES
 from .keys import (
-    LSR_RULES,
-    MOMENT_DECAYS,
     clamp,
     declare,
     fraction,

@@ -17,14 +17,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from detectron2.config import CfgNode
 
-from ..optim import MOMENT_DECAYS
-from ..solver.lr_scheduler import LR_SCHEDULES, LSR_RULES
+from ..solver.lr_scheduler import LR_SCHEDULES
 
 __all__ = [
     "DETECTRON2_KEYS",
-    "MOMENT_DECAYS",
-    "LR_SCHEDULES",
-    "LSR_RULES",
     "Rule",
     "declare",
     "declared_rules",

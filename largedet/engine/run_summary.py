@@ -51,22 +51,21 @@ def write_eval_results(output_dir: str, results: Dict[str, Any]) -> None:
         _write_json(os.path.join(output_dir, EVAL_RESULTS_FILE), results)
 
 
-def read_eval_results(output_dir: str) -> Optional[Dict[str, Any]]:
-    """The results an ``--eval-only`` run wrote to ``output_dir``, or None when it wrote none."""
-    path = os.path.join(output_dir, EVAL_RESULTS_FILE)
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
     if not os.path.exists(path):
         return None
     with open(path) as f:
         return json.load(f)
+
+
+def read_eval_results(output_dir: str) -> Optional[Dict[str, Any]]:
+    """The results an ``--eval-only`` run wrote to ``output_dir``, or None when it wrote none."""
+    return _read_json(os.path.join(output_dir, EVAL_RESULTS_FILE))
 
 
 def read_run_summary(output_dir: str) -> Optional[Dict[str, Any]]:
     """The summary of the run in ``output_dir``, or None when it has none."""
-    path = os.path.join(output_dir, SUMMARY_FILE)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    return _read_json(os.path.join(output_dir, SUMMARY_FILE))
 
 
 class RunSummaryHook(HookBase):

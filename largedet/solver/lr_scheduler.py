@@ -16,7 +16,7 @@ Who computes and who writes the LR, once each:
   model)`` reading ``SOLVER.BASE_LR``); the parameter groups get it (biases times
   ``SOLVER.BIAS_LR_FACTOR``, as in Detectron2);
 - the schedule multiplies each group's initial LR: one Detectron2 ``LRMultiplier`` over a
-  ``WarmupParamScheduler`` (:func:`build_lr_scheduler`, given the peak LR), stepped once per
+  ``WarmupParamScheduler`` (:func:`build_lr_scheduler`), stepped once per
   optimizer step by Detectron2's ``LRScheduler`` hook; besides its steps, only
   :func:`rescale_schedule` (the divergence guard's rollback) writes the LR of a running
   schedule.
@@ -123,18 +123,17 @@ def with_scaled_lr(cfg: CfgNode) -> CfgNode:
     return scaled
 
 
-def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float | None = None) -> ParamScheduler:
+def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler:
     """The schedule's multiplier of the peak LR as a function of the run's progress in
     [0, 1): Detectron2's warm-up (``WARMUP_FACTOR``, ``WARMUP_ITERS``, ``WARMUP_METHOD``)
     around ``SOLVER.LR_SCHEDULER_NAME``'s shape over ``max_iter`` steps, as Detectron2's
     ``build_lr_scheduler`` makes it (``WarmupMultiStepLR``, ``WarmupCosineLR``,
     ``WarmupStepWithFixedGammaLR``), or warm-up-stable-decay (``WarmupStableDecayLR``):
     1 until ``SOLVER.WSD.DECAY_START``, then linear to ``BASE_LR_END / peak_lr``. ``peak_lr``:
-    the run's peak LR (default: :func:`lr_scaling`'s), which the cosine and the
-    warm-up-stable-decay shapes end at ``SOLVER.BASE_LR_END`` from."""
+    the run's peak LR (:func:`lr_scaling`'s), which the cosine and the warm-up-stable-decay
+    shapes end at ``SOLVER.BASE_LR_END`` from."""
     solver = cfg.SOLVER
     name = solver.LR_SCHEDULER_NAME
-    peak_lr = lr_scaling(cfg).lr if peak_lr is None else peak_lr
     end_value = solver.BASE_LR_END / peak_lr if peak_lr else 0.0
     if name == "WarmupMultiStepLR":
         steps = [x for x in solver.STEPS if x <= max_iter]
@@ -208,21 +207,20 @@ def build_lr_scheduler(
     optimizer: torch.optim.Optimizer,
     max_iter: int | None = None,
     schedule=None,
-    peak_lr: float | None = None,
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """The warm-up + schedule (:func:`lr_multiplier`) around the peak LR, as one Detectron2
     ``LRMultiplier`` over ``max_iter`` optimizer steps (default ``SOLVER.MAX_ITER``; the
     trainer gives its run length, :meth:`largedet.engine.Trainer.run_length`).
 
     It multiplies each parameter group's initial LR (which the optimizer got from
-    :func:`with_scaled_lr`) by the schedule at each step; ``peak_lr`` (default
-    :func:`lr_scaling`'s) is what ``SOLVER.BASE_LR_END`` is relative to. It writes no config.
+    :func:`with_scaled_lr`) by the schedule at each step; ``SOLVER.BASE_LR_END`` is relative to the peak LR, which
+    it reads from :func:`lr_scaling` (it writes no config).
     ``SOLVER.WARMUP_ITERS`` and ``SOLVER.STEPS`` are steps whatever the length. With a ``schedule``
     (:class:`~largedet.solver.batch.BatchSchedule`) that ramps the batch, an
     :class:`ImageClockLRMultiplier`: the schedule over ``SOLVER.MAX_ITER`` steps of the
     full batch followed in images, times ``SOLVER.LSR.RULE``'s factor at each step's batch.
     """
-    peak_lr = lr_scaling(cfg).lr if peak_lr is None else peak_lr
+    peak_lr = lr_scaling(cfg).lr
     if schedule is not None and schedule.ramped:
         rule = LSR_RULES[cfg.SOLVER.LSR.RULE]
         full = schedule.full_batch

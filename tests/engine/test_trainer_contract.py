@@ -81,7 +81,7 @@ def test_lazy_trainer_of_a_config_and_without_one():
         LazyTrainer.build_model(None)
 
 
-def test_the_peak_lr_is_computed_once_and_is_what_the_summary_and_the_optimizer_hold(tiny_shapes, tmp_path, monkeypatch):
+def test_the_trainer_computes_the_peak_lr_once_and_the_optimizer_and_schedule_hold_it(tiny_shapes, tmp_path, monkeypatch):
     from largedet.engine import trainer as trainer_module
 
     calls = []

@@ -236,14 +236,16 @@ def test_gradient_clipping_still_applies(tmp_path):
 
 def test_user_registered_optimizer(tmp_path):
     name = "RAdamForTest"
-    if name not in OPTIMIZER_REGISTRY:
 
-        def RAdamForTest(cfg, model):  # noqa: N802
-            return torch.optim.RAdam(get_optimizer_params(cfg, model), lr=cfg.SOLVER.BASE_LR)
+    def RAdamForTest(cfg, model):  # noqa: N802
+        return torch.optim.RAdam(get_optimizer_params(cfg, model), lr=cfg.SOLVER.BASE_LR)
 
-        OPTIMIZER_REGISTRY.register(RAdamForTest)
-    optimizer = build_optimizer(make_cfg(tmp_path, name), Tiny())
-    assert type(optimizer) is torch.optim.RAdam and optimizer.param_groups[0]["lr"] == 0.004
+    OPTIMIZER_REGISTRY.register(RAdamForTest)
+    try:
+        optimizer = build_optimizer(make_cfg(tmp_path, name), Tiny())
+        assert type(optimizer) is torch.optim.RAdam and optimizer.param_groups[0]["lr"] == 0.004
+    finally:  # the registry is global: other tests list its names
+        OPTIMIZER_REGISTRY._obj_map.pop(name, None)
 
 
 README = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "training.md")
