@@ -203,7 +203,11 @@ def plot_throughput(rows: Sequence[dict], path: str, title: str = "") -> str:
     return path
 
 
-_CURVE_CELL = re.compile(r"^pmd_lamb-bs(\d+)(?:-ep([\d.]+)x)?(?:-s\d+)?$")
+_CURVE_CELL = re.compile(r"^pmd_lamb-bs(\d+)(?:-ep([\d.]+)x)?(.*)$")
+_SEED_SUFFIX = re.compile(r"-s\d+$")
+# the recipes an epoch curve is drawn for: the cell-name suffix (after the epoch factor,
+# before the seed) and its label; "" is the study's recipe
+EPOCH_RECIPES = {"": "", "-lrwsd-wd0.01": "WSD LR, weight decay 0.01"}
 _BASELINE_CELL = re.compile(r"^sgd-bs16-wu2(?:-s\d+)?$")
 
 
@@ -216,33 +220,36 @@ class EpochPoint:
     holdout: Optional[float]
     reported: Optional[float]
     seeds: int
+    recipe: str = ""  # the cell-name suffix of the recipe (EPOCH_RECIPES); "": the study's
 
 
-def epoch_curve(rows: Sequence[dict]) -> tuple:
-    """The epochs-to-parity curve of a steps-grid study: ``(points, baseline)``. ``points``
-    are the PMD-LAMB cells that change nothing but the batch and the epochs
-    (``pmd_lamb-bs<B>[-ep<f>x][-s<n>]``), their seeds averaged; ``baseline`` is the batch-16
-    SGD cell's seeds (``sgd-bs16-wu2[-s<n>]``) as a list of (held-out, reported) AP."""
+def epoch_curve(rows: Sequence[dict], recipes: Sequence[str] = tuple(EPOCH_RECIPES)) -> tuple:
+    """The epochs-to-parity curves of a steps-grid study: ``(points, baseline)``. ``points``
+    are the PMD-LAMB cells that change nothing but the batch and the epochs of one of
+    ``recipes`` (``pmd_lamb-bs<B>[-ep<f>x]<recipe>[-s<n>]``), their seeds averaged, sorted
+    by batch, recipe and factor; ``baseline`` is the batch-16 SGD cell's seeds
+    (``sgd-bs16-wu2[-s<n>]``) as a list of (held-out, reported) AP."""
     baseline = [(r["holdout_ap"], r["box_ap"]) for r in rows if _BASELINE_CELL.match(r["cell"])
                 and r["box_ap"] is not None]  # fmt: skip
     groups: Dict[tuple, List[dict]] = {}
     for r in rows:
-        m = _CURVE_CELL.match(r["cell"])
-        if m and r["diverged"] != "yes" and r["box_ap"] is not None:
-            groups.setdefault((int(m.group(1)), float(m.group(2) or 1.0)), []).append(r)
+        m = _CURVE_CELL.match(_SEED_SUFFIX.sub("", r["cell"]))
+        if m and m.group(3) in recipes and r["diverged"] != "yes" and r["box_ap"] is not None:
+            key = (int(m.group(1)), m.group(3), float(m.group(2) or 1.0))
+            groups.setdefault(key, []).append(r)
     points = [
-        EpochPoint(batch, factor, mean_ap(reps, "holdout_ap"), mean_ap(reps), len(reps))
-        for (batch, factor), reps in sorted(groups.items())
+        EpochPoint(batch, factor, mean_ap(reps, "holdout_ap"), mean_ap(reps), len(reps), recipe)
+        for (batch, recipe, factor), reps in sorted(groups.items())
     ]
     return points, baseline
 
 
 def parity_bracket(points: Sequence[EpochPoint], baseline_ap: float, batch: int, tolerance: float = 1.0,
-                   key: str = "reported") -> tuple:  # fmt: skip
-    """``(below, within)``: the largest measured epoch factor of ``batch`` whose mean AP
-    (``key``) is more than ``tolerance`` below ``baseline_ap``, and the smallest above it
-    that is within ``tolerance`` (None where there is none)."""
-    mine = sorted((p for p in points if p.batch == batch), key=lambda p: p.factor)
+                   key: str = "reported", recipe: str = "") -> tuple:  # fmt: skip
+    """``(below, within)``: the largest measured epoch factor of ``batch`` with ``recipe``
+    whose mean AP (``key``) is more than ``tolerance`` below ``baseline_ap``, and the
+    smallest above it that is within ``tolerance`` (None where there is none)."""
+    mine = sorted((p for p in points if p.batch == batch and p.recipe == recipe), key=lambda p: p.factor)
     within = next((p.factor for p in mine if getattr(p, key) >= baseline_ap - tolerance), None)
     short = [p.factor for p in mine if getattr(p, key) < baseline_ap - tolerance
              and (within is None or p.factor < within)]  # fmt: skip
@@ -250,8 +257,8 @@ def parity_bracket(points: Sequence[EpochPoint], baseline_ap: float, batch: int,
 
 
 def plot_ap_vs_epochs(rows: Sequence[dict], path: str, title: str = "") -> str:
-    """Box AP against the epoch factor (epochs / the baseline's) for each batch of
-    :func:`epoch_curve`, held-out and reported split side by side: a line through the
+    """Box AP against the epoch factor (epochs / the baseline's) for each batch and recipe
+    of :func:`epoch_curve` (the study's recipe solid, another dashed), held-out and reported split side by side: a line through the
     mean of each factor's seeds, each seed a dot; the batch-16 baseline's seeds as a band
     (their range) around their mean, and the mean less 1 AP dashed."""
     plt = _pyplot()
@@ -266,10 +273,12 @@ def plot_ap_vs_epochs(rows: Sequence[dict], path: str, title: str = "") -> str:
                        label=f"SGD batch 16, 1.0x ({len(values)} seeds)")  # fmt: skip
             ax.axhline(mean, color="0.4", lw=1)
             ax.axhline(mean - 1.0, color="0.4", lw=1, ls="--", label="baseline - 1 AP")
-        for batch in sorted({p.batch for p in points}):
-            mine = [p for p in points if p.batch == batch and getattr(p, key) is not None]
-            ax.plot([p.factor for p in mine], [getattr(p, key) for p in mine], "-o",
-                    label=f"PMD-LAMB batch {batch}")  # fmt: skip
+        for batch, recipe in sorted({(p.batch, p.recipe) for p in points}):
+            mine = [p for p in points if (p.batch, p.recipe) == (batch, recipe)
+                    and getattr(p, key) is not None]  # fmt: skip
+            label = f"PMD-LAMB batch {batch}" + (f", {EPOCH_RECIPES.get(recipe, recipe)}" if recipe else "")
+            ax.plot([p.factor for p in mine], [getattr(p, key) for p in mine],
+                    "--s" if recipe else "-o", label=label)  # fmt: skip
             for p in mine:
                 if p.seeds > 1:
                     ax.annotate(f"{p.seeds} seeds", (p.factor, getattr(p, key)), fontsize=7,

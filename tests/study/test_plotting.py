@@ -244,3 +244,28 @@ def test_epoch_curve_keeps_the_batch_and_epoch_cells_only_and_brackets_parity(tm
     assert parity_bracket(points, 73.4, 1024, key="holdout") == (1.0, 1.4)  # from 72.4 on
     path = plot_ap_vs_epochs(_curve_rows(), str(tmp_path / "epochs.png"))
     assert os.path.getsize(path) > 10_000
+
+
+def test_epoch_curve_draws_a_second_recipe_apart_and_brackets_its_parity(tmp_path):
+    from largedet.study.plotting import epoch_curve, parity_bracket, plot_ap_vs_epochs
+
+    row = {"optimizer": "pmd_lamb", "diverged": "no", "batch": 1024}
+    tuned = [
+        {**row, "cell": "pmd_lamb-bs1024-lrwsd-wd0.01", "holdout_ap": 72.0, "box_ap": 73.0},
+        {**row, "cell": "pmd_lamb-bs1024-lrwsd-wd0.01-s1", "holdout_ap": 72.4, "box_ap": 73.4},
+        {**row, "cell": "pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01", "holdout_ap": 73.4, "box_ap": 74.0},
+        # another recipe's cell at 1.4x (the suffix is not the tuned recipe's): left out
+        {**row, "cell": "pmd_lamb-bs1024-ep1.4x-lrwsd", "holdout_ap": 99.0, "box_ap": 99.0},
+    ]
+    points, _ = epoch_curve(_curve_rows() + tuned)
+    mine = [(p.factor, p.seeds, p.holdout, p.reported) for p in points if p.recipe == "-lrwsd-wd0.01"]
+    assert mine == [(1.0, 2, pytest.approx(72.2), pytest.approx(73.2)), (1.4, 1, 73.4, 74.0)]
+    # the study's recipe is unchanged by the tuned cells
+    assert [(p.factor, p.seeds) for p in points if p.batch == 1024 and p.recipe == ""] == [(1.0, 2), (1.4, 1), (2.0, 1)]
+    # baseline 74.8: the tuned recipe is within 1 AP at 1.4x (74.0), the study's only at 2x
+    assert parity_bracket(points, 74.8, 1024, recipe="-lrwsd-wd0.01") == (1.0, 1.4)
+    assert parity_bracket(points, 74.8, 1024) == (1.4, 2.0)
+    # only the study's recipe when asked
+    assert {p.recipe for p in epoch_curve(_curve_rows() + tuned, recipes=("",))[0]} == {""}
+    path = plot_ap_vs_epochs(_curve_rows() + tuned, str(tmp_path / "epochs.png"))
+    assert os.path.getsize(path) > 10_000
