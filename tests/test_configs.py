@@ -123,3 +123,26 @@ def test_large_batch_configs_carry_the_study_recipe(name, earlier_lr):
         cells = {line.split(",", 1)[0] for line in f}
     cited = set(re.findall(r"\b((?:sgd|lamb|pmd_lamb|adamw)-bs\d+[\w.-]*)", text))
     assert cited <= cells, cited - cells
+
+
+@pytest.mark.parametrize("name", ["r50_fpn_bs1056.yaml", "r50_fpn_bs1056_agvm.yaml", "mask_rcnn_r50_fpn_bs1056.yaml"])
+def test_coco_batch_1056_configs_take_the_study_schedule_and_weight_decay(name):
+    from largedet.solver.lr_scheduler import lr_multiplier
+
+    cfg = load(name)
+    solver = cfg.SOLVER
+    # the two-seed rows pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01(-s1): warm-up-stable-decay
+    # from 80% of the run, weight decay 0.01; the step schedule's milestones are gone
+    assert solver.LR_SCHEDULER_NAME == "WarmupStableDecayLR" and solver.WSD.DECAY_START == 0.8
+    assert solver.WEIGHT_DECAY == 0.01 and tuple(solver.STEPS) == ()
+    # the study's own config of that row says the same
+    study = load("shapes/study/faster_rcnn_R10w16_FPN_64px_pmdlamb_bs1024.yaml")
+    assert (study.SOLVER.LR_SCHEDULER_NAME, study.SOLVER.WSD.DECAY_START, study.SOLVER.WEIGHT_DECAY) == (
+        solver.LR_SCHEDULER_NAME, solver.WSD.DECAY_START, solver.WEIGHT_DECAY)
+    # the LR the run follows: 20% warm-up (382 steps), the peak to step 1,528, 0 at 1,910
+    peak = lr_scaling(cfg).lr
+    shape = lr_multiplier(cfg, solver.MAX_ITER, peak)
+    at = lambda step: shape(step / solver.MAX_ITER)  # noqa: E731
+    assert (solver.MAX_ITER, solver.WARMUP_ITERS) == (1910, 382)
+    assert at(382) == pytest.approx(1.0) and at(1528) == pytest.approx(1.0)
+    assert at(1719) == pytest.approx(0.5, abs=1e-3) and at(1910) == pytest.approx(solver.BASE_LR_END / peak)
