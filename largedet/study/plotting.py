@@ -258,9 +258,10 @@ def parity_bracket(points: Sequence[EpochPoint], baseline_ap: float, batch: int,
 
 def plot_ap_vs_epochs(rows: Sequence[dict], path: str, title: str = "") -> str:
     """Box AP against the epoch factor (epochs / the baseline's) for each batch and recipe
-    of :func:`epoch_curve` (the study's recipe solid, another dashed), held-out and reported split side by side: a line through the
-    mean of each factor's seeds, each seed a dot; the batch-16 baseline's seeds as a band
-    (their range) around their mean, and the mean less 1 AP dashed."""
+    of :func:`epoch_curve` (the study's recipe solid, another dashed), held-out and
+    reported split side by side: a line through the mean of each factor's seeds, the
+    number of seeds written beside a mean of several; the batch-16 baseline's seeds as a
+    band (their range) around their mean, and the mean less 1 AP dashed."""
     plt = _pyplot()
     points, baseline = epoch_curve(rows)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
