@@ -302,6 +302,9 @@ def _steps_cells() -> List[Cell]:
         Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="wsd", weight_decay=0.01, seed=1),
         Cell("pmd_lamb", 1024, lr_schedule="wsd", weight_decay=0.01),
         Cell("pmd_lamb", 1024, lr_schedule="wsd", weight_decay=0.01, seed=1),
+        # model EMA on top of that recipe at 1.4x (seed 0; evaluated on both the average
+        # and the trained weights, so the trained weights repeat the row above it)
+        Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="wsd", weight_decay=0.01, ema=0.9998),
     ]
 
 
