@@ -28,6 +28,8 @@ REPORT_SET = "shapes_val"
 __all__ = [
     "EVAL_SETS",
     "EVAL_FIELDS",
+    "TRAINED_FIELDS",
+    "append_row",
     "eval_ap",
     "eval_overrides",
     "read_csv_rows",
@@ -41,14 +43,18 @@ EVAL_SETS = (
     (HOLDOUT_SET, ("holdout_ap", "holdout_ap50", "holdout_ap75")),
     (REPORT_SET, ("box_ap", "ap50", "ap75")),
 )
+# a run with model EMA evaluated on "both" (MODEL_EMA.EVAL): its AP columns are the
+# average's, and these the trained weights' (``model/<split>`` in its results); empty otherwise
+TRAINED_FIELDS = ("trained_holdout_ap", "trained_box_ap")
 EVAL_FIELDS = ("cell", "images", *(c for _, cols in EVAL_SETS for c in cols),
-               "wall_clock_s", "device")  # fmt: skip
+               "wall_clock_s", "device", *TRAINED_FIELDS)  # fmt: skip
 
 
-def eval_ap(results: Optional[dict]) -> Optional[List[Dict[str, str]]]:
+def eval_ap(results: Optional[dict], prefix: str = "") -> Optional[List[Dict[str, str]]]:
     """AP, AP50 and AP75 (two decimals) of each split of :data:`EVAL_SETS`, in order, from
-    an ``--eval-only`` run's results (``eval_results.json``); None when a split is missing.
-    NaN (nothing detected) is 0."""
+    an ``--eval-only`` run's results (``eval_results.json``), under ``prefix + split``
+    ("model/" for the trained weights of a run evaluated with its EMA on "both"); None
+    when a split is missing. NaN (nothing detected) is 0."""
     if results is None:
         return None
 
@@ -57,7 +63,7 @@ def eval_ap(results: Optional[dict]) -> Optional[List[Dict[str, str]]]:
 
     found = []
     for name, _ in EVAL_SETS:
-        bbox = results.get(name, {}).get("bbox")
+        bbox = results.get(prefix + name, {}).get("bbox")
         if bbox is None:
             return None
         found.append({k: value(float(bbox[c])) for k, c in (("ap", "AP"), ("ap50", "AP50"), ("ap75", "AP75"))})
@@ -82,6 +88,33 @@ def read_csv_rows(path: str) -> Dict[str, dict]:
         return {}
     with open(path, newline="") as f:
         return {row["cell"]: row for row in csv.DictReader(f)}
+
+
+def append_row(path: str, row: dict, fields: Sequence[str]) -> None:
+    """Append ``row`` to the CSV ``path`` with the columns ``fields``, writing the header
+    when the file is new or empty. A file written with fewer columns (an earlier version's
+    prefix of ``fields``) is rewritten with the new header first, its rows kept (the new
+    columns empty); any other header is an error naming the file."""
+    header: List[str] = []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+    if header and header != list(fields):
+        if header != list(fields[: len(header)]):
+            raise ValueError(f"{path}: columns {header} are not those of this CSV ({list(fields)})")
+        with open(path, newline="") as f:
+            kept = list(csv.DictReader(f))
+        tmp = path + ".tmp"
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(kept)
+        os.replace(tmp, path)
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        if f.tell() == 0:
+            writer.writeheader()
+        writer.writerow(row)
 
 
 def todo_cells(
@@ -136,21 +169,23 @@ def reevaluate_cells(
         start = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
-        aps = eval_ap(read_eval_results(eval_dir)) if proc.returncode == 0 else None
+        results = read_eval_results(eval_dir) if proc.returncode == 0 else None
+        aps = eval_ap(results)
         if aps is None:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
             splits = ", ".join(n for n, _ in EVAL_SETS)
             raise RuntimeError(f"{name}: evaluation failed (exit {proc.returncode}; no results for "
                                f"{splits} in {eval_dir}/{EVAL_RESULTS_FILE}):\n{tail}")  # fmt: skip
-        with open(csv_path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=EVAL_FIELDS)
-            if f.tell() == 0:
-                writer.writeheader()
-            row = {"cell": name, "images": images, "wall_clock_s": f"{wall:.1f}", "device": device_label}
-            for (_, columns), ap in zip(EVAL_SETS, aps):
-                row.update(zip(columns, (ap["ap"], ap["ap50"], ap["ap75"])))
-            writer.writerow(row)
-        print(f"{name}, {images} images: held-out AP {row['holdout_ap']}, reported AP {row['box_ap']} "
-              f"({wall:.0f} s)", flush=True)  # fmt: skip
+        row = {"cell": name, "images": images, "wall_clock_s": f"{wall:.1f}", "device": device_label}
+        for (_, columns), ap in zip(EVAL_SETS, aps):
+            row.update(zip(columns, (ap["ap"], ap["ap50"], ap["ap75"])))
+        trained = eval_ap(results, prefix="model/")
+        if trained is not None:
+            row.update(zip(TRAINED_FIELDS, (ap["ap"] for ap in trained)))
+        append_row(csv_path, row, EVAL_FIELDS)
+        also = "" if trained is None else (f"; trained weights {row['trained_holdout_ap']}, "
+                                           f"{row['trained_box_ap']}")  # fmt: skip
+        print(f"{name}, {images} images: held-out AP {row['holdout_ap']}, reported AP {row['box_ap']}"
+              f"{also} ({wall:.0f} s)", flush=True)  # fmt: skip
         evaluated.append(name)
     return evaluated

@@ -22,12 +22,15 @@ with open(os.environ["CALLS"], "a") as f:
 cell = os.path.basename(os.path.dirname(weights))
 if cell == "broken":
     sys.exit("boom")
-ap = {"a": 61.25, "b": math.nan}[cell]
+ap = {"a": 61.25, "b": math.nan, "ema": 62.5}[cell]
 print("copypaste: AP,AP50,AP75,APs,APm,APl\\ncopypaste: 1.0,2.0,3.0,4,nan,nan")  # not read
 results = {
     "shapes_holdout_val": {"bbox": {"AP": ap, "AP50": 90.5, "AP75": 70.125, "APs": 1.0}},
     "shapes_val": {"bbox": {"AP": 55.555, "AP50": 80, "AP75": 60, "APs": 1.0}},
 }
+if cell == "ema":  # evaluated on both: the trained weights' results under model/
+    results["model/shapes_holdout_val"] = {"bbox": {"AP": 60.004, "AP50": 1, "AP75": 1}}
+    results["model/shapes_val"] = {"bbox": {"AP": 54.996, "AP50": 1, "AP75": 1}}
 out = args[args.index("OUTPUT_DIR") + 1]
 os.makedirs(out, exist_ok=True)
 with open(os.path.join(out, "eval_results.json"), "w") as f:
@@ -115,3 +118,35 @@ def test_eval_results_reading():
         {"ap": "0.00", "ap50": "94.19", "ap75": "88.00"},  # nothing detected: AP 0
     ]
     assert reevaluate.eval_ap({"shapes_val": {"bbox": bbox}}) is None  # a split missing
+
+
+def test_a_run_evaluated_on_both_weights_gets_the_trained_weights_columns(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "fake_train_net.py"
+    script.write_text(FAKE_TRAIN_NET)
+    monkeypatch.setenv("CALLS", str(tmp_path / "calls.jsonl"))
+    out = tmp_path / "study"
+    make_cell(out, "a")
+    make_cell(out, "ema")
+    rows = {"a": {"diverged": "no"}, "ema": {"diverged": "no"}}
+    # a CSV an earlier version wrote, without the trained weights' columns: its rows are kept
+    old_header = [f for f in reevaluate.EVAL_FIELDS if f not in reevaluate.TRAINED_FIELDS]
+    csv_path = tmp_path / "eval.csv"
+    csv_path.write_text(",".join(old_header) + "\nold,2000,70.00,1,1,71.00,1,1,9.0,vm\n")
+    command = [sys.executable, str(script)]
+    assert reevaluate.reevaluate_cells(["a", "ema"], rows, str(out), 2000, str(csv_path), command) == ["a", "ema"]
+    assert "ema, 2000 images: held-out AP 62.50, reported AP 55.55; trained weights 60.00, 55.00" in capsys.readouterr().out
+    with open(csv_path, newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == reevaluate.EVAL_FIELDS
+        written = [(r["cell"], r["holdout_ap"], r["box_ap"], r["trained_holdout_ap"], r["trained_box_ap"]) for r in reader]
+    assert written == [
+        ("old", "70.00", "71.00", "", ""),
+        ("a", "61.25", "55.55", "", ""),  # no EMA: the columns stay empty
+        ("ema", "62.50", "55.55", "60.00", "55.00"),  # the average's AP, then the trained weights'
+    ]
+    # a CSV with other columns is not rewritten
+    other = tmp_path / "other.csv"
+    other.write_text("cell,images,something\n")
+    with pytest.raises(ValueError, match=r"other.csv: columns \['cell', 'images', 'something'\] are not those"):
+        reevaluate.append_row(str(other), {"cell": "x"}, reevaluate.EVAL_FIELDS)
+    assert other.read_text() == "cell,images,something\n"
