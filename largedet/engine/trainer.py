@@ -54,7 +54,7 @@ from fvcore.nn.precise_bn import get_bn_modules
 from detectron2.evaluation import verify_results
 from detectron2.modeling import build_model
 from detectron2.utils import comm
-from detectron2.utils.events import EventStorage
+from detectron2.utils.events import CommonMetricPrinter, EventStorage
 from detectron2.utils.logger import setup_logger
 
 from .. import HAS_COMPILED_D2_OPS
@@ -83,6 +83,7 @@ from ..solver.lr_scheduler import LRScaling
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule, check_agvm_estimates
 from ..utils.wandb_writer import build_wandb_writers
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
+from .writers import ImageClockPrinter
 from .hooks import DivergenceGuard, ReseedEveryIter
 from .preemption import Preempted, PreemptionHook
 from .run_summary import RunSummaryHook
@@ -355,8 +356,13 @@ class Trainer(DefaultTrainer):
 
     def build_writers(self):
         """Detectron2's writers (console with the ETA, ``metrics.json``, TensorBoard) over
-        :meth:`run_length` steps, and W&B's with ``WANDB.ENABLED``."""
-        return default_writers(self.cfg.OUTPUT_DIR, self.max_iter) + build_wandb_writers(self.cfg)
+        :meth:`run_length` steps, and W&B's with ``WANDB.ENABLED``. With a batch ramp the
+        console's ETA counts images, not steps (:class:`~largedet.engine.writers.ImageClockPrinter`)."""
+        writers = default_writers(self.cfg.OUTPUT_DIR, self.max_iter)
+        if self.schedule.ramped and self.schedule.total_steps == self.max_iter:
+            writers = [ImageClockPrinter(self.schedule) if isinstance(w, CommonMetricPrinter) else w
+                       for w in writers]  # fmt: skip
+        return writers + build_wandb_writers(self.cfg)
 
     # --- training -----------------------------------------------------------------------
 

@@ -140,3 +140,39 @@ def test_resume_in_the_middle_of_the_ramp_is_bit_exact(tiny_shapes, tmp_path):
     final, reference = weights(resumed.model), weights(straight.model)
     assert [k for k in reference if not torch.equal(final[k], reference[k])] == []
     assert resumed.data_position == straight.data_position == 52
+
+
+def test_the_eta_of_a_ramp_counts_images_left():
+    from detectron2.utils.events import CommonMetricPrinter, EventStorage
+
+    from largedet.engine.writers import ImageClockPrinter
+
+    # the schedule of test_schedule_steps_images_and_clock: steps of 4, 4, 4, 8, 8, then 16
+    # x 9 (172 images); a step takes 0.01 s per image, so the steps of 4 take 0.04 s
+    s = batch_schedule(BatchPlan(16, 1, 2, 8), 10, (4, 8), (0.5, 1.0), dataset_size=24)
+    printer = ImageClockPrinter(s)
+    times = [(0.01 * s.batch_at(t), t) for t in range(4)]  # steps 0-3 have run
+    # images left after step 3: 172 - 20 = 152, at 0.01 s each
+    assert printer.eta_seconds(3, times) == pytest.approx(1.52, rel=1e-12)
+    # Detectron2's estimate, the median step time x steps left, says 0.04 x 10 = 0.40 s
+    with EventStorage(start_iter=3) as storage:
+        for seconds, step in times:
+            storage.iter = step
+            storage.put_scalar("time", seconds)
+        assert CommonMetricPrinter(s.total_steps)._get_eta(storage) == "0:00:00"
+        assert storage.history("eta_seconds").latest() == pytest.approx(0.40, rel=1e-12)
+        assert printer._get_eta(storage) == "0:00:01"
+        assert storage.history("eta_seconds").latest() == pytest.approx(1.52, rel=1e-12)
+    # after the last step nothing is left
+    assert printer.eta_seconds(13, times) == 0.0
+
+
+def test_only_a_ramped_run_swaps_the_console_writer(tiny_shapes, tmp_path):
+    from detectron2.utils.events import CommonMetricPrinter
+
+    from largedet.engine.writers import ImageClockPrinter
+
+    ramped = Trainer(tiny_cfg(str(tmp_path / "ramp"), *RAMP)).build_writers()
+    plain = Trainer(tiny_cfg(str(tmp_path / "plain"), *RAMP[:6])).build_writers()
+    assert [type(w) for w in ramped][0] is ImageClockPrinter and ramped[0]._max_iter == 8
+    assert type(plain[0]) is CommonMetricPrinter and not any(isinstance(w, ImageClockPrinter) for w in plain)
