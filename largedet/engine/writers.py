@@ -35,8 +35,8 @@ class ImageClockPrinter(CommonMetricPrinter):
 
     def eta_seconds(self, iteration: int, step_times) -> float:
         """Seconds left after step ``iteration`` (0-based) has run, from ``step_times``:
-        (seconds, step) pairs of the steps timed so far."""
-        recent = list(step_times)[-ETA_WINDOW:]
+        the list of (seconds, step) pairs of the steps timed so far (``HistoryBuffer.values()``)."""
+        recent = step_times[-ETA_WINDOW:]
         per_image = statistics.median(t / self._schedule.batch_at(step) for t, step in recent)
         end = self._schedule.total_steps
         left = self._schedule.images_before(end) - self._schedule.images_before(min(iteration + 1, end))
