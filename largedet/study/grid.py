@@ -313,6 +313,10 @@ def _steps_cells() -> List[Cell]:
         # then 1024, at equal epochs (588 steps instead of 420)
         Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="wsd", weight_decay=0.01,
              ramp=((256, 28.0), (512, 56.0))),
+        # the recipe's own epoch price: warm-up-stable-decay + weight decay 0.01 at 1.7x the
+        # epochs (510 steps), two seeds, beside its 1.0x and 1.4x rows
+        Cell("pmd_lamb", 1024, epochs_factor=1.7, lr_schedule="wsd", weight_decay=0.01),
+        Cell("pmd_lamb", 1024, epochs_factor=1.7, lr_schedule="wsd", weight_decay=0.01, seed=1),
     ]
 
 
