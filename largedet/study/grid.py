@@ -305,7 +305,7 @@ def _steps_cells() -> List[Cell]:
         # model EMA on top of that recipe at 1.4x (seed 0; evaluated on both the average
         # and the trained weights, so the trained weights repeat the row above it)
         Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="wsd", weight_decay=0.01, ema=0.9998),
-        # gradient clipping around the end of warm-up (steps 10-110, the default window) at
+        # gradient clipping around the end of warm-up (steps 10-109, the default window) at
         # the norm the 1.4x row's gradient had in warm-up (4.4-6.0 at the logged steps 16-50),
         # cutting the rise after it (6.1 at step 67, 15.9-20.8 at steps 84-118) back to that
         Cell("pmd_lamb", 1024, epochs_factor=1.4, clip=5.0),
