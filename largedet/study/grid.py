@@ -9,6 +9,10 @@ columns from here. Two CPU grids on the shapes data at 64 px:
   to report;
 * ``short`` (short budget): 16 epochs for every batch, so batch 1024 gets 24 steps;
 
+* ``regime`` (COCO's regime): batch / training images and epochs as LargeDet's on COCO
+  (batch 1056 = 0.9% of COCO's 117,266 images, 12 epochs at 1x, 17 at 1.4x): 24,576
+  images, the large batch 256 = 1.04% of them, 12 epochs at 1.0x (1,152 steps at 256);
+
 and ``gpu``, the steps-matched grid at a larger scale for one GPU (R18-FPN at 128 px, 4096
 images, 75 epochs: 300 steps at batch 1024), its backbone pre-trained on the device.
 
@@ -162,6 +166,9 @@ class Grid:
     # the cells of the optimizer x batch table (a subset of ``cells``); the rest are
     # sweeps, AGVM, longer schedules and second seeds
     main: Tuple[Cell, ...] = ()
+    # False: a cell's images must be whole batches; True: its steps are the nearest whole
+    # number (the regime grid's 1.4x = 16.8 epochs of 24,576 images: 1,612.8 -> 1,613 at 256)
+    round_steps: bool = False
 
     def recipe(self, optimizer: str) -> OptimizerRecipe:
         table = self.optimizers or OPTIMIZERS
@@ -320,6 +327,58 @@ def _steps_cells() -> List[Cell]:
     ]
 
 
+# The regime grid's large batch and its 4x: 256 and 1024 of 24,576 images (1.04% and 4.2%
+# per step, LargeDet's 1056 on COCO 0.9%, MLPerf's 4096 on COCO 3.5%).
+REGIME_BATCH = 256
+REGIME_NUM_TRAIN = 24576
+# the baseline's warm-up: Detectron2's 1000 steps of 16 images (0.65 epoch of 24,576 images)
+_REGIME_BASELINE = Cell("sgd", 16, warmup_epochs=0.65)
+# the configs' recipe (warm-up-stable-decay, weight decay 0.01) and the study's first
+# (step LR, weight decay 1e-4), each at 1.0x and 1.4x the epochs
+_WSD = dict(lr_schedule="wsd", weight_decay=0.01)
+
+
+def _regime_main() -> List[Cell]:
+    b = REGIME_BATCH
+    return [
+        _REGIME_BASELINE,
+        Cell("pmd_lamb", b),
+        Cell("pmd_lamb", b, epochs_factor=1.4),
+        Cell("pmd_lamb", b, **_WSD),
+        Cell("pmd_lamb", b, epochs_factor=1.4, **_WSD),
+        Cell("sgd", b),
+        Cell("pmd_lamb", 4 * b, **_WSD),
+        Cell("pmd_lamb", 4 * b, epochs_factor=1.4, **_WSD),
+    ]
+
+
+def _regime_cells() -> List[Cell]:
+    """The regime grid, in the order two study processes take them: the baseline and the
+    configs' recipe at 1.4x and 1.0x first (the README's headline), the study's first
+    recipe, then the second seeds, SGD with the linear rule, and 4x the batch."""
+    b = REGIME_BATCH
+    return [
+        _REGIME_BASELINE,
+        Cell("pmd_lamb", b, epochs_factor=1.4, **_WSD),
+        Cell("pmd_lamb", b, **_WSD),
+        Cell("pmd_lamb", b, epochs_factor=1.4),
+        Cell("pmd_lamb", b),
+        # second seeds of the baseline and the four PMD-LAMB cells
+        replace(_REGIME_BASELINE, seed=1),
+        Cell("pmd_lamb", b, epochs_factor=1.4, seed=1, **_WSD),
+        Cell("pmd_lamb", b, seed=1, **_WSD),
+        Cell("pmd_lamb", b, epochs_factor=1.4, seed=1),
+        Cell("pmd_lamb", b, seed=1),
+        # does SGD with the linear rule (LR 0.32) still diverge when the batch is 1% of the data?
+        Cell("sgd", b),
+        # 4x the batch: 4.2% of the data per step (288 steps at 1.0x, 403 at 1.4x)
+        Cell("pmd_lamb", 4 * b, epochs_factor=1.4, **_WSD),
+        Cell("pmd_lamb", 4 * b, **_WSD),
+        Cell("pmd_lamb", 4 * b, epochs_factor=1.4, seed=1, **_WSD),
+        Cell("pmd_lamb", 4 * b, seed=1, **_WSD),
+    ]
+
+
 def _gpu_main() -> List[Cell]:
     return [
         # the baseline's warm-up: Detectron2's, 192 steps at batch 16 (0.75 epoch here)
@@ -340,7 +399,7 @@ def _gpu_cells() -> List[Cell]:
     return main[:3] + [Cell("pmd_lamb", 1024, epochs_factor=1.4)] + main[3:]
 
 
-GRID_NAMES = ("steps", "short", "gpu")
+GRID_NAMES = ("steps", "short", "gpu", "regime")
 
 
 def build_grid(name: str) -> Grid:
@@ -382,6 +441,26 @@ def build_grid(name: str) -> Grid:
             cells=tuple(_main_grid(batches) + _extra_cells(batches, epochs * num_train // 1024)),
             main=tuple(_main_grid(batches)),
             pretrain=pretrain_1536,
+        )
+    if name == "regime":
+        # COCO's regime: the same detector, pre-trained backbone and evaluation as the
+        # steps grid, only N, the epochs and the batch changed. 24,576 training images, 12
+        # epochs at 1.0x (294,912 images: 18,432 steps at batch 16, 1,152 at 256, 288 at
+        # 1024), 16.8 at 1.4x (1,613 steps at 256); warm-up 2.4 epochs (20% of the 1.0x
+        # run, as the steps grid's 40 of 200; 230 steps at 256), the baseline Detectron2's
+        # 1000 steps; 2000 images of each test split evaluated at the end of every cell.
+        return Grid(
+            config="configs/shapes/study/Base-Study-R10w16-FPN-64px.yaml",
+            num_train=REGIME_NUM_TRAIN,
+            epochs=12,
+            ims_per_device=16,
+            cells=tuple(_regime_cells()),
+            main=tuple(_regime_main()),
+            extra_overrides=_TEST_SETS + ("DATASETS.SHAPES.NUM_VAL", "2000"),
+            pretrain=pretrain_1536,
+            warmup_epochs=2.4,
+            optimizers=STEPS_OPTIMIZERS,
+            round_steps=True,
         )
     if name == "gpu":
         # The steps-matched grid on one GPU: Faster R-CNN R18-FPN (64-512 channels) at
@@ -454,11 +533,14 @@ def plan_cell(
     recipe = grid.recipe(cell.optimizer)
     epochs = grid.epochs * cell.epochs_factor
     images = epochs * grid.num_train
-    if abs(images - round(images)) > 1e-6 or round(images) % cell.batch:
+    if grid.round_steps:
+        iterations = max(1, round(images / cell.batch))
+    elif abs(images - round(images)) > 1e-6 or round(images) % cell.batch:
         raise ValueError(
             f"{cell.name}: {epochs:g} epochs x {grid.num_train} images is not a whole number of batches of {cell.batch}"
         )
-    iterations = round(images) // cell.batch
+    else:
+        iterations = round(images) // cell.batch
     if cell.warmup_epochs is not None:
         warmup_epochs = cell.warmup_epochs
     elif warmup_epochs is None:

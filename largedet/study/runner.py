@@ -365,10 +365,14 @@ def main(argv=None) -> int:
         f"batch-scaling study ({args.grid} grid): {len(plans)} cells, {sum(p.cell.name in done for p in plans)} done; CSV {csv_path}"
     )
     if args.dry_run:
+        n = args.grid_obj.num_train
+        print(f"  N = {n} training images; batch/N and epochs per cell")
         for p in plans:
             mark = "done" if p.cell.name in done else "todo"
+            epochs = p.iterations * p.cell.batch / n
             print(
-                f"  [{mark}] {p.cell.name:32s} lr {p.lr:<10.5g} iterations {p.iterations:5d} warmup {p.warmup:4d} steps {p.steps or p.cell.lr_schedule} T {p.pmd_period or '-'}"
+                f"  [{mark}] {p.cell.name:40s} batch/N {100 * p.cell.batch / n:5.2f}% epochs {epochs:6.4g} "
+                f"lr {p.lr:<8.4g} iterations {p.iterations:5d} warmup {p.warmup:4d} steps {p.steps or p.cell.lr_schedule} T {p.pmd_period or '-'}"
             )
         return 0
     failures, finished, started = [], 0, time.time()
