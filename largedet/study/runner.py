@@ -37,11 +37,11 @@ def read_done(csv_path: str) -> Dict[str, dict]:
         return {row["cell"]: row for row in csv.DictReader(f)}
 
 
-def append_row(csv_path: str, row: dict) -> None:
+def append_row(csv_path: str, row: dict, fields: Sequence[str] = CSV_FIELDS) -> None:
     """Append under an exclusive lock (several study processes may share the file)."""
     with open(csv_path, "a", newline="") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer = csv.DictWriter(f, fieldnames=list(fields))
         if f.tell() == 0:
             writer.writeheader()
         writer.writerow(row)
@@ -152,13 +152,14 @@ def _write_wall_clock(run_dir: str, seconds: float) -> None:
 
 
 def train(overrides: Sequence[str], run_dir: str, args) -> Tuple[int, str, float]:
-    """Run :data:`TRAIN_COMMAND` on the grid's config with ``overrides`` (resuming from
+    """Run :data:`TRAIN_COMMAND` (or ``args.train_command``, e.g. the video trainer) on the grid's config with ``overrides`` (resuming from
     ``run_dir``'s last checkpoint if there is one); its output goes to run_dir/study_log.txt.
     Returns the exit status, the log text and the wall-clock seconds of the whole run:
     those of earlier, interrupted invocations too (kept in ``run_dir/study_wall_clock_s``,
     updated every 30 s, so a killed invocation loses at most that)."""
     os.makedirs(run_dir, exist_ok=True)
-    cmd = [*TRAIN_COMMAND, "--config", os.path.join(ROOT, args.grid_obj.config)]
+    command = getattr(args, "train_command", None) or TRAIN_COMMAND
+    cmd = [*command, "--config", os.path.join(ROOT, args.grid_obj.config)]
     if args.num_gpus > 1:
         cmd += ["--num-gpus", str(args.num_gpus)]
     resuming = os.path.exists(os.path.join(run_dir, "last_checkpoint"))

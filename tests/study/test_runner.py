@@ -545,3 +545,57 @@ def torch_module():
     import torch
 
     return torch.nn.Linear(2, 2)
+
+
+def test_regime_grid_matches_largedet_on_coco_in_batch_over_n_and_epochs(study):
+    """The regime grid stands to its data as LargeDet's batch 1056 stands to COCO: the large
+    batch about 1% of the training set, 12 epochs at 1.0x and about 17 at 1.4x; the steps
+    grid's detector, pre-training and test splits, 2000 images each."""
+    grid, steps = study.build_grid("regime"), study.build_grid("steps")
+    assert (grid.config, grid.pretrain, grid.optimizers) == (steps.config, steps.pretrain, steps.optimizers)
+    names = [c.name for c in grid.cells]
+    assert len(names) == len(set(names))
+    assert names[0] == "sgd-bs16-wu0.65"
+    n = grid.num_train
+    coco = 1056 / 117266
+    for cell in grid.cells:
+        plan = study.plan_cell(grid, cell, None, "/tmp/x", 1)
+        epochs = plan.iterations * cell.batch / n
+        # equal epochs for every batch, to within one step's rounding
+        assert abs(epochs - 12 * cell.epochs_factor) <= cell.batch / n / 2 + 1e-12, cell.name
+        if cell.batch == 256:
+            assert 0.9 * coco < cell.batch / n < 1.2 * coco
+            assert plan.iterations == {1.0: 1152, 1.4: 1613}[cell.epochs_factor]
+            assert plan.warmup == 230  # 2.4 epochs: 20% of the 1.0x run
+        cfg = cfg_of(study, plan, "regime")
+        assert cfg.DATASETS.SHAPES.NUM_TRAIN == 24576 and cfg.DATASETS.SHAPES.NUM_VAL == 2000
+        assert cfg.DATASETS.TEST == ("shapes_holdout_val", "shapes_val")
+        assert lr_scaling(cfg).lr == pytest.approx(plan.lr, rel=1e-12)
+    # the baseline: Detectron2's 1000-step warm-up at batch 16, 12 epochs
+    base = study.plan_cell(grid, grid.cells[0], None, "/tmp/x", 1)
+    assert (base.iterations, base.warmup, base.lr) == (18432, 998, 0.02)
+    # the issue's cells: both recipes at 1.0x and 1.4x with two seeds, SGD + linear rule at
+    # 256 (one seed), PMD-LAMB at 4x the batch at 1.0x and 1.4x
+    for recipe in ("", "-lrwsd-wd0.01"):
+        for ep in ("", "-ep1.4x"):
+            for seed in ("", "-s1"):
+                assert f"pmd_lamb-bs256{ep}{recipe}{seed}" in names
+    assert {"sgd-bs256", "sgd-bs16-wu0.65-s1", "pmd_lamb-bs1024-lrwsd-wd0.01",
+            "pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01"} <= set(names)  # fmt: skip
+
+
+def test_the_steps_grid_still_refuses_a_fraction_of_a_batch(study):
+    grid = study.build_grid("steps")
+    with pytest.raises(ValueError, match="not a whole number of batches"):
+        study.plan_cell(grid, schema.Cell("pmd_lamb", 1024, epochs_factor=1.005), None, "/x", 1)
+    regime = study.build_grid("regime")
+    # the regime grid rounds to the nearest step: 16.8 x 24576 / 1024 = 403.2 -> 403
+    assert study.plan_cell(regime, schema.Cell("pmd_lamb", 1024, epochs_factor=1.4), None, "/x", 1).iterations == 403
+
+
+def test_dry_run_prints_n_batch_over_n_and_epochs(study, tmp_path, capsys):
+    assert study.main(["--grid", "regime", "--output-dir", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "N = 24576 training images" in out
+    line = next(l for l in out.splitlines() if "pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01 " in l)
+    assert "batch/N  1.04%" in line and "epochs   16.8" in line and "iterations  1613" in line

@@ -140,6 +140,19 @@ def _add_data_config(cfg: CN) -> None:
     cfg.DATASETS.MOVING_SHAPES.HEIGHT = 72
     # Seed of the generator: the same seed gives the same videos.
     cfg.DATASETS.MOVING_SHAPES.SEED = 0
+    # "direction" (4 classes: the way the shape moves) or "direction_speed" (8: each
+    # direction slow or fast, with camera shake; the batch study's task with headroom).
+    cfg.DATASETS.MOVING_SHAPES.TASK = "direction"
+    # Speeds of the moving shape in pixels per frame, (min, max): SPEED for the
+    # "direction" task and the fast classes, SLOW_SPEED for the slow classes.
+    cfg.DATASETS.MOVING_SHAPES.SPEED = (3.0, 4.0)
+    cfg.DATASETS.MOVING_SHAPES.SLOW_SPEED = (1.0, 1.5)
+    # Radius of every shape in pixels, (min, max).
+    cfg.DATASETS.MOVING_SHAPES.RADIUS = (5.0, 9.0)
+    # Camera shake: the largest shift of a whole frame in pixels (0: none).
+    cfg.DATASETS.MOVING_SHAPES.JITTER = 0.0
+    # Standard deviation of the per-pixel noise (0-255 scale).
+    cfg.DATASETS.MOVING_SHAPES.NOISE = 6.0
 
     # --- Kinetics-400 (largedet_video.data.builtin) --------------------------------
     cfg.DATASETS.KINETICS = CN()

@@ -20,7 +20,6 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 
 from .lists import is_kinetics_csv, kinetics_class_names, load_kinetics_csv, load_video_list
 from .moving_shapes import (
-    MOVING_SHAPES_CLASSES,
     MovingShapesSpec,
     default_datasets_root,
     load_moving_shapes,
@@ -48,6 +47,12 @@ def moving_shapes_spec(cfg) -> MovingShapesSpec:
         width=c.WIDTH,
         height=c.HEIGHT,
         seed=c.SEED,
+        task=c.TASK,
+        speed=tuple(float(v) for v in c.SPEED),
+        slow_speed=tuple(float(v) for v in c.SLOW_SPEED),
+        radius=tuple(float(v) for v in c.RADIUS),
+        jitter=float(c.JITTER),
+        noise=float(c.NOISE),
     )
 
 
@@ -76,8 +81,8 @@ def register_video_datasets(cfg) -> None:
         _register(
             f"moving_shapes_{split}",
             lambda split=split: load_moving_shapes(prepare_moving_shapes(spec, shapes_root), split),
-            classes=list(MOVING_SHAPES_CLASSES),
-            num_classes=len(MOVING_SHAPES_CLASSES),
+            classes=list(spec.classes),
+            num_classes=len(spec.classes),
         )
 
     k_root = cfg.DATASETS.KINETICS.ROOT or os.path.join(default_datasets_root(), "kinetics400")

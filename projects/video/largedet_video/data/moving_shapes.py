@@ -1,5 +1,6 @@
-"""The built-in dataset: MP4 videos of a moving shape whose class is the
-direction it moves (right, left, down, up).
+"""The built-in datasets: MP4 videos of a moving shape whose class is the
+direction it moves (right, left, down, up), or, in the harder ``direction_speed``
+task, its direction and its speed (slow or fast: 8 classes).
 
 Only motion tells the classes apart. Each video shows one shape (circle, square
 or triangle, random colour, size and rotation) moving at constant speed in its
@@ -9,6 +10,16 @@ edges (the frame is a torus), so in every single frame its position, look and
 surroundings have the same distribution for all four classes: a model that
 sees frames independently (TSN) cannot beat chance (25%); one that relates
 neighbouring frames (TSM) can be near perfect.
+
+The ``direction_speed`` task (:data:`TASKS`) keeps all of that and splits every
+direction into a slow and a fast class whose speed ranges are close
+(``slow_speed``, ``speed``), and shakes the camera: every frame is shifted by a
+random offset of up to ``jitter`` pixels (the same shift for the whole frame,
+wrapped around), so the displacement between two frames is the shape's motion
+plus noise of the order of the slow-fast difference. Telling slow from fast needs
+the shape's position relative to the static background over several frames;
+single frames still carry nothing (TSN: chance, 12.5%). It is the task with
+headroom for the batch-scaling study of ``projects/video/benchmarks/batch_study.py``.
 
 Videos are written once (``largedet.data.build_once``), under
 ``largedet.data.datasets_root()`` (``$LARGEDET_DATASETS``, default
@@ -35,6 +46,7 @@ from .lists import load_video_list
 
 __all__ = [
     "MOVING_SHAPES_CLASSES",
+    "TASKS",
     "MovingShapesSpec",
     "default_datasets_root",
     "render_moving_shape",
@@ -46,6 +58,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MOVING_SHAPES_CLASSES = ("right", "left", "down", "up")
+#: the generated tasks and their classes: label i of a split is class i % len(classes)
+TASKS = {
+    "direction": MOVING_SHAPES_CLASSES,
+    "direction_speed": tuple(f"{d}_{s}" for d in MOVING_SHAPES_CLASSES for s in ("slow", "fast")),
+}
 _DIRECTIONS = {"right": (1.0, 0.0), "left": (-1.0, 0.0), "down": (0.0, 1.0), "up": (0.0, -1.0)}
 _SPLITS = ("train", "val")
 
@@ -68,6 +85,11 @@ class MovingShapesSpec:
         fps: frame rate written in the container.
         speed: (min, max) speed of the moving shape, pixels per frame.
         radius: (min, max) radius of every shape, pixels.
+        task: ``"direction"`` (4 classes) or ``"direction_speed"`` (8: each direction
+            slow, at ``slow_speed``, or fast, at ``speed``), see :data:`TASKS`.
+        slow_speed: (min, max) speed of the slow classes, pixels per frame.
+        jitter: camera shake, the largest shift of a frame in pixels (0: none).
+        noise: standard deviation of the per-pixel noise.
     """
 
     num_train: int = 800
@@ -79,15 +101,36 @@ class MovingShapesSpec:
     fps: int = 25
     speed: tuple = (3.0, 4.0)
     radius: tuple = (5.0, 9.0)
+    task: str = "direction"
+    slow_speed: tuple = (1.0, 1.5)
+    jitter: float = 0.0
+    noise: float = 6.0
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"moving shapes: task must be one of {sorted(TASKS)}, got {self.task!r}")
+        for key in ("num_train", "num_val", "num_frames"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"moving shapes: {key} must be >= 1, got {getattr(self, key)}")
+
+    @property
+    def classes(self) -> tuple:
+        return TASKS[self.task]
 
     @property
     def folder_name(self) -> str:
-        return (
+        name = (
             f"moving_shapes_{self.width}x{self.height}_{self.num_frames}f_"
             f"{self.num_train}-{self.num_val}_{self.fps}fps_"
             f"v{self.speed[0]:g}-{self.speed[1]:g}_r{self.radius[0]:g}-{self.radius[1]:g}_"
             f"seed{self.seed}"
         )
+        if self.task != "direction" or self.jitter or self.noise != 6.0:
+            name += (
+                f"_{self.task}_slow{self.slow_speed[0]:g}-{self.slow_speed[1]:g}"
+                f"_j{self.jitter:g}_n{self.noise:g}"
+            )
+        return name
 
     def num_videos(self, split: str) -> int:
         return self.num_train if split == "train" else self.num_val
@@ -124,7 +167,9 @@ def render_moving_shape(
     rng: np.random.Generator, direction: str, spec: MovingShapesSpec
 ) -> np.ndarray:
     """Frames ``(num_frames, height, width, 3)`` uint8 RGB of one video whose shape
-    moves in ``direction`` (one of MOVING_SHAPES_CLASSES)."""
+    moves in ``direction`` (one of MOVING_SHAPES_CLASSES, or a class of
+    ``spec.task`` such as ``"left_slow"``)."""
+    direction, _, pace = direction.partition("_")
     w, h = spec.width, spec.height
     background = np.empty((h, w, 3), np.uint8)
     background[:] = rng.integers(20, 110, size=3)
@@ -133,8 +178,12 @@ def render_moving_shape(
         _draw_shape(background, s["kind"], s["cx"], s["cy"], s["r"], s["angle"], s["color"])
 
     mover = _random_shape(rng, spec, 120, 256)
-    speed = rng.uniform(*spec.speed)
+    speed = rng.uniform(*(spec.slow_speed if pace == "slow" else spec.speed))
     dx, dy = (speed * d for d in _DIRECTIONS[direction])
+    shake = None
+    if spec.jitter:
+        shake = np.round(rng.uniform(-spec.jitter, spec.jitter, size=(spec.num_frames, 2)))
+        shake = shake.astype(np.int64)
     frames = np.empty((spec.num_frames, h, w, 3), np.uint8)
     for t in range(spec.num_frames):
         img = background.copy()
@@ -145,7 +194,9 @@ def render_moving_shape(
                 _draw_shape(
                     img, mover["kind"], cx + ox, cy + oy, mover["r"], mover["angle"], mover["color"]
                 )
-        noise = rng.normal(0.0, 6.0, size=img.shape)
+        if shake is not None:
+            img = np.roll(img, (int(shake[t, 1]), int(shake[t, 0])), axis=(0, 1))
+        noise = rng.normal(0.0, spec.noise, size=img.shape)
         frames[t] = np.clip(img + noise, 0, 255).astype(np.uint8)
     return frames
 
@@ -175,16 +226,16 @@ def _generate(folder: str, spec: MovingShapesSpec) -> None:
         os.makedirs(os.path.join(folder, "videos", split))
         lines = []
         for i in range(spec.num_videos(split)):
-            label = i % len(MOVING_SHAPES_CLASSES)
+            label = i % len(spec.classes)
             rng = np.random.default_rng([spec.seed, split_id, i])
-            frames = render_moving_shape(rng, MOVING_SHAPES_CLASSES[label], spec)
+            frames = render_moving_shape(rng, spec.classes[label], spec)
             rel = os.path.join("videos", split, f"{i:06d}.mp4")
             write_mp4(os.path.join(folder, rel), frames, spec.fps, codec)
             lines.append(f"{rel} {label}\n")
         with open(os.path.join(folder, f"{split}.txt"), "w") as f:
             f.writelines(lines)
     with open(os.path.join(folder, "classes.txt"), "w") as f:
-        f.writelines(f"{name}\n" for name in MOVING_SHAPES_CLASSES)
+        f.writelines(f"{name}\n" for name in spec.classes)
 
 
 def prepare_moving_shapes(spec: MovingShapesSpec, root: str = "") -> str:

@@ -1,0 +1,217 @@
+"""The video batch-scaling study's schema: its grid, cells, per-cell plan and CSV columns.
+
+``projects/video/benchmarks/batch_study.py`` runs the cells (one ``projects/video/train.py``
+per cell, with the detection study's runner, :mod:`largedet.study.runner`) and draws the
+CSV. The grid is a miniature of "Training Kinetics in 15 Minutes" (Lin, Gan, Han 2019:
+TSM-R50 at 12,288 clips per step = 5.1% of Kinetics-400's 240,000 clips, 100 epochs, SGD
+with the linear rule, 5 warm-up epochs, cosine decay, weight decay 1e-4 and none on BN
+and biases) on the built-in moving-shapes videos' ``direction_speed`` task:
+
+* 4096 training videos, 1024 validation videos (10 clips x 3 crops each);
+* every batch the same epochs (:data:`EPOCHS`, a stated fraction of the paper's 100), the
+  same 5 warm-up epochs and a cosine decay to 0;
+* batch 256 = 6.25% of the training set per step (16 steps per epoch, the paper's ~20),
+  1024 = 25% its 4x; batch 16 the baseline (0.4%).
+
+How each cell is set (:func:`plan_video_cell`): iterations = epochs x 4096 / batch;
+warm-up 5 epochs in steps; peak LR = the optimizer's reference LR at batch 16 scaled by
+its rule (linear for SGD, square root for PMD-LAMB, as the detection study); PMD-LAMB's
+period a quarter of the run. The multigrid cell trains the base batch's epochs on the
+long and short cycles (:data:`MULTIGRID_OVERRIDES`), with the step schedule multigrid
+needs (x0.1 at 3/4 and 11/12 of the base run).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from largedet.study.grid import OptimizerRecipe, REFERENCE_BATCH, scaled_lr
+
+__all__ = [
+    "EPOCHS",
+    "NUM_TRAIN",
+    "VIDEO_CSV_FIELDS",
+    "VIDEO_OPTIMIZERS",
+    "VideoCell",
+    "VideoGrid",
+    "VideoPlan",
+    "build_video_grid",
+    "final_top1",
+    "plan_video_cell",
+]
+
+#: the study's training videos and epochs (a third of the paper's 100: every cell about
+#: 30 minutes on one core of a 2-core Xeon)
+NUM_TRAIN = 4096
+EPOCHS = 30
+WARMUP_EPOCHS = 5.0
+
+#: reference LRs at batch 16. SGD: Detectron2's 0.02 (from scratch; the paper's 0.0025
+#: per 16 clips fine-tunes ImageNet weights). PMD-LAMB: the detection study's 0.005 and
+#: square-root rule (0.02 at 256).
+VIDEO_OPTIMIZERS: Dict[str, OptimizerRecipe] = {
+    "sgd": OptimizerRecipe("SGD", 0.02, "linear"),
+    "pmd_lamb": OptimizerRecipe("PMD_LAMB", 0.005, "sqrt"),
+}
+
+#: multigrid's long cycle (the paper's four shapes: the coarsest 1/4 of the frames at
+#: 1/sqrt(2) of the crop, 8x the clips per step) and short cycle, at the base schedule's
+#: epochs (EPOCH_FACTOR 1: equal epochs with the other cells)
+MULTIGRID_OVERRIDES = (
+    "MULTIGRID.LONG_CYCLE", "True",
+    "MULTIGRID.SHORT_CYCLE", "True",
+    "MULTIGRID.EPOCH_FACTOR", "1.0",
+    "MULTIGRID.BN_BASE_SIZE", "8",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VideoCell:
+    """One training run of the video study."""
+
+    optimizer: str
+    batch: int
+    seed: Optional[int] = None  # SEED of the run; None: the config's (0)
+    multigrid: bool = False
+    lr_factor: float = 1.0
+
+    @property
+    def name(self) -> str:
+        parts = [self.optimizer, f"bs{self.batch}"]
+        if self.multigrid:
+            parts.append("multigrid")
+        if self.lr_factor != 1.0:
+            parts.append(f"lrx{self.lr_factor:g}")
+        if self.seed is not None:
+            parts.append(f"s{self.seed}")
+        return "-".join(parts)
+
+
+@dataclass(frozen=True)
+class VideoGrid:
+    config: str
+    num_train: int
+    epochs: float
+    warmup_epochs: float
+    ims_per_device: int
+    cells: Tuple[VideoCell, ...]
+    optimizers: Dict[str, OptimizerRecipe]
+    report_set: str = "moving_shapes_val"
+
+    def recipe(self, optimizer: str) -> OptimizerRecipe:
+        if optimizer not in self.optimizers:
+            raise ValueError(f"unknown optimizer {optimizer!r}; one of {sorted(self.optimizers)}")
+        return self.optimizers[optimizer]
+
+
+def _video_cells() -> List[VideoCell]:
+    """In the order two study processes take them: the baseline and the large batch first
+    (the README's headline), then PMD-LAMB, the second seeds, the batch curve's other
+    points and multigrid."""
+    return [
+        VideoCell("sgd", 16),
+        VideoCell("sgd", 256),
+        VideoCell("pmd_lamb", 256),
+        VideoCell("sgd", 16, seed=1),
+        VideoCell("sgd", 256, seed=1),
+        VideoCell("pmd_lamb", 256, seed=1),
+        VideoCell("sgd", 1024),
+        VideoCell("pmd_lamb", 1024),
+        VideoCell("sgd", 64),
+        VideoCell("sgd", 256, multigrid=True),
+    ]
+
+
+VIDEO_GRID_NAMES = ("tsm",)
+
+
+def build_video_grid(name: str = "tsm") -> VideoGrid:
+    if name != "tsm":
+        raise ValueError(f"--grid must be one of {VIDEO_GRID_NAMES}, got {name!r}")
+    return VideoGrid(
+        config="projects/video/configs/study/Base-Study-TSM-R18w16-8f-32px.yaml",
+        num_train=NUM_TRAIN,
+        epochs=EPOCHS,
+        warmup_epochs=WARMUP_EPOCHS,
+        ims_per_device=16,
+        cells=tuple(_video_cells()),
+        optimizers=VIDEO_OPTIMIZERS,
+    )
+
+
+@dataclass
+class VideoPlan:
+    cell: VideoCell
+    iterations: int
+    warmup: int
+    lr: float
+    pmd_period: Optional[int]
+    steps: Optional[Tuple[int, int]]
+    overrides: List[str]
+
+    @property
+    def per_device(self) -> int:
+        return int(self.overrides[self.overrides.index("SOLVER.IMS_PER_DEVICE") + 1])
+
+
+def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: int = 1) -> VideoPlan:
+    """What ``cell`` runs: its steps, warm-up, LR and the config overrides that say so."""
+    recipe = grid.recipe(cell.optimizer)
+    images = grid.epochs * grid.num_train
+    if abs(images - round(images)) > 1e-6 or round(images) % cell.batch:
+        raise ValueError(
+            f"{cell.name}: {grid.epochs:g} epochs x {grid.num_train} clips is not a whole number of batches of {cell.batch}"
+        )
+    iterations = round(images) // cell.batch
+    warmup = min(iterations // 2, max(1, round(grid.warmup_epochs * grid.num_train / cell.batch)))
+    lr = scaled_lr(recipe, cell.batch) * cell.lr_factor
+    per_device = min(grid.ims_per_device, cell.batch // world)
+    period = max(1, iterations // 4) if recipe.name == "PMD_LAMB" else None
+    steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if cell.multigrid else None
+    overrides = [
+        "SOLVER.OPTIMIZER", recipe.name,
+        "SOLVER.IMS_PER_BATCH", str(cell.batch),
+        "SOLVER.IMS_PER_DEVICE", str(per_device),
+        "SOLVER.LSR.ENABLED", "True",
+        "SOLVER.LSR.RULE", recipe.rule,
+        "SOLVER.LSR.REFERENCE_BATCH", str(REFERENCE_BATCH),
+        "SOLVER.LSR.REFERENCE_LR", repr(recipe.reference_lr * cell.lr_factor),
+        "SOLVER.WEIGHT_DECAY", repr(recipe.weight_decay),
+        "SOLVER.MAX_ITER", str(iterations),
+        "SOLVER.WARMUP_ITERS", str(warmup),
+        # about ten checkpoints a run: an interrupted cell loses at most a tenth of it
+        "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 10)),
+        "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
+        "OUTPUT_DIR", output_dir,
+    ] + list(recipe.overrides)  # fmt: skip
+    if cell.multigrid:
+        overrides += ["SOLVER.LR_SCHEDULER_NAME", "WarmupMultiStepLR",
+                      "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", *MULTIGRID_OVERRIDES]  # fmt: skip
+    if period is not None:
+        overrides += ["SOLVER.PMD.PERIOD", str(period)]
+    if cell.seed is not None:
+        overrides += ["SEED", str(cell.seed)]
+    return VideoPlan(cell, iterations, warmup, lr, period, steps, overrides)
+
+
+VIDEO_CSV_FIELDS = [
+    "cell", "optimizer", "batch", "batch_fraction", "ims_per_device", "accumulation",
+    "lr_rule", "lr", "warmup_iters", "iterations", "epochs", "pmd_period", "multigrid",
+    "seed", "top1", "diverged", "final_loss", "wall_clock_s", "clips_per_s", "device",
+    "threads", "output_dir",
+]  # fmt: skip
+
+
+def final_top1(metrics: Sequence[dict], test_set: str) -> str:
+    """The last top-1 (percent, two decimals) of ``test_set`` in a run's metrics.json rows
+    (``classification/top1`` when the run has one test set); "" where there is none."""
+    value = ""
+    for m in metrics:
+        for key in (f"{test_set}/classification/top1", "classification/top1"):
+            if key in m:
+                v = m[key]
+                value = f"{v:.2f}" if math.isfinite(v) else "0.00"
+                break
+    return value

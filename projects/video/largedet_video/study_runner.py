@@ -1,0 +1,159 @@
+"""Runs the video batch-scaling study: one ``projects/video/train.py`` subprocess per cell,
+a CSV row per finished cell; resumable, several processes at once (a lock file per cell).
+
+The command line is ``projects/video/benchmarks/batch_study.py``; the grid and the plan
+of each cell are in :mod:`largedet_video.study`. Claiming, CSV appends, the training
+subprocess and its wall clock are the detection study's (:mod:`largedet.study.runner`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from typing import List, Optional
+
+from largedet.engine.run_summary import read_run_summary
+from largedet.study.runner import (
+    _interrupt_on_sigterm,
+    append_row,
+    archive_cell,
+    claim,
+    read_done,
+    read_metrics,
+    train,
+)
+
+from .study import (
+    VIDEO_CSV_FIELDS,
+    VIDEO_GRID_NAMES,
+    VideoPlan,
+    build_video_grid,
+    final_top1,
+    plan_video_cell,
+)
+
+__all__ = ["main", "summarize_video_cell"]
+
+#: the checkout (projects/video/largedet_video/ -> three levels up)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+#: how a cell's training process is started
+VIDEO_TRAIN_COMMAND = (sys.executable, os.path.join(ROOT, "projects", "video", "train.py"))
+
+
+def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: float, args) -> Optional[dict]:
+    """The CSV row of a finished run, or None when it failed for a reason other than
+    divergence."""
+    metrics = read_metrics(os.path.join(run_dir, "metrics.json"))
+    summary = read_run_summary(run_dir) or {}
+    diverged = returncode != 0 and summary.get("status") == "diverged"
+    if returncode != 0 and not diverged:
+        return None
+    top1 = final_top1(metrics, args.grid_obj.report_set)
+    if not diverged and top1 == "":
+        return None
+    losses = [m["total_loss"] for m in metrics if "total_loss" in m]
+    invocations = summary.get("invocations") or [{}]
+    speed = invocations[-1].get("images_per_s") or ""
+    grid = args.grid_obj
+    return {
+        "cell": plan.cell.name,
+        "optimizer": plan.cell.optimizer,
+        "batch": plan.cell.batch,
+        "batch_fraction": f"{plan.cell.batch / grid.num_train:.4f}",
+        "ims_per_device": plan.per_device,
+        "accumulation": plan.cell.batch // (plan.per_device * args.num_gpus),
+        "lr_rule": grid.recipe(plan.cell.optimizer).rule,
+        "lr": f"{plan.lr:.6g}",
+        "warmup_iters": plan.warmup,
+        "iterations": plan.iterations,
+        "epochs": f"{grid.epochs:g}",
+        "pmd_period": plan.pmd_period or "",
+        "multigrid": "yes" if plan.cell.multigrid else "no",
+        "seed": "" if plan.cell.seed is None else plan.cell.seed,
+        "top1": "" if diverged else top1,
+        "diverged": "yes" if diverged else "no",
+        "final_loss": f"{losses[-1]:.4f}" if losses else "",
+        "wall_clock_s": f"{wall:.1f}",
+        "clips_per_s": f"{speed:.2f}" if speed != "" else "",
+        "device": args.device_label,
+        "threads": args.threads,
+        "output_dir": os.path.relpath(run_dir, ROOT),
+    }
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--grid", default="tsm", choices=VIDEO_GRID_NAMES)
+    parser.add_argument("--output-dir", default=None, help="default: output/video_batch_study/GRID")
+    parser.add_argument("--csv", default=None, help="default: OUTPUT_DIR/study.csv")
+    parser.add_argument("--archive", default=None,
+                        help="copy each finished cell's config.yaml and metrics.json into ARCHIVE/<cell>/")
+    parser.add_argument("--only", nargs="*", default=None, help="run only these cells (names from --dry-run)")
+    parser.add_argument("--skip", nargs="*", default=(), help="leave out these cells")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--device-label", default="", help="machine name written into the CSV")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    args = parser.parse_args(argv)
+    args.num_gpus = 1
+    args.grid_obj = grid = build_video_grid(args.grid)
+    args.train_command = VIDEO_TRAIN_COMMAND
+    args.device_label = args.device_label or f"{os.cpu_count()} CPU cores"
+    args.output_dir = args.output_dir or os.path.join(ROOT, "output", "video_batch_study", args.grid)
+    os.makedirs(args.output_dir, exist_ok=True)
+    csv_path = args.csv or os.path.join(args.output_dir, "study.csv")
+    if args.only:
+        unknown = set(args.only) - {c.name for c in grid.cells}
+        if unknown:
+            parser.error(f"--only: unknown cells {sorted(unknown)}; see --dry-run")
+    cells = [c for c in grid.cells if (args.only is None or c.name in args.only) and c.name not in args.skip]
+    plans = [plan_video_cell(grid, c, os.path.join(args.output_dir, c.name)) for c in cells]
+    done = read_done(csv_path)
+    print(f"video batch study ({args.grid} grid): {len(plans)} cells, "
+          f"{sum(p.cell.name in done for p in plans)} done; CSV {csv_path}")  # fmt: skip
+    if args.dry_run:
+        print(f"  N = {grid.num_train} training clips, {grid.epochs:g} epochs for every cell")
+        for p in plans:
+            mark = "done" if p.cell.name in done else "todo"
+            print(f"  [{mark}] {p.cell.name:24s} batch/N {100 * p.cell.batch / grid.num_train:5.2f}% "
+                  f"lr {p.lr:<8.4g} iterations {p.iterations:5d} warmup {p.warmup:4d} "
+                  f"T {p.pmd_period or '-'}{' steps ' + str(p.steps) if p.steps else ''}")  # fmt: skip
+        return 0
+    failures = []
+    todo = [p for p in plans if p.cell.name not in done]
+    started, finished = time.time(), 0
+    for index, plan in enumerate(todo):
+        name = plan.cell.name
+        if name in read_done(csv_path):
+            continue
+        run_dir = os.path.join(args.output_dir, name)
+        os.makedirs(run_dir, exist_ok=True)
+        lock = os.path.join(run_dir, "study.lock")
+        if not claim(lock):
+            print(f"[{index + 1}/{len(todo)}] {name}: running in another study process, skipped")
+            continue
+        try:
+            print(f"[{index + 1}/{len(todo)}] {name}: {plan.iterations} iterations at LR {plan.lr:.4g} ...", flush=True)
+            returncode, text, wall = train(plan.overrides, run_dir, args)
+            row = summarize_video_cell(plan, run_dir, returncode, wall, args)
+            if row is None:
+                failures.append(name)
+                tail = "\n".join(text.strip().splitlines()[-5:])
+                print(f"    FAILED (exit {returncode}); see {run_dir}/study_log.txt:\n{tail}", flush=True)
+                continue
+            append_row(csv_path, row, VIDEO_CSV_FIELDS)
+            if args.archive:
+                archive_cell(run_dir, os.path.join(args.archive, name))
+            finished += 1
+            eta = (time.time() - started) / finished * (len(todo) - index - 1)
+            result = "diverged" if row["diverged"] == "yes" else f"top-1 {row['top1']}%"
+            print(f"    {result}, {wall / 60:.1f} min; ETA of the rest {eta / 60:.0f} min", flush=True)
+        finally:
+            os.remove(lock)
+    if failures:
+        print(f"{len(failures)} cell(s) failed and will be retried on the next run: {', '.join(failures)}")
+        return 1
+    return 0
