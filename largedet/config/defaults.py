@@ -54,6 +54,15 @@ def add_largedet_config(cfg: CN) -> CN:
 
 
 def _add_data_config(cfg: CN) -> None:
+    # --- the user's own COCO-format datasets (largedet.data.coco_json) -----------
+    # A list of [name, json_file, image_root] triples: each COCO instances file is
+    # registered under its name (Detectron2's register_coco_instances, evaluated by
+    # COCOEvaluator) for DATASETS.TRAIN and DATASETS.TEST, e.g.
+    # [["my_train", "/data/my/train.json", "/data/my/train"]]. Each file is read and
+    # checked before launch (JSON, category ids, boxes); a name that a built-in dataset
+    # has is refused. Paths may start with ~.
+    cfg.DATASETS.COCO_JSONS = []
+
     # --- built-in synthetic "shapes" dataset (largedet.data.shapes) -------------
     cfg.DATASETS.SHAPES = CN()
     # Folder where the generated dataset is cached; "" means $LARGEDET_DATASETS

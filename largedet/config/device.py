@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import functools
-import logging
 import platform
-from typing import FrozenSet, Optional
+from typing import FrozenSet, Optional, Tuple
 
 import torch
 from detectron2.config import CfgNode
 
 from .defaults import AMP_PRECISIONS
 
-__all__ = ["amp_dtype", "cpu_flags", "native_precision", "resolve_device"]
-
-logger = logging.getLogger(__name__)
+__all__ = [
+    "AUTO_DEVICE",
+    "DeviceUnavailableError",
+    "amp_dtype",
+    "cpu_flags",
+    "device_for",
+    "native_precision",
+    "resolve_device",
+]
 
 #: CPU feature flags (as /proc/cpuinfo names them) that compute each dtype in hardware
 NATIVE_CPU_FLAGS = {
@@ -23,11 +28,50 @@ NATIVE_CPU_FLAGS = {
 }
 
 
-def resolve_device(cfg: CfgNode) -> None:
-    """Run on the CPU when the config asks for CUDA on a machine without a GPU."""
-    if cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available():
-        logger.info("No GPU found: MODEL.DEVICE %s -> cpu", cfg.MODEL.DEVICE)
-        cfg.MODEL.DEVICE = "cpu"
+#: ``MODEL.DEVICE`` value that runs on the GPU where torch finds one and on the CPU
+#: elsewhere, with a warning saying so (the built-in shapes and moving-shapes configs)
+AUTO_DEVICE = "auto"
+
+
+class DeviceUnavailableError(ValueError):
+    """The device a config names is not on this machine. One line naming the key."""
+
+
+def device_for(asked: str, key: str = "MODEL.DEVICE") -> Tuple[str, Optional[str]]:
+    """The torch device a run asking for ``asked`` (the value of ``key``) runs on, and the
+    line to log about the choice (None where ``asked`` is taken as it is).
+
+    ``"auto"`` (:data:`AUTO_DEVICE`) is ``"cuda"`` where torch finds a CUDA device and
+    ``"cpu"`` elsewhere; ``"cuda"`` or ``"cuda:N"`` must find that device: raises
+    :class:`DeviceUnavailableError` where there is none (no GPU, a broken driver, a
+    CPU-only torch), so that a config that names a GPU never trains on the CPU. Any other
+    value (``"cpu"``, ``"mps"``) is returned as it is."""
+    if asked == AUTO_DEVICE:
+        if torch.cuda.is_available():
+            return "cuda", f"{key} auto: {torch.cuda.device_count()} CUDA device(s) found, running on cuda"
+        return "cpu", f"{key} auto: no CUDA device found, running on the CPU"
+    if not asked.startswith("cuda"):
+        return asked, None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = torch.device(asked).index or 0
+    if index >= count:
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
+        found = f"{count} CUDA device(s)" if count else "no CUDA device"
+        raise DeviceUnavailableError(
+            f"{key}: {asked!r} asks for a GPU, but torch {torch.__version__} ({build}) finds "
+            f"{found} on this machine; set {key} cpu, or auto to use a GPU where there is one"
+        )
+    return asked, None
+
+
+def resolve_device(cfg: CfgNode, key: str = "MODEL.DEVICE") -> Optional[str]:
+    """Set ``cfg.MODEL.DEVICE`` to the device it resolves to (:func:`device_for`; ``key``
+    names it in messages: ``train.device`` on the LazyConfig path) and return the line to
+    log about the choice, or None. Raises :class:`DeviceUnavailableError`. The line is
+    returned, not logged, because the config is resolved before the loggers exist: the
+    caller logs it once they do (:func:`largedet.engine.setup_cfg`)."""
+    cfg.MODEL.DEVICE, note = device_for(cfg.MODEL.DEVICE, key)
+    return note
 
 
 @functools.lru_cache(maxsize=None)

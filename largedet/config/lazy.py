@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .defaults import add_largedet_config
 from .keys import declared_train_keys
-from .device import resolve_device
+from .device import device_for, resolve_device
 
 __all__ = ["TRAIN_KEYS", "call_target", "register_datasets", "run_config", "setup_lazy_config", "train_defaults"]
 
@@ -175,7 +175,9 @@ def run_config(cfg: DictConfig) -> CfgNode:
     - ``DATASETS.TRAIN``, ``DATALOADER.NUM_WORKERS``, ``ASPECT_RATIO_GROUPING`` and
       ``FILTER_EMPTY_ANNOTATIONS`` from ``dataloader.train``; ``DATASETS.TEST`` from
       ``dataloader.test``;
-    - ``MODEL.DEVICE`` "cpu" where "cuda" is asked for and there is no GPU.
+    - ``MODEL.DEVICE`` resolved (:func:`~largedet.config.resolve_device`): ``auto`` to
+      ``cuda`` or ``cpu``; ``cuda`` where there is no GPU is a
+      :class:`~largedet.config.DeviceUnavailableError` naming ``train.device``.
     """
     run = _yacs_defaults()
     train = OmegaConf.to_container(cfg.train, resolve=True)
@@ -208,7 +210,7 @@ def run_config(cfg: DictConfig) -> CfgNode:
     if "test" in cfg.dataloader:
         test = _loader_args(cfg, "test", build_detection_test_loader)
         run.DATASETS.TEST = _dataset_names(test.dataset, "dataloader.test.dataset")
-    resolve_device(run)
+    resolve_device(run, key="train.device")
     run.freeze()
     return run
 
@@ -231,4 +233,7 @@ def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConf
     if log:
         default_setup(cfg, args)
         setup_logger(cfg.train.output_dir, distributed_rank=comm.get_rank(), name="largedet")
+        device, note = device_for(cfg.train.get("device", "cuda"), "train.device")
+        if note:
+            (logger.warning if device == "cpu" else logger.info)(note)
     return cfg

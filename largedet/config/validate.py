@@ -13,8 +13,11 @@ model has been built and printed. :func:`largedet.engine.defaults.check_args` is
 2. checks values against :data:`TRAINING_RULES` (each key's rule, declared once with the
    key: :mod:`largedet.config.keys`) and the registries (:func:`check_values`):
    ``SOLVER.OPTIMIZER`` registered, ``SOLVER.PMD.PERIOD >= 1``, LRs > 0, ...;
-3. checks datasets (:func:`check_datasets`): registered, and the annotation file of a
-   COCO-style dataset present (the built-in shapes set is generated on first use);
+3. checks datasets (:func:`check_datasets`): registered (else a line saying how to register
+   one: ``DATASETS.COCO_JSONS``), the annotation file of a COCO-style dataset present and
+   loadable (:func:`~largedet.data.check_coco_json`: JSON, category ids, boxes), its image
+   folder present, an OpenImages split's files present (the built-in shapes set and the
+   OpenImages fixture are generated on first use);
 4. the batch arithmetic (:func:`~largedet.solver.batch.batch_plan`) and, with AGVM, its two
    gradient estimates per step.
 
@@ -35,6 +38,7 @@ from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
 from ..checkpoint import UnsafeWeightsError, check_output_dir, load_model_zoo_pickle
+from ..data.coco_json import COCO_JSONS_KEY, CocoJsonError, check_coco_json
 from ..solver import OPTIMIZER_REGISTRY
 from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
 from . import defaults as _defaults  # noqa: F401  (importing it declares largedet's keys)
@@ -225,18 +229,69 @@ def _check_training_values(cfg: CfgNode, extra_rules: Iterable[Rule]) -> None:
 # --- datasets ----------------------------------------------------------------------------------
 
 
+def _generated(meta) -> bool:
+    """Whether the dataset's files are written on first use (the built-in shapes set, the
+    OpenImages fixture): nothing to check before launch."""
+    return meta.get("shapes_spec", None) is not None or meta.get("generated", False)
+
+
+def _d2_hint(path: str) -> str:
+    d2_root = os.path.expanduser(os.getenv("DETECTRON2_DATASETS", "datasets"))
+    if os.path.normpath(path).startswith(os.path.normpath(d2_root) + os.sep):
+        return f"; Detectron2's datasets are read under $DETECTRON2_DATASETS (now {d2_root!r})"
+    return ""
+
+
 def _check_annotation_file(key: str, name: str) -> None:
-    """A COCO-style dataset's ``json_file`` must exist, unless the dataset is generated on
-    first use (the built-in shapes set carries its ``shapes_spec``)."""
+    """A COCO-style dataset's ``json_file`` must exist and be a COCO instances file that
+    Detectron2 can load (:func:`~largedet.data.check_coco_json`), and its ``image_root`` a
+    folder, unless the dataset is generated on first use."""
     meta = MetadataCatalog.get(name)
     json_file = meta.get("json_file", None)
-    if not json_file or meta.get("shapes_spec", None) is not None or os.path.isfile(json_file):
+    if not json_file or _generated(meta):
         return
-    d2_root = os.path.expanduser(os.getenv("DETECTRON2_DATASETS", "datasets"))
-    hint = ""
-    if os.path.normpath(json_file).startswith(os.path.normpath(d2_root) + os.sep):
-        hint = f"; Detectron2's datasets are read under $DETECTRON2_DATASETS (now {d2_root!r})"
-    raise ConfigError(f"{json_file}: annotation file of dataset {name!r} ({key}) not found{hint}")
+    if not os.path.isfile(json_file):
+        what = "is a folder, not a file" if os.path.isdir(json_file) else "not found"
+        raise ConfigError(
+            f"{json_file}: annotation file of dataset {name!r} ({key}) {what}{_d2_hint(json_file)}"
+        )
+    image_root = meta.get("image_root", None)
+    if image_root and not os.path.isdir(image_root):
+        raise ConfigError(
+            f"{image_root}: image folder of dataset {name!r} ({key}) not found{_d2_hint(image_root)}"
+        )
+    try:
+        check_coco_json(json_file)
+    except CocoJsonError as e:
+        raise ConfigError(f"{e} (dataset {name!r}, {key})") from None
+
+
+#: The OpenImages files a split's training reads, and those its evaluation reads besides
+#: (:func:`largedet.data.register_openimages`'s metadata)
+_OPENIMAGES_TRAIN_FILES = ("class_descriptions_csv", "class_subset_csv", "boxes_csv")
+_OPENIMAGES_TEST_FILES = ("image_labels_csv", "hierarchy_json")
+
+
+def _check_openimages_files(key: str, name: str) -> None:
+    """An OpenImages split's official files (and its image folder) must exist, unless it is
+    generated on first use."""
+    meta = MetadataCatalog.get(name)
+    if meta.get("evaluator_type", None) != "openimages" or _generated(meta):
+        return
+    fields = _OPENIMAGES_TRAIN_FILES + (_OPENIMAGES_TEST_FILES if key == "DATASETS.TEST" else ())
+    for field in fields:
+        path = meta.get(field, None)
+        if path and not os.path.isfile(path):
+            raise ConfigError(
+                f"{path}: file of dataset {name!r} ({key}) not found; OpenImages is read from "
+                "DATASETS.OPENIMAGES.ROOT (docs/evaluation.md)"
+            )
+    images_dir = meta.get("images_dir", None)
+    if images_dir and not os.path.isdir(images_dir):
+        raise ConfigError(
+            f"{images_dir}: image folder of dataset {name!r} ({key}) not found; OpenImages is "
+            "read from DATASETS.OPENIMAGES.ROOT (docs/evaluation.md)"
+        )
 
 
 def check_datasets(cfg: CfgNode, keys: Sequence[str], *, required: Sequence[str] = ()) -> None:
@@ -256,8 +311,13 @@ def check_datasets(cfg: CfgNode, keys: Sequence[str], *, required: Sequence[str]
                     if close
                     else f"none of the {len(registered)} registered names is close to it"
                 )
-                raise ConfigError(f"{key}: dataset {name!r} is not registered; {hint}")
+                raise ConfigError(
+                    f"{key}: dataset {name!r} is not registered; {hint}; register a COCO-format "
+                    f"dataset with {COCO_JSONS_KEY} [[name, json_file, image_root]] "
+                    "(docs/training.md#your-own-coco-dataset)"
+                )
             _check_annotation_file(key, name)
+            _check_openimages_files(key, name)
 
 
 # --- all together --------------------------------------------------------------------------------
@@ -285,16 +345,22 @@ def check_config(
     return plan
 
 
-def check_files(cfg: CfgNode, training: bool) -> None:
+def check_files(cfg: CfgNode, training: bool, resume: bool = False) -> None:
     """What a run writes and reads before it starts: for training, ``OUTPUT_DIR`` can be
-    created and written; a ``.pkl`` ``MODEL.WEIGHTS`` holds only what a model-zoo file
-    holds (read without running code). Raises :class:`ConfigError`."""
+    created and written; a local ``MODEL.WEIGHTS`` file exists (not needed where ``resume``
+    and ``OUTPUT_DIR`` has a last checkpoint, which is loaded instead; URLs and
+    ``detectron2://`` names are fetched by the workers) and, a ``.pkl``, holds only what a
+    model-zoo file holds (read without running code). Raises :class:`ConfigError`."""
     if training:
         try:
             check_output_dir(cfg.OUTPUT_DIR)
         except OSError as e:
             raise ConfigError(str(e)) from None
     weights = cfg.MODEL.WEIGHTS
+    resumes = resume and os.path.isfile(os.path.join(cfg.OUTPUT_DIR, "last_checkpoint"))
+    if weights and "://" not in weights and not resumes and not os.path.isfile(weights):
+        what = "is a folder, not a file" if os.path.isdir(weights) else "not found"
+        raise ConfigError(f"MODEL.WEIGHTS: {weights}: {what}")
     if weights.endswith(".pkl") and os.path.isfile(weights):
         try:
             load_model_zoo_pickle(weights)

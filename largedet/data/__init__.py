@@ -1,6 +1,6 @@
-"""Datasets: the built-in shapes set; OpenImages from the official files; the resumable
-training loader and its sampler, and the test loader that skips unreadable images
-(:mod:`.build`).
+"""Datasets: the built-in shapes set; the user's own COCO files (``DATASETS.COCO_JSONS``,
+:mod:`.coco_json`); OpenImages from the official files; the resumable training loader and
+its sampler, and the test loader that skips unreadable images (:mod:`.build`).
 
 Importing this package registers the OpenImages V6 splits (under
 :func:`~largedet.data.openimages.default_openimages_root`) in Detectron2's catalogs,
@@ -21,6 +21,14 @@ from .build import (
     build_test_loader,
     build_train_loader,
     image_seed,
+)
+from .coco_json import (
+    CocoJson,
+    CocoJsonError,
+    check_coco_json,
+    coco_jsons_from_config,
+    drop_negative_boxes,
+    register_coco_jsons,
 )
 from .locations import build_once, cache_root, datasets_root
 from .openimages import (
@@ -45,6 +53,12 @@ __all__ = [
     "build_test_loader",
     "build_train_loader",
     "image_seed",
+    "CocoJson",
+    "CocoJsonError",
+    "check_coco_json",
+    "coco_jsons_from_config",
+    "drop_negative_boxes",
+    "register_coco_jsons",
     "OpenImagesDataset",
     "OpenImagesFormatError",
     "SHAPES_CLASSES",

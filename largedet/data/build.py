@@ -46,12 +46,17 @@ from detectron2.data import (
     build_detection_train_loader,
     get_detection_dataset_dicts,
 )
-from detectron2.data.build import trivial_batch_collator, worker_init_reset_seed
+from detectron2.data.build import (
+    filter_images_with_only_crowd_annotations,
+    trivial_batch_collator,
+    worker_init_reset_seed,
+)
 from detectron2.data.samplers import TrainingSampler
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
+from .coco_json import drop_negative_boxes
 from .unreadable import MAX_CONSECUTIVE_SKIPS, SkipUnreadable
 
 __all__ = [
@@ -395,6 +400,34 @@ def _max_consecutive_skips(cfg: CfgNode) -> int:
     return cfg.DATALOADER.get("MAX_CONSECUTIVE_SKIPS", MAX_CONSECUTIVE_SKIPS)
 
 
+def _training_dicts(cfg: CfgNode):
+    """The dataset dicts of ``DATASETS.TRAIN`` as Detectron2's loader reads them, less the
+    boxes of negative width or height (:func:`~largedet.data.coco_json.drop_negative_boxes`,
+    counted in the log; with ``DATALOADER.FILTER_EMPTY_ANNOTATIONS`` an image left without
+    a box is left out too)."""
+    names = cfg.DATASETS.TRAIN
+    dataset = get_detection_dataset_dicts(
+        names,
+        filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS,
+        min_keypoints=(
+            cfg.MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE if cfg.MODEL.KEYPOINT_ON else 0
+        ),
+        proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
+    )
+    if not isinstance(dataset, list):  # e.g. an OpenImagesDataset, whose boxes are checked as parsed
+        return dataset
+    dropped = drop_negative_boxes(dataset)
+    if dropped:
+        logger.warning(
+            "%s: %d box(es) of negative width or height left out of training",
+            ", ".join(names),
+            dropped,
+        )
+        if cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS:
+            dataset = filter_images_with_only_crowd_annotations(dataset, names)
+    return dataset
+
+
 def build_train_loader(
     cfg: CfgNode, images_per_device: int, mapper: Optional[Callable] = None
 ) -> Iterable:
@@ -414,22 +447,18 @@ def build_train_loader(
         DatasetMapper(cfg, is_train=True) if mapper is None else mapper,
         _max_consecutive_skips(cfg),
     )
+    dataset = _training_dicts(cfg)
     if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":
         logger.warning(
             "DATALOADER.SAMPLER_TRAIN %s: the data position is not restored on resume",
             cfg.DATALOADER.SAMPLER_TRAIN,
         )
         return build_detection_train_loader(
-            cfg, mapper=mapper, total_batch_size=images_per_device * comm.get_world_size()
+            cfg,
+            dataset=dataset,
+            mapper=mapper,
+            total_batch_size=images_per_device * comm.get_world_size(),
         )
-    dataset = get_detection_dataset_dicts(
-        cfg.DATASETS.TRAIN,
-        filter_empty=cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS,
-        min_keypoints=(
-            cfg.MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE if cfg.MODEL.KEYPOINT_ON else 0
-        ),
-        proposal_files=cfg.DATASETS.PROPOSAL_FILES_TRAIN if cfg.MODEL.LOAD_PROPOSALS else None,
-    )
     groups = aspect_ratio_groups(dataset) if cfg.DATALOADER.ASPECT_RATIO_GROUPING else None
     sampler = ResumableTrainingSampler(len(dataset))
     batches = TrainBatches(

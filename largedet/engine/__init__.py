@@ -10,6 +10,7 @@ from .. import modeling  # noqa: F401  (registers largedet's backbones)
 from .defaults import (
     check_and_launch,
     check_args,
+    check_engine_keys,
     largedet_argument_parser,
     print_box_ap,
     setup_cfg,
@@ -30,6 +31,7 @@ __all__ = [
     "Trainer",
     "check_and_launch",
     "check_args",
+    "check_engine_keys",
     "describe_run",
     "largedet_argument_parser",
     "launch",

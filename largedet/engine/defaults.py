@@ -17,11 +17,19 @@ from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 
 from ..checkpoint import AtomicCheckpointer
-from ..config import add_largedet_config, resolve_device
+from ..config import DeviceUnavailableError, add_largedet_config, resolve_device
 from ..config.validate import ConfigError, check_config, check_files, merge_checked
-from ..data import register_all_openimages, register_shapes, shapes_spec_from_config
+from ..data import (
+    CocoJsonError,
+    coco_jsons_from_config,
+    register_all_openimages,
+    register_coco_jsons,
+    register_shapes,
+    shapes_spec_from_config,
+)
 from ..solver.batch import BatchPlan
 from .ema import ModelEMA, evaluate_with_ema
+from .preemption import parse_signals
 from .run_summary import write_eval_results
 from .launch import launch, launched_by_torchrun, planned_world_size, process_flags_given
 
@@ -40,17 +48,23 @@ def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentPars
 def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     """Build the frozen config from ``--config-file`` and trailing ``KEY VALUE`` overrides.
 
-    Registers the built-in shapes dataset and the OpenImages splits as the config
-    describes them and, with ``log``, runs Detectron2's ``default_setup`` (loggers, env info, config dump) and
-    sets up the ``largedet`` logger the same way (console and ``OUTPUT_DIR/log.txt``).
+    Resolves ``MODEL.DEVICE`` (:func:`~largedet.config.resolve_device`: ``auto`` becomes
+    ``cuda`` or ``cpu``; ``cuda`` without a GPU raises
+    :class:`~largedet.config.DeviceUnavailableError`), registers the ``DATASETS.COCO_JSONS``
+    datasets (:func:`~largedet.data.register_coco_jsons`; :class:`~largedet.data.CocoJsonError`),
+    the built-in shapes dataset and the OpenImages splits as the config describes them and,
+    with ``log``, runs Detectron2's ``default_setup`` (loggers, env info, config dump), sets
+    up the ``largedet`` logger the same way (console and ``OUTPUT_DIR/log.txt``) and logs
+    what ``auto`` resolved to.
     """
     cfg = get_cfg()
     add_largedet_config(cfg)
     if args.config_file:
         cfg.merge_from_file(args.config_file)
     merge_checked(cfg, None, args.opts)  # an integer for a float key read as that float
-    resolve_device(cfg)
+    device_note = resolve_device(cfg)
     cfg.freeze()
+    register_coco_jsons(coco_jsons_from_config(cfg))
     spec = shapes_spec_from_config(cfg)
     register_shapes(spec)
     if cfg.DATASETS.SHAPES.HOLDOUT_SEED >= 0:
@@ -63,6 +77,8 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     if log:
         default_setup(cfg, args)
         setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="largedet")
+        if device_note:
+            (logger.warning if cfg.MODEL.DEVICE == "cpu" else logger.info)(device_note)
     return cfg
 
 
@@ -75,10 +91,23 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     :func:`~largedet.engine.launch.planned_world_size`), or for ``--eval-only``. ``args``
     is not changed. Raises :class:`~largedet.config.validate.ConfigError`."""
     merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
-    cfg = setup_cfg(args, log=False)
+    try:
+        cfg = setup_cfg(args, log=False)
+    except (DeviceUnavailableError, CocoJsonError) as e:
+        raise ConfigError(str(e)) from None
     plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
-    check_files(cfg, training=not args.eval_only)
+    check_files(cfg, training=not args.eval_only, resume=args.resume)
+    check_engine_keys(cfg)
     return plan
+
+
+def check_engine_keys(cfg: CfgNode) -> None:
+    """The keys that the trainer's hooks read, checked before launch: ``PREEMPTION.SIGNALS``
+    names signals that can be caught. Raises :class:`~largedet.config.validate.ConfigError`."""
+    try:
+        parse_signals(cfg.PREEMPTION.SIGNALS)
+    except ValueError as e:  # its message starts with the key
+        raise ConfigError(str(e)) from None
 
 
 def check_and_launch(

@@ -233,7 +233,7 @@ class Trainer(DefaultTrainer):
     @classmethod
     def build_optimizer(cls, cfg, model):
         """``largedet.solver.build_optimizer`` (``SOLVER.OPTIMIZER``) at the peak LR of ``SOLVER.LSR``."""
-        return build_optimizer(with_scaled_lr(cfg), model)
+        return build_optimizer(with_scaled_lr(cfg), model, accumulates=True)
 
     @classmethod
     def build_lr_scheduler(

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import CfgNode
+from detectron2.utils import comm
 from detectron2.solver.build import (
     get_default_optimizer_params,
     maybe_add_gradient_clipping,
@@ -213,13 +214,39 @@ def log_param_groups(name: str, optimizer: torch.optim.Optimizer) -> None:
         logger.info("%s param group %d: %d tensors, %s", name, i, len(group["params"]), hyper)
 
 
-def build_optimizer(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
+def build_optimizer(
+    cfg: CfgNode, model: torch.nn.Module, *, accumulates: bool = False
+) -> torch.optim.Optimizer:
     """The optimizer named by ``cfg.SOLVER.OPTIMIZER``, with Detectron2's gradient clipping
-    (``cfg.SOLVER.CLIP_GRADIENTS``) when enabled."""
+    (``cfg.SOLVER.CLIP_GRADIENTS``) when enabled.
+
+    ``accumulates``: the caller's trainer splits each step into ``SOLVER.IMS_PER_DEVICE``
+    micro-batches (largedet's :class:`~largedet.engine.Trainer` passes True). Otherwise,
+    where ``SOLVER.IMS_PER_DEVICE`` asks for a per-device batch other than
+    ``IMS_PER_BATCH / world size`` (what a Detectron2 ``DefaultTrainer`` loads per step),
+    one warning says that the key is not applied."""
+    if not accumulates:
+        _warn_unapplied_ims_per_device(cfg)
     name = cfg.SOLVER.OPTIMIZER
     optimizer = OPTIMIZER_REGISTRY.get(name)(cfg, model)
     log_param_groups(name, optimizer)
     return maybe_add_gradient_clipping(cfg, optimizer)
+
+
+def _warn_unapplied_ims_per_device(cfg: CfgNode) -> None:
+    total, per_device = cfg.SOLVER.IMS_PER_BATCH, cfg.SOLVER.IMS_PER_DEVICE
+    world = comm.get_world_size()
+    if per_device and per_device * world != total:
+        logger.warning(
+            "SOLVER.IMS_PER_DEVICE %d is not applied by this trainer: a Detectron2 trainer loads "
+            "IMS_PER_BATCH / world size = %d / %d images per device per step; largedet.engine."
+            "Trainer (or its build_train_loader and AccumulationTrainer) accumulates %d-image "
+            "micro-batches, or set SOLVER.IMS_PER_DEVICE 0",
+            per_device,
+            total,
+            world,
+            per_device,
+        )
 
 
 def agvm_start_iter(cfg: CfgNode) -> int:

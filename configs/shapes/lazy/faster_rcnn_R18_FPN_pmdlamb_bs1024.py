@@ -54,7 +54,7 @@ lr_multiplier = L(MultiStepParamScheduler)(
 train = train_defaults()
 train.update(
     output_dir="output/shapes_lazy_faster_rcnn_R18_FPN_pmdlamb_bs1024",
-    device="cuda",  # falls back to cpu where no GPU is present
+    device="auto",  # cuda where torch finds a GPU, else cpu (logged)
     seed=0,
     max_iter=300,
     ims_per_batch=1024,  # global batch B: images per optimizer step, all devices

@@ -365,7 +365,8 @@ def register_openimages(
     Metadata: ``thing_classes`` (display names) and ``label_names`` (LabelNames)
     per contiguous id, set now if the class files exist, else on first load;
     ``evaluator_type="openimages"`` and the file paths, read by
-    :class:`largedet.evaluation.OIDEvaluator`.
+    :class:`largedet.evaluation.OIDEvaluator`; ``generated`` (a ``prepare`` was given: the
+    files are written on first load, so the check before launch does not look for them).
     """
     kwargs = dict(
         boxes_csv=boxes_csv,
@@ -392,6 +393,7 @@ def register_openimages(
         hierarchy_json=hierarchy_json,
         class_subset_csv=class_subset_csv,
         cache_dir=cache_dir,
+        generated=prepare is not None,
     )
     if os.path.isfile(class_descriptions_csv) and (
         class_subset_csv is None or os.path.isfile(class_subset_csv)

@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 __all__ = [
     "load_video_list",
+    "video_list_labels",
     "load_kinetics_csv",
     "kinetics_class_names",
     "kinetics_file_name",
@@ -43,6 +44,22 @@ def _split_line(line: str) -> List[str]:
     return line.split()
 
 
+def _parse_record(list_file: str, lineno: int, line: str, root: str) -> Dict:
+    toks = _split_line(line)
+    if len(toks) not in (2, 3):
+        raise ValueError(
+            f"{list_file}:{lineno}: expected 'path label' or 'path num_frames label', "
+            f"got {line!r}"
+        )
+    try:
+        record = {"path": os.path.join(root, toks[0]), "label": int(toks[-1])}
+        if len(toks) == 3:
+            record["num_frames"] = int(toks[1])
+    except ValueError as e:
+        raise ValueError(f"{list_file}:{lineno}: {e}") from e
+    return record
+
+
 def load_video_list(list_file: str, root: str = "") -> List[Dict]:
     """Records from a ``path [num_frames] label`` list file (see module docstring)."""
     records = []
@@ -51,20 +68,20 @@ def load_video_list(list_file: str, root: str = "") -> List[Dict]:
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
-            toks = _split_line(line)
-            if len(toks) not in (2, 3):
-                raise ValueError(
-                    f"{list_file}:{lineno}: expected 'path label' or 'path num_frames label', "
-                    f"got {line!r}"
-                )
-            try:
-                record = {"path": os.path.join(root, toks[0]), "label": int(toks[-1])}
-                if len(toks) == 3:
-                    record["num_frames"] = int(toks[1])
-            except ValueError as e:
-                raise ValueError(f"{list_file}:{lineno}: {e}") from e
-            records.append(record)
+            records.append(_parse_record(list_file, lineno, line, root))
     return records
+
+
+def video_list_labels(list_file: str) -> List[Tuple[int, int]]:
+    """``(line number, label)`` of each record of a ``path [num_frames] label`` list file,
+    as :func:`load_video_list` reads them (ValueError naming the file and line)."""
+    labels = []
+    with open(list_file) as f:
+        for lineno, raw in enumerate(f, 1):
+            line = raw.strip()
+            if line and not line.startswith("#"):
+                labels.append((lineno, _parse_record(list_file, lineno, line, "")["label"]))
+    return labels
 
 
 def is_kinetics_csv(list_file: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from typing import Optional, Tuple
 
 import torch
 from detectron2.config import CfgNode, get_cfg
@@ -33,24 +34,33 @@ DEFAULT_CONFIG = os.path.join(
 
 def build_cfg(args: argparse.Namespace) -> CfgNode:
     """The frozen config of ``--config-file`` (default :data:`DEFAULT_CONFIG`) with the
-    trailing ``KEY VALUE`` overrides, on ``cpu`` where CUDA is asked for and absent."""
+    trailing ``KEY VALUE`` overrides, ``MODEL.DEVICE`` resolved
+    (:func:`largedet.config.resolve_device`: ``auto`` to ``cuda`` or ``cpu``; ``cuda``
+    without a GPU raises :class:`largedet.config.DeviceUnavailableError`)."""
+    return _build_cfg(args)[0]
+
+
+def _build_cfg(args: argparse.Namespace) -> Tuple[CfgNode, Optional[str]]:
     cfg = add_video_config(get_cfg())
     cfg.merge_from_file(args.config_file or DEFAULT_CONFIG)
     merge_checked(cfg, None, args.opts)  # an integer for a float key read as that float
-    resolve_device(cfg)
+    device_note = resolve_device(cfg)
     cfg.freeze()
-    return cfg
+    return cfg, device_note
 
 
 def setup(args: argparse.Namespace) -> CfgNode:
     """:func:`build_cfg`, then Detectron2's ``default_setup`` (loggers, env info, config
     dump), the ``largedet`` and ``largedet_video`` loggers (console and
-    ``OUTPUT_DIR/log.txt``), ``CPU_THREADS`` torch threads on the CPU, and the config's
-    video datasets registered (``register_video_datasets``)."""
-    cfg = build_cfg(args)
+    ``OUTPUT_DIR/log.txt``), a line saying what ``MODEL.DEVICE auto`` resolved to,
+    ``CPU_THREADS`` torch threads on the CPU, and the config's video datasets registered
+    (``register_video_datasets``)."""
+    cfg, device_note = _build_cfg(args)
     default_setup(cfg, args)
     for name in ("largedet", "largedet_video"):
         setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name=name)
+    if device_note:
+        (logger.warning if cfg.MODEL.DEVICE == "cpu" else logger.info)(device_note)
     if not args.config_file:
         logger.info("No --config-file given: running the built-in demo %s", DEFAULT_CONFIG)
     if cfg.CPU_THREADS and cfg.MODEL.DEVICE == "cpu":

@@ -4,7 +4,8 @@ largedet's checks (:mod:`largedet.config.validate`: merging, unknown keys, value
 the solver's values, registered datasets, the batch arithmetic) plus the video keys:
 :data:`VIDEO_RULES`, the backbone registered in ``VIDEO_BACKBONE_REGISTRY``, the frame
 sampling, and the files behind the datasets (Kinetics CSVs, ``DATASETS.VIDEO_LISTS`` list
-files, ``MODEL.VIDEO.PRETRAINED``). Each error is a :class:`~largedet.config.validate.ConfigError`,
+files, present and their labels within ``MODEL.VIDEO.NUM_CLASSES``,
+``MODEL.VIDEO.PRETRAINED``). Each error is a :class:`~largedet.config.validate.ConfigError`,
 one line naming the key or file.
 """
 
@@ -14,8 +15,8 @@ import argparse
 import os
 
 from detectron2.config import CfgNode, get_cfg
-from largedet.config import resolve_device
-from largedet.engine import planned_world_size
+from largedet.config import DeviceUnavailableError, resolve_device
+from largedet.engine import check_engine_keys, planned_world_size
 from largedet.solver.batch import BatchPlan
 from largedet.config.validate import (
     ConfigError,
@@ -30,6 +31,7 @@ from largedet.config.validate import (
 from ..config import add_video_config
 from ..data import FrameSampling, register_video_datasets
 from ..data.decoding import DECODERS, torchcodec_unavailable
+from ..data.lists import is_kinetics_csv, kinetics_class_names, video_list_labels
 from ..data.moving_shapes import default_datasets_root
 from ..modeling import I3D_VARIANTS, RESNET_LAYERS, VIDEO_BACKBONE_REGISTRY
 from ..multigrid import multigrid_enabled
@@ -107,7 +109,9 @@ def check_video_config(cfg: CfgNode, world_size: int | None) -> BatchPlan | None
     ``DATASETS.TEST`` datasets). ``cfg``'s datasets must be registered
     (``register_video_datasets``)."""
     plan = check_config(cfg, world_size, VIDEO_RULES)
-    _check_video_keys(cfg, ("TEST",) if world_size is None else ("TRAIN", "TEST"))
+    splits = ("TEST",) if world_size is None else ("TRAIN", "TEST")
+    _check_video_keys(cfg, splits)
+    _check_labels(cfg, splits)
     if world_size is not None and cfg.SOLVER.BATCH_RAMP.BATCHES and multigrid_enabled(cfg):
         raise ConfigError(
             "SOLVER.BATCH_RAMP: a batch ramp and MULTIGRID both set the batch of each step; "
@@ -132,8 +136,64 @@ def check_video_args(
         )
     cfg = add_video_config(get_cfg())
     merge_checked(cfg, args.config_file or default_config, args.opts)
-    resolve_device(cfg)
+    try:
+        resolve_device(cfg)
+    except DeviceUnavailableError as e:
+        raise ConfigError(str(e)) from None
+    _check_video_lists(cfg)
     register_video_datasets(cfg)
     plan = check_video_config(cfg, None if args.eval_only else planned_world_size(args))
-    check_files(cfg, training=not args.eval_only)
+    check_files(cfg, training=not args.eval_only, resume=args.resume)
+    check_engine_keys(cfg)
     return plan
+
+
+def _check_video_lists(cfg: CfgNode) -> None:
+    """Each ``DATASETS.VIDEO_LISTS`` entry is ``[name, list_file, root]`` with its list file
+    present (registering one opens it to tell a Kinetics CSV from a list)."""
+    for i, entry in enumerate(cfg.DATASETS.VIDEO_LISTS):
+        if (
+            not isinstance(entry, (list, tuple))
+            or len(entry) != 3
+            or not all(isinstance(v, str) for v in entry)
+            or not entry[0]
+            or not entry[1]
+        ):
+            raise ConfigError(
+                f"DATASETS.VIDEO_LISTS[{i}]: expected [name, list_file, root] (strings), got {entry!r}"
+            )
+        name, list_file, _root = entry
+        if not os.path.isfile(list_file):
+            what = "is a folder, not a list file" if os.path.isdir(list_file) else "not found"
+            raise ConfigError(f"{list_file}: list file of dataset {name!r} (DATASETS.VIDEO_LISTS) {what}")
+
+
+def _check_labels(cfg: CfgNode, splits) -> None:
+    """The labels of the ``DATASETS.VIDEO_LISTS`` datasets a run uses are in
+    ``[0, MODEL.VIDEO.NUM_CLASSES)``: a ``path label`` list is read (text, before any video);
+    a Kinetics CSV names at most that many classes."""
+    num_classes = cfg.MODEL.VIDEO.NUM_CLASSES
+    lists = {name: list_file for name, list_file, _root in cfg.DATASETS.VIDEO_LISTS}
+    for split in splits:
+        for name in cfg.DATASETS[split]:
+            if name not in lists:
+                continue
+            list_file = lists[name]
+            if is_kinetics_csv(list_file):
+                found = len(kinetics_class_names(list_file))
+                if found > num_classes:
+                    raise ConfigError(
+                        f"{list_file}: {found} classes, more than MODEL.VIDEO.NUM_CLASSES "
+                        f"{num_classes} (dataset {name!r}, DATASETS.{split})"
+                    )
+                continue
+            try:
+                labels = video_list_labels(list_file)
+            except ValueError as e:  # its message starts with the file and line
+                raise ConfigError(str(e)) from None
+            for lineno, label in labels:
+                if not 0 <= label < num_classes:
+                    raise ConfigError(
+                        f"{list_file}:{lineno}: label {label} is outside [0, {num_classes}) "
+                        f"(MODEL.VIDEO.NUM_CLASSES {num_classes}; dataset {name!r}, DATASETS.{split})"
+                    )
