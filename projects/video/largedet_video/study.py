@@ -76,10 +76,14 @@ class VideoCell:
     seed: Optional[int] = None  # SEED of the run; None: the config's (0)
     multigrid: bool = False
     lr_factor: float = 1.0
+    # "TSMResNet", or "TSNResNet" (the same network without the shift: the task's
+    # single-frame control, expected at chance)
+    backbone: str = "TSMResNet"
 
     @property
     def name(self) -> str:
-        parts = [self.optimizer, f"bs{self.batch}"]
+        parts = ([] if self.backbone == "TSMResNet" else [self.backbone[:3].lower()]) + [
+            self.optimizer, f"bs{self.batch}"]
         if self.multigrid:
             parts.append("multigrid")
         if self.lr_factor != 1.0:
@@ -121,6 +125,8 @@ def _video_cells() -> List[VideoCell]:
         VideoCell("pmd_lamb", 1024),
         VideoCell("sgd", 64),
         VideoCell("sgd", 256, multigrid=True),
+        # the single-frame control: TSN at the baseline's recipe
+        VideoCell("sgd", 16, backbone="TSNResNet"),
     ]
 
 
@@ -189,6 +195,8 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
     if cell.multigrid:
         overrides += ["SOLVER.LR_SCHEDULER_NAME", "WarmupMultiStepLR",
                       "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", *MULTIGRID_OVERRIDES]  # fmt: skip
+    if cell.backbone != "TSMResNet":
+        overrides += ["MODEL.VIDEO.BACKBONE", cell.backbone]
     if period is not None:
         overrides += ["SOLVER.PMD.PERIOD", str(period)]
     if cell.seed is not None:

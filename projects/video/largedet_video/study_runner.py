@@ -35,12 +35,17 @@ from .study import (
     plan_video_cell,
 )
 
-__all__ = ["main", "summarize_video_cell"]
+__all__ = ["main", "run_cell", "summarize_video_cell"]
 
 #: the checkout (projects/video/largedet_video/ -> three levels up)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 #: how a cell's training process is started
 VIDEO_TRAIN_COMMAND = (sys.executable, os.path.join(ROOT, "projects", "video", "train.py"))
+
+
+def run_cell(plan: VideoPlan, run_dir: str, args):
+    """Train ``plan``'s cell in ``run_dir`` (resuming it there); (exit status, log, wall s)."""
+    return train(plan.overrides, run_dir, args)
 
 
 def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: float, args) -> Optional[dict]:
@@ -137,7 +142,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             continue
         try:
             print(f"[{index + 1}/{len(todo)}] {name}: {plan.iterations} iterations at LR {plan.lr:.4g} ...", flush=True)
-            returncode, text, wall = train(plan.overrides, run_dir, args)
+            returncode, text, wall = run_cell(plan, run_dir, args)
             row = summarize_video_cell(plan, run_dir, returncode, wall, args)
             if row is None:
                 failures.append(name)

@@ -1,0 +1,113 @@
+"""The video batch-scaling study (projects/video/benchmarks/batch_study.py): the grid's
+arithmetic, the config each cell trains with, its CSV row, resumption."""
+
+import csv
+import json
+import os
+import types
+
+import pytest
+from detectron2.config import get_cfg
+
+from largedet.solver import lr_scaling
+from largedet.solver.batch import batch_plan
+from largedet_video import add_video_config
+from largedet_video import study, study_runner
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+
+
+def cfg_of(plan):
+    cfg = get_cfg()
+    add_video_config(cfg)
+    cfg.merge_from_file(os.path.join(ROOT, study.build_video_grid().config))
+    cfg.merge_from_list(plan.overrides)
+    return cfg
+
+
+def test_every_batch_trains_the_same_epochs_with_the_papers_recipe():
+    grid = study.build_video_grid()
+    names = [c.name for c in grid.cells]
+    assert len(names) == len(set(names))
+    assert names[:3] == ["sgd-bs16", "sgd-bs256", "pmd_lamb-bs256"]
+    assert {"sgd-bs16-s1", "sgd-bs256-s1", "pmd_lamb-bs256-s1", "sgd-bs64", "sgd-bs1024",
+            "pmd_lamb-bs1024", "sgd-bs256-multigrid", "tsn-sgd-bs16"} <= set(names)  # fmt: skip
+    for cell in grid.cells:
+        plan = study.plan_video_cell(grid, cell, "/tmp/x")
+        assert plan.iterations * cell.batch == 30 * 4096, cell.name  # equal epochs
+        assert plan.warmup == round(5 * 4096 / cell.batch)  # 5 warm-up epochs
+        cfg = cfg_of(plan)
+        assert lr_scaling(cfg).lr == pytest.approx(plan.lr, rel=1e-12)
+        assert batch_plan(cfg, 1).accumulation == max(1, cell.batch // 16)
+        assert (cfg.SOLVER.WEIGHT_DECAY, cfg.SOLVER.WEIGHT_DECAY_NORM, cfg.SOLVER.WEIGHT_DECAY_BIAS) == (1e-4, 0.0, 0.0)
+        if not cell.multigrid:
+            assert cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupCosineLR"
+    big = study.plan_video_cell(grid, study.VideoCell("sgd", 256), "/x")
+    # 6.25% of the training set per step, 16 steps an epoch (the paper: 5.1%, ~20)
+    assert (big.iterations, big.warmup, big.lr) == (480, 80, pytest.approx(0.32))
+    lamb = study.plan_video_cell(grid, study.VideoCell("pmd_lamb", 1024), "/x")
+    assert (lamb.iterations, lamb.warmup, lamb.pmd_period, lamb.lr) == (120, 20, 30, pytest.approx(0.04))
+    tsn = cfg_of(study.plan_video_cell(grid, study.VideoCell("sgd", 16, backbone="TSNResNet"), "/x"))
+    assert tsn.MODEL.VIDEO.BACKBONE == "TSNResNet"
+
+
+def test_the_multigrid_cell_keeps_the_epochs_on_a_step_schedule():
+    grid = study.build_video_grid()
+    plan = study.plan_video_cell(grid, study.VideoCell("sgd", 256, multigrid=True), "/x")
+    cfg = cfg_of(plan)
+    assert cfg.MULTIGRID.LONG_CYCLE and cfg.MULTIGRID.SHORT_CYCLE and cfg.MULTIGRID.EPOCH_FACTOR == 1.0
+    assert cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupMultiStepLR" and cfg.SOLVER.STEPS == (360, 440)
+
+
+def _fake_run(run_dir, top1=None, losses=(2.0, 1.0), status="finished", speed=100.0):
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "metrics.json"), "w") as f:
+        for i, loss in enumerate(losses):
+            f.write(json.dumps({"iteration": i, "total_loss": loss}) + "\n")
+        if top1 is not None:
+            f.write(json.dumps({"iteration": len(losses), "classification/top1": top1}) + "\n")
+    with open(os.path.join(run_dir, "run_summary.json"), "w") as f:
+        json.dump({"status": status, "invocations": [{"images_per_s": speed}]}, f)
+
+
+def test_summarize_reads_top1_speed_and_divergence(tmp_path):
+    grid = study.build_video_grid()
+    args = types.SimpleNamespace(grid_obj=grid, num_gpus=1, device_label="cpu", threads=1)
+    plan = study.plan_video_cell(grid, study.VideoCell("pmd_lamb", 256, seed=1), str(tmp_path))
+    _fake_run(str(tmp_path / "ok"), top1=81.2345)
+    row = study_runner.summarize_video_cell(plan, str(tmp_path / "ok"), 0, 60.0, args)
+    assert (row["top1"], row["batch_fraction"], row["accumulation"], row["seed"]) == ("81.23", "0.0625", 16, 1)
+    assert (row["clips_per_s"], row["final_loss"], row["diverged"], row["pmd_period"]) == ("100.00", "1.0000", "no", 120)
+    _fake_run(str(tmp_path / "div"), losses=(2.0, float("inf")), status="diverged")
+    row = study_runner.summarize_video_cell(plan, str(tmp_path / "div"), 1, 5.0, args)
+    assert (row["diverged"], row["top1"]) == ("yes", "")
+    _fake_run(str(tmp_path / "noeval"))
+    assert study_runner.summarize_video_cell(plan, str(tmp_path / "noeval"), 0, 5.0, args) is None
+    _fake_run(str(tmp_path / "failed"), status="failed")
+    assert study_runner.summarize_video_cell(plan, str(tmp_path / "failed"), 1, 5.0, args) is None
+
+
+def test_study_runs_each_cell_once_and_retries_failures(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def run_cell(plan, run_dir, args):
+        calls.append(plan.cell.name)
+        if plan.cell.name == "sgd-bs256" and calls.count("sgd-bs256") == 1:
+            return 1, "RuntimeError: killed", 1.0
+        _fake_run(run_dir, top1=50.0 + len(calls))
+        return 0, "", 2.0
+
+    monkeypatch.setattr(study_runner, "run_cell", run_cell)
+    out = str(tmp_path / "s")
+    only = ["sgd-bs16", "sgd-bs256", "pmd_lamb-bs256"]
+    assert study_runner.main(["--output-dir", out, "--only", *only]) == 1
+    assert study_runner.main(["--output-dir", out, "--only", *only]) == 0
+    assert calls == ["sgd-bs16", "sgd-bs256", "pmd_lamb-bs256", "sgd-bs256"]
+    with open(os.path.join(out, "study.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["cell"], r["top1"]) for r in rows] == [("sgd-bs16", "51.00"), ("pmd_lamb-bs256", "53.00"), ("sgd-bs256", "54.00")]
+    assert list(rows[0]) == study.VIDEO_CSV_FIELDS
+    capsys.readouterr()
+    assert study_runner.main(["--output-dir", out, "--dry-run"]) == 0
+    out_text = capsys.readouterr().out
+    assert "[done] sgd-bs16 " in out_text and "[todo] sgd-bs1024 " in out_text and "batch/N 25.00%" in out_text
