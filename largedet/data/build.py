@@ -424,7 +424,7 @@ def _training_dicts(cfg: CfgNode):
             dropped,
         )
         if cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS:
-            dataset = filter_images_with_only_crowd_annotations(dataset, names)
+            dataset = filter_images_with_only_crowd_annotations(dataset)
     return dataset
 
 
