@@ -5,6 +5,10 @@
     python tools/plot_metrics.py --study benchmarks/results/batch_scaling_cpu.csv --out-dir docs/figures
     # and every cell at one batch (sweeps included), held-out and reported AP
     python tools/plot_metrics.py --study benchmarks/results/batch_scaling_steps.csv --cells-at-batch 1024
+    # the gap to batch 16 against the epoch budget, two grids side by side (LABEL=CSV[,EVAL_CSV])
+    python tools/plot_metrics.py --compare \
+        "batch = 67% of N=benchmarks/results/batch_scaling_steps.csv,benchmarks/results/batch_scaling_steps_eval2000.csv" \
+        "batch = 1% of N=benchmarks/results/batch_scaling_regime.csv" --out-dir benchmarks/results/figures --prefix regimes_
     # loss and LR against epochs for several runs (their OUTPUT_DIRs)
     python tools/plot_metrics.py --runs output/run_a output/run_b --labels A B --out-dir figs
 
@@ -24,7 +28,10 @@ from largedet.study.plotting import (
     plot_ap_vs_epochs,
     plot_cells_at_batch,
     plot_curves,
+    plot_regimes,
     plot_throughput,
+    regime_gaps,
+    regime_table,
     study_table,
     with_reevaluation,
 )
@@ -57,9 +64,24 @@ def main(argv=None) -> int:
         "(batch_scaling_study.py --eval-images N) instead of the study CSV's, in every "
         "figure and the table; cells it lacks are left out",
     )
+    parser.add_argument(
+        "--compare",
+        nargs="*",
+        default=(),
+        metavar="LABEL=CSV[,EVAL_CSV]",
+        help="grids to compare: the gap of each PMD-LAMB batch to its own batch-16 baseline "
+        "against the epoch budget (gap_vs_epochs.png) and its table; EVAL_CSV: a larger "
+        "evaluation of that grid's cells (batch_scaling_study.py --eval-images N)",
+    )
     args = parser.parse_args(argv)
-    if not args.study and not args.runs:
-        parser.error("nothing to plot: give --study CSV and/or --runs DIR [DIR ...]")
+    if not args.study and not args.runs and not args.compare:
+        parser.error("nothing to plot: give --study CSV, --runs DIR [DIR ...] and/or --compare")
+    compare = []
+    for entry in args.compare:
+        label, sep, files = entry.rpartition("=")
+        if not sep or not label or not files:
+            parser.error(f"--compare {entry!r}: expected LABEL=CSV[,EVAL_CSV]")
+        compare.append((label, *files.split(",", 1)))
     if args.eval_csv and not args.study:
         parser.error("--eval-csv goes with --study")
     if args.labels is not None and len(args.labels) != len(args.runs):
@@ -90,6 +112,16 @@ def main(argv=None) -> int:
                                     title=f"Every cell at batch {args.cells_at_batch}{suffix}")  # fmt: skip
                 written.append(path)
             print(study_table(rows))
+        if compare:
+            regimes = []
+            for label, study_csv, *evaluation in compare:
+                rows = load_study(study_csv)
+                if evaluation:
+                    rows, _ = with_reevaluation(rows, evaluation[0])
+                regimes.append((label, rows))
+            written.append(plot_regimes(regimes, os.path.join(args.out_dir, f"{args.prefix}gap_vs_epochs.png"),
+                                        title=f"The gap to batch 16 against the epoch budget{suffix}"))  # fmt: skip
+            print(regime_table(regime_gaps(regimes)))
         if args.runs:
             labels = args.labels or [None] * len(args.runs)
             runs = [

@@ -38,7 +38,10 @@ __all__ = [
     "plot_ap_vs_batch",
     "plot_ap_vs_epochs",
     "plot_curves",
+    "plot_regimes",
     "plot_throughput",
+    "regime_gaps",
+    "regime_table",
     "mean_ap",
     "seed_replicas",
     "study_table",
@@ -208,7 +211,9 @@ _SEED_SUFFIX = re.compile(r"-s\d+$")
 # the recipes an epoch curve is drawn for: the cell-name suffix (after the epoch factor,
 # before the seed) and its label; "" is the study's recipe
 EPOCH_RECIPES = {"": "", "-lrwsd-wd0.01": "WSD LR, weight decay 0.01"}
-_BASELINE_CELL = re.compile(r"^sgd-bs16-wu2(?:-s\d+)?$")
+# the batch-16 SGD baseline of a grid: the steps grid's sgd-bs16-wu2, the regime grid's
+# sgd-bs16-wu0.65 (each with Detectron2's warm-up in its own epochs)
+_BASELINE_CELL = re.compile(r"^sgd-bs16-wu[\d.]+(?:-s\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -290,6 +295,102 @@ def plot_ap_vs_epochs(rows: Sequence[dict], path: str, title: str = "") -> str:
     axes[0].set_ylabel("box AP")
     axes[1].legend(fontsize=8, loc="lower right")
     fig.suptitle(title or "Box AP against the epoch budget")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+@dataclass(frozen=True)
+class RegimeGap:
+    """One point of :func:`regime_gaps`: a grid's PMD-LAMB cell (its seeds averaged) as the
+    gap to that grid's batch-16 baseline mean, held-out and reported (negative: below)."""
+
+    regime: str
+    batch: int
+    fraction: float  # batch / training images
+    recipe: str
+    factor: float
+    holdout_gap: Optional[float]
+    reported_gap: Optional[float]
+    seeds: int
+
+
+def _num_train(rows: Sequence[dict]) -> int:
+    """The grid's training images: iterations x batch / epochs of any of its rows."""
+    for r in rows:
+        if r.get("iterations") and r.get("epochs") not in (None, ""):
+            epochs = float(r["epochs"])
+            if r["cell"].startswith("sgd-bs16") or "-ep" not in r["cell"]:
+                return round(r["iterations"] * r["batch"] / epochs)
+    raise ValueError("cannot tell the training images: no row with iterations and epochs")
+
+
+def regime_gaps(regimes: Sequence[tuple]) -> List[RegimeGap]:
+    """The gap of every epoch-curve point (:func:`epoch_curve`) of each ``(label, rows)``
+    grid to its own baseline's mean AP, on both splits."""
+    out = []
+    for label, rows in regimes:
+        points, baseline = epoch_curve(rows)
+        if not baseline:
+            continue
+        n = _num_train(rows)
+        base_h = [b[0] for b in baseline if b[0] is not None]
+        base_r = [b[1] for b in baseline if b[1] is not None]
+        mean_h = sum(base_h) / len(base_h) if base_h else None
+        mean_r = sum(base_r) / len(base_r) if base_r else None
+        for p in points:
+            out.append(RegimeGap(
+                label, p.batch, p.batch / n, p.recipe, p.factor,
+                None if p.holdout is None or mean_h is None else p.holdout - mean_h,
+                None if p.reported is None or mean_r is None else p.reported - mean_r,
+                p.seeds,
+            ))  # fmt: skip
+    return out
+
+
+def regime_table(gaps: Sequence[RegimeGap]) -> str:
+    """A Markdown table of :func:`regime_gaps`: one row per grid, batch, recipe and factor."""
+    lines = ["| grid | batch (batch/N) | recipe | epochs | seeds | gap held-out | gap reported |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for g in gaps:
+        cells = [f"{v:+.2f}" if v is not None else "-" for v in (g.holdout_gap, g.reported_gap)]
+        lines.append(f"| {g.regime} | {g.batch} ({100 * g.fraction:.2g}%) | "
+                     f"{EPOCH_RECIPES.get(g.recipe, g.recipe) or 'step LR, wd 1e-4'} | {g.factor:g}x | {g.seeds} | "
+                     f"{cells[0]} | {cells[1]} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot_regimes(regimes: Sequence[tuple], path: str, title: str = "") -> str:
+    """Gap to each grid's batch-16 baseline (AP) against the epoch factor, held-out and
+    reported split side by side; one line per grid, batch and recipe (the step recipe solid,
+    warm-up-stable-decay with weight decay 0.01 dashed), batch / training images on the
+    legend; the 1-AP goal dashed."""
+    plt = _pyplot()
+    gaps = regime_gaps(regimes)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), sharey=True)
+    markers = "os^vD"
+    labels = list(dict.fromkeys(g.regime for g in gaps))
+    for ax, key, name in ((axes[0], "holdout_gap", "held-out split (chooses)"),
+                          (axes[1], "reported_gap", "shapes_val (reports)")):  # fmt: skip
+        ax.axhline(0.0, color="0.4", lw=1)
+        ax.axhline(-1.0, color="0.4", lw=1, ls="--", label="baseline - 1 AP")
+        for regime, batch, recipe in sorted({(g.regime, g.batch, g.recipe) for g in gaps},
+                                            key=lambda k: (labels.index(k[0]), k[1], k[2])):  # fmt: skip
+            mine = sorted((g for g in gaps if (g.regime, g.batch, g.recipe) == (regime, batch, recipe)
+                           and getattr(g, key) is not None), key=lambda g: g.factor)  # fmt: skip
+            if not mine:
+                continue
+            text = f"{regime}: batch {batch} = {100 * mine[0].fraction:.2g}% of N"
+            text += ", WSD + wd 0.01" if recipe else ", step LR"
+            ax.plot([g.factor for g in mine], [getattr(g, key) for g in mine],
+                    ("--" if recipe else "-") + markers[labels.index(regime) % len(markers)], label=text)  # fmt: skip
+        ax.set_xlabel("epochs / the baseline's epochs")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("AP minus the batch-16 baseline's mean")
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(title or "The gap to batch 16 against the epoch budget, by regime")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -269,3 +269,34 @@ def test_epoch_curve_draws_a_second_recipe_apart_and_brackets_its_parity(tmp_pat
     assert {p.recipe for p in epoch_curve(_curve_rows() + tuned, recipes=("",))[0]} == {""}
     path = plot_ap_vs_epochs(_curve_rows() + tuned, str(tmp_path / "epochs.png"))
     assert os.path.getsize(path) > 10_000
+
+
+def test_regime_gaps_subtract_each_grids_own_baseline(tmp_path):
+    from largedet.study.plotting import plot_regimes, regime_gaps, regime_table
+
+    row = {"optimizer": "pmd_lamb", "diverged": "no"}
+    small = [  # 1536 images, 200 epochs: the baseline sgd-bs16-wu2
+        {**row, "cell": "sgd-bs16-wu2", "optimizer": "sgd", "batch": 16, "iterations": 19200, "epochs": "200", "holdout_ap": 74.0, "box_ap": 75.0},
+        {**row, "cell": "pmd_lamb-bs1024", "batch": 1024, "iterations": 300, "epochs": "200", "holdout_ap": 71.0, "box_ap": 72.5},
+        {**row, "cell": "pmd_lamb-bs1024-ep1.4x", "batch": 1024, "iterations": 420, "epochs": "280", "holdout_ap": 72.5, "box_ap": 73.5},
+    ]
+    large = [  # 24,576 images, 12 epochs: the baseline sgd-bs16-wu0.65, two seeds
+        {**row, "cell": "sgd-bs16-wu0.65", "optimizer": "sgd", "batch": 16, "iterations": 18432, "epochs": "12", "holdout_ap": 70.0, "box_ap": 71.0},
+        {**row, "cell": "sgd-bs16-wu0.65-s1", "optimizer": "sgd", "batch": 16, "iterations": 18432, "epochs": "12", "holdout_ap": 71.0, "box_ap": 72.0},
+        {**row, "cell": "pmd_lamb-bs256-lrwsd-wd0.01", "batch": 256, "iterations": 1152, "epochs": "12", "holdout_ap": 70.0, "box_ap": 71.0},
+        {**row, "cell": "pmd_lamb-bs256-lrwsd-wd0.01-s1", "batch": 256, "iterations": 1152, "epochs": "12", "holdout_ap": 70.4, "box_ap": 71.2},
+        {**row, "cell": "pmd_lamb-bs256-ep1.4x", "batch": 256, "iterations": 1613, "epochs": "16.8", "holdout_ap": 71.0, "box_ap": 72.0},
+    ]  # fmt: skip
+    gaps = regime_gaps([("small", small), ("large", large)])
+    got = [(g.regime, g.batch, round(g.fraction, 4), g.recipe, g.factor, g.seeds) for g in gaps]
+    assert got == [("small", 1024, 0.6667, "", 1.0, 1), ("small", 1024, 0.6667, "", 1.4, 1),
+                   ("large", 256, 0.0104, "", 1.4, 1), ("large", 256, 0.0104, "-lrwsd-wd0.01", 1.0, 2)]  # fmt: skip
+    assert (gaps[0].holdout_gap, gaps[0].reported_gap) == (-3.0, -2.5)
+    # the large grid's baseline is the mean of its two seeds: 70.5 / 71.5
+    assert gaps[3].holdout_gap == pytest.approx(-0.3) and gaps[3].reported_gap == pytest.approx(-0.4)
+    assert gaps[2].holdout_gap == pytest.approx(0.5) and gaps[2].reported_gap == pytest.approx(0.5)
+    table = regime_table(gaps)
+    assert "| large | 256 (1%) | WSD LR, weight decay 0.01 | 1x | 2 | -0.30 | -0.40 |" in table
+    assert "| small | 1024 (67%) | step LR, wd 1e-4 | 1.4x | 1 | -1.50 | -1.50 |" in table
+    path = plot_regimes([("small", small), ("large", large)], str(tmp_path / "gap.png"))
+    assert os.path.getsize(path) > 10_000

@@ -111,3 +111,27 @@ def test_study_runs_each_cell_once_and_retries_failures(tmp_path, monkeypatch, c
     assert study_runner.main(["--output-dir", out, "--dry-run"]) == 0
     out_text = capsys.readouterr().out
     assert "[done] sgd-bs16 " in out_text and "[todo] sgd-bs1024 " in out_text and "batch/N 25.00%" in out_text
+
+
+def test_table_and_figure_of_the_video_study(tmp_path):
+    from largedet_video.study_plot import curves, load_video_study, plot_top1_vs_batch, video_table
+
+    path = str(tmp_path / "s.csv")
+    rows = [("sgd-bs16", 16, "80.0", "no"), ("sgd-bs16-s1", 16, "82.0", "no"), ("sgd-bs256", 256, "79.5", "no"),
+            ("sgd-bs1024", 1024, "", "yes"), ("pmd_lamb-bs256", 256, "81.0", "no"),
+            ("sgd-bs256-multigrid", 256, "78.0", "no"), ("tsn-sgd-bs16", 16, "12.6", "no")]  # fmt: skip
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=study.VIDEO_CSV_FIELDS)
+        w.writeheader()
+        for cell, batch, top1, div in rows:
+            w.writerow({"cell": cell, "batch": batch, "top1": top1, "diverged": div})
+    data = load_video_study(path)
+    lines, baseline, others = curves(data)
+    assert baseline == [80.0, 82.0]
+    assert [(b, m) for b, m, *_ in lines["sgd"]] == [(16, 81.0), (256, 79.5), (1024, None)]
+    assert others == {"sgd-bs256-multigrid": [78.0], "tsn-sgd-bs16": [12.6]}
+    table = video_table(data)
+    assert "| SGD, linear rule | 81.0 (2 seeds: 80.0, 82.0) | 79.5 | div. |" in table
+    assert "| PMD-LAMB, square-root rule | - | 81.0 | - |" in table
+    out = plot_top1_vs_batch(data, str(tmp_path / "f.png"), 4096)
+    assert os.path.getsize(out) > 10_000

@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""The video batch study's figure (top-1 against the global batch) and its Markdown table.
+
+    python projects/video/benchmarks/plot_batch_study.py \\
+        projects/video/benchmarks/results/batch_study.csv --out projects/video/benchmarks/results/figures
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from largedet_video.study import NUM_TRAIN  # noqa: E402
+from largedet_video.study_plot import load_video_study, plot_top1_vs_batch, video_table  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("csv", help="the CSV written by batch_study.py")
+    parser.add_argument("--out", default=".", help="folder of top1_vs_batch.png")
+    parser.add_argument("--title", default="", help="the figure's title")
+    args = parser.parse_args(argv)
+    try:
+        rows = load_video_study(args.csv)
+    except (FileNotFoundError, ValueError, KeyError) as e:
+        print(f"plot_batch_study: {e}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"plot_batch_study: {args.csv}: no rows yet", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    path = plot_top1_vs_batch(rows, os.path.join(args.out, "top1_vs_batch.png"), NUM_TRAIN, args.title)
+    print(video_table(rows))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
