@@ -5,10 +5,13 @@ from ``.pkl`` files read without running code, a full disk one clear error
 from .atomic import (
     AtomicCheckpointer,
     CheckpointSpaceError,
+    DiskFullError,
     FoundCheckpoint,
     NoCompleteCheckpointError,
     UnsafeWeightsError,
     check_output_dir,
+    is_disk_full,
+    last_checkpoint_state,
     load_model_zoo_pickle,
     warn_if_low_space,
 )
@@ -16,10 +19,13 @@ from .atomic import (
 __all__ = [
     "AtomicCheckpointer",
     "CheckpointSpaceError",
+    "DiskFullError",
     "FoundCheckpoint",
     "NoCompleteCheckpointError",
     "UnsafeWeightsError",
     "check_output_dir",
+    "is_disk_full",
+    "last_checkpoint_state",
     "load_model_zoo_pickle",
     "warn_if_low_space",
 ]

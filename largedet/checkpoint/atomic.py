@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import logging
@@ -20,10 +21,13 @@ from detectron2.utils import comm
 __all__ = [
     "AtomicCheckpointer",
     "CheckpointSpaceError",
+    "DiskFullError",
     "FoundCheckpoint",
     "NoCompleteCheckpointError",
     "UnsafeWeightsError",
     "check_output_dir",
+    "is_disk_full",
+    "last_checkpoint_state",
     "load_model_zoo_pickle",
     "warn_if_low_space",
 ]
@@ -42,9 +46,33 @@ class UnsafeWeightsError(ValueError):
     """A ``.pkl`` weights file names a Python object that a model-zoo file never holds."""
 
 
-class CheckpointSpaceError(OSError):
+class DiskFullError(OSError):
+    """A file of the run (a checkpoint, a log) could not be written for lack of disk space;
+    the message is one line naming the file. Training scripts print it as
+    ``error: <message>`` and exit with status 74."""
+
+
+class CheckpointSpaceError(DiskFullError):
     """A checkpoint could not be written for lack of disk space; the message is one line
     naming the file, the bytes it needs and the bytes free."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` is a write that found no space (``ENOSPC``) or no quota (``EDQUOT``)."""
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def last_checkpoint_state(save_dir: str) -> str:
+    """What a run that stops on a full disk leaves in ``save_dir``, for its one-line error:
+    the tagged checkpoint, intact, or that no checkpoint was written yet."""
+    try:
+        with open(os.path.join(save_dir, _TAG)) as f:
+            tagged = f.read().strip()
+    except OSError:
+        tagged = ""
+    if tagged and os.path.isfile(os.path.join(save_dir, tagged)):
+        return f"the previous checkpoint {tagged} and {_TAG} are unchanged"
+    return "no checkpoint had been written (--resume starts from scratch)"
 
 
 # --- .pkl weights (Detectron2's model-zoo format) ---------------------------------------------
@@ -147,6 +175,25 @@ def _is_temporary(name: str) -> bool:
     return _TEMPORARY.match(name) is not None
 
 
+def _writer_pid(name: str) -> Optional[int]:
+    """The id of the process that writes the temporary file ``name`` (None for the names
+    of earlier versions, which do not hold it)."""
+    match = _TEMPORARY.match(name)
+    if match is None or "-" not in match.group(2):
+        return None
+    return int(match.group(2).split("-")[0])
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 def _write_atomically(path: str, write: Callable) -> None:
     """Call ``write(file)`` on a temporary file beside ``path``, flush it to disk, then
     rename it to ``path`` (``os.replace``: atomic on POSIX and Windows). On any error the
@@ -238,8 +285,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
                 raise
             error = CheckpointSpaceError(
                 f"{save_file}: no space left on the device: the checkpoint needs about {needed} "
-                f"bytes and {free} are free; the previous checkpoint and last_checkpoint are "
-                "unchanged"
+                f"bytes and {free} are free; {last_checkpoint_state(self.save_dir)}"
             )
             error.errno = errno.ENOSPC
             raise error from None
@@ -256,12 +302,19 @@ class AtomicCheckpointer(DetectionCheckpointer):
 
     def remove_temporary_files(self) -> None:
         """Remove the temporary files of saves that were killed midway (main process only:
-        the one that writes)."""
+        the one that writes). A file whose name holds the id of another live process is
+        that process's save in progress and is left alone."""
         if not (self._is_local() and self.save_to_disk and os.path.isdir(self.save_dir)):
             return
         for name in os.listdir(self.save_dir):
-            if _is_temporary(name):
-                logger.info("Removing %s, left by an interrupted save", name)
+            if not _is_temporary(name):
+                continue
+            pid = _writer_pid(name)
+            if pid is not None and pid != os.getpid() and _process_alive(pid):
+                logger.warning("Leaving %s: process %d, which is writing it, is alive", name, pid)
+                continue
+            logger.info("Removing %s, left by an interrupted save", name)
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(self.save_dir, name))
 
     # --- resuming ------------------------------------------------------------------------

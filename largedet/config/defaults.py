@@ -292,7 +292,9 @@ def _add_large_batch_config(cfg: CN) -> None:
     # position), the log says "pre-empted at iteration N: checkpoint <file>", and every
     # process exits with status 75; --resume continues at step N + 1. Names of catchable
     # signals; () leaves every signal's default action (SIGTERM kills the run at once).
-    cfg.PREEMPTION.SIGNALS = ("SIGTERM", "SIGUSR1", "SIGUSR2")
+    # SIGINT is Ctrl-C; loader workers ignore SIGTERM, SIGINT and these
+    # (docs/reliability.md).
+    cfg.PREEMPTION.SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
 
     # Optimizer steps between two writes of the logged metrics (console, metrics.json,
     # TensorBoard); an integer >= 1. Detectron2 writes every 20; short runs (a few dozen

@@ -29,6 +29,7 @@ from detectron2.utils.registry import locate
 from omegaconf import DictConfig, OmegaConf
 
 from .defaults import add_largedet_config
+from .safe_yaml import check_config_tags
 from .keys import declared_train_keys
 from .device import device_for, resolve_device
 
@@ -227,6 +228,8 @@ def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConf
     ``key=value`` overrides (``args.opts``), register ``datasets``, and with ``log`` run
     Detectron2's ``default_setup`` (loggers, config dump to ``train.output_dir``, seeding
     with ``train.seed``) and set up the ``largedet`` logger as the yacs path does."""
+    if args.config_file.endswith((".yaml", ".yml")):  # Detectron2 reads these with yaml.unsafe_load
+        check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
     cfg = LazyConfig.load(args.config_file)
     cfg = LazyConfig.apply_overrides(cfg, args.opts or [])
     register_datasets(cfg)

@@ -31,9 +31,11 @@ group takes its place (the stream position stays the same) and it is counted in
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import random
+import signal
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -70,12 +72,39 @@ __all__ = [
     "build_test_loader",
     "build_train_loader",
     "group_by_aspect_ratio",
+    "ignore_job_signals",
     "image_seed",
+    "loader_worker_init",
 ]
 
 logger = logging.getLogger(__name__)
 
 Entry = Tuple[int, int]  # (position in the global stream, dataset index)
+
+#: what loader workers always ignore: what a cluster (SIGTERM) and Ctrl-C (SIGINT) send to
+#: every process of the job, the workers included
+JOB_SIGNALS = ("SIGTERM", "SIGINT")
+
+
+def ignore_job_signals(names: Sequence[str] = ()) -> None:
+    """Ignore :data:`JOB_SIGNALS` and the signals ``names`` (``PREEMPTION.SIGNALS``) in this
+    process: a loader worker that a signal to the whole process group killed would end the
+    run with PyTorch's ``DataLoader worker ... is killed by signal`` before the main process
+    writes its pre-emption checkpoint. A worker still ends with the main process (PyTorch
+    stops its workers, and a worker whose parent died exits)."""
+    for name in dict.fromkeys((*JOB_SIGNALS, *names)):
+        signal.signal(signal.Signals[name], signal.SIG_IGN)
+
+
+def loader_worker_init(worker_id: int, signals: Sequence[str] = ()) -> None:
+    """Every largedet loader's ``worker_init_fn``: :func:`ignore_job_signals` (``signals``:
+    ``PREEMPTION.SIGNALS``), then Detectron2's ``worker_init_reset_seed``."""
+    ignore_job_signals(signals)
+    worker_init_reset_seed(worker_id)
+
+
+def _worker_init_fn(cfg: CfgNode) -> Callable[[int], None]:
+    return functools.partial(loader_worker_init, signals=tuple(cfg.PREEMPTION.SIGNALS))
 
 
 class ResumableTrainingSampler(TrainingSampler):
@@ -483,7 +512,7 @@ def build_train_loader(
         batch_size=None,  # TrainBatches yields whole batches
         num_workers=cfg.DATALOADER.NUM_WORKERS,
         collate_fn=trivial_batch_collator,
-        worker_init_fn=worker_init_reset_seed,
+        worker_init_fn=_worker_init_fn(cfg),
     )
     return DetectionTrainLoader(loader, sampler)
 
@@ -553,4 +582,5 @@ def build_test_loader(cfg: CfgNode, dataset_name: str, mapper: Optional[Callable
         mapper=None,
         num_workers=cfg.DATALOADER.NUM_WORKERS,
     )
+    loader.worker_init_fn = _worker_init_fn(cfg)  # Detectron2's builder takes none
     return SkippingTestLoader(loader, dataset_name)

@@ -18,6 +18,7 @@ from detectron2.utils.logger import setup_logger
 
 from ..checkpoint import AtomicCheckpointer
 from ..config import DeviceUnavailableError, add_largedet_config, resolve_device
+from ..config.safe_yaml import check_config_tags
 from ..config.validate import ConfigError, check_config, check_files, merge_checked
 from ..data import (
     CocoJsonError,
@@ -32,6 +33,8 @@ from .ema import ModelEMA, evaluate_with_ema
 from .preemption import parse_signals
 from .run_summary import write_eval_results
 from .launch import launch, launched_by_torchrun, planned_world_size, process_flags_given
+from .run_lock import OutputDirInUseError, OutputDirLock
+from .writers import set_up_log_files, stop_log_files_on_full_disk
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +44,12 @@ def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentPars
     parser = default_argument_parser(epilog)
     parser.add_argument(
         "--config", dest="config_file", metavar="FILE", help="alias of --config-file"
+    )
+    parser.add_argument(
+        "--allow-python-yaml",
+        action="store_true",
+        help="load a config file (or _BASE_ file) holding !!python/... tags, which can run "
+        "code, with yaml.unsafe_load (a warning names them); without it such a file is refused",
     )
     return parser
 
@@ -60,6 +69,7 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     cfg = get_cfg()
     add_largedet_config(cfg)
     if args.config_file:
+        check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
         cfg.merge_from_file(args.config_file)
     merge_checked(cfg, None, args.opts)  # an integer for a float key read as that float
     device_note = resolve_device(cfg)
@@ -75,8 +85,10 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
         expand_hierarchy=cfg.DATASETS.OPENIMAGES.EXPAND_HIERARCHY,
     )
     if log:
+        set_up_log_files(cfg.OUTPUT_DIR)  # log.txt stops the run in one line on a full disk
         default_setup(cfg, args)
         setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name="largedet")
+        stop_log_files_on_full_disk(cfg.OUTPUT_DIR)
         if device_note:
             (logger.warning if cfg.MODEL.DEVICE == "cpu" else logger.info)(device_note)
     return cfg
@@ -90,6 +102,7 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``:
     :func:`~largedet.engine.launch.planned_world_size`), or for ``--eval-only``. ``args``
     is not changed. Raises :class:`~largedet.config.validate.ConfigError`."""
+    check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
     merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
     try:
         cfg = setup_cfg(args, log=False)
@@ -99,6 +112,14 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     check_files(cfg, training=not args.eval_only, resume=args.resume)
     check_engine_keys(cfg)
     return plan
+
+
+def config_output_dir(args: argparse.Namespace) -> str:
+    """``OUTPUT_DIR`` of ``tools/train_net.py``'s config (``--config-file`` and the
+    overrides), read without building anything."""
+    cfg = add_largedet_config(get_cfg())
+    merge_checked(cfg, args.config_file, args.opts)
+    return cfg.OUTPUT_DIR
 
 
 def check_engine_keys(cfg: CfgNode) -> None:
@@ -115,6 +136,7 @@ def check_and_launch(
     args: argparse.Namespace,
     check: Callable[[argparse.Namespace], object],
     errors: tuple[type[Exception], ...] | None = None,
+    output_dir: Callable[[argparse.Namespace], str] | None = None,
 ) -> None:
     """``check(args)``, then :func:`launch`. An error of ``errors`` (default
     :class:`largedet.config.validate.ConfigError`) from ``check`` is one line on stderr
@@ -122,7 +144,10 @@ def check_and_launch(
     torchrun every process exits so and the first one alone prints the line. Under
     torchrun, process flags given on the command line (``--num-gpus``, ``--num-machines``,
     ``--machine-rank``, ``--dist-url``, set to other than their defaults, abbreviations
-    included) are named as ignored, once."""
+    included) are named as ignored, once. With ``output_dir`` (the run's ``OUTPUT_DIR`` of
+    ``args``), the first process of the job owns that folder for the run
+    (:class:`~largedet.engine.run_lock.OutputDirLock`): a folder that a live run owns is
+    the same one line and exit status 2."""
     first = not launched_by_torchrun() or os.environ.get("RANK", "0") == "0"
     if launched_by_torchrun() and first:
         given = process_flags_given(args)
@@ -133,13 +158,20 @@ def check_and_launch(
                 "this machine, torchrun's --nproc_per_node and --nnodes)",
                 file=sys.stderr,
             )
+    lock = None
     try:
         check(args)
-    except errors or (ConfigError,) as e:
+        if output_dir is not None and first and (launched_by_torchrun() or args.machine_rank == 0):
+            lock = OutputDirLock(output_dir(args)).acquire()
+    except (OutputDirInUseError, *(errors or (ConfigError,))) as e:
         if first:
             print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    launch(main_func, args)
+    try:
+        launch(main_func, args)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 

@@ -8,7 +8,7 @@
 A script calls :func:`largedet.engine.defaults.check_and_launch`: its config is checked
 for :func:`planned_world_size` processes before any process starts, so that a batch that
 does not split over torchrun's processes is refused as it is for ``--num-gpus``. This
-module depends on Detectron2, torch and two leaf modules (the checkpoint's full-disk error,
+module depends on Detectron2, torch and two leaf modules (the full-disk error,
 the pre-emption exit) only.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
 import multiprocessing
 import os
@@ -32,7 +33,7 @@ from detectron2.engine import default_argument_parser
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-from ..checkpoint import CheckpointSpaceError
+from ..checkpoint import DiskFullError
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
 
 __all__ = [
@@ -89,7 +90,9 @@ def launch(
     if not launched_by_torchrun():
         # one process: Detectron2 calls main_func here, without a process group of its own
         several = planned_world_size(args) > 1
-        with _forwarding_signals(several and args.num_gpus > 1):
+        # Detectron2 starts a worker process whenever the job has several, even one per
+        # machine (--num-gpus 1 --num-machines N)
+        with _forwarding_signals(several):
             try:
                 d2_launch(
                     _run_then_shut_down if several else _run_alone,
@@ -127,12 +130,19 @@ def _run_alone(main_func: Callable[[argparse.Namespace], object], args) -> None:
 
 @contextlib.contextmanager
 def _one_line():
-    """A checkpoint that found no space (:class:`~largedet.checkpoint.atomic.CheckpointSpaceError`)
+    """A file that found no space (:class:`~largedet.checkpoint.atomic.DiskFullError`: a
+    checkpoint, ``metrics.json``, ``log.txt``, TensorBoard's events, ``run_summary.json``)
     ends the process with its one line on stderr and :data:`DISK_FULL_EXIT_CODE`."""
     try:
         yield
-    except CheckpointSpaceError as e:
+    except DiskFullError as e:
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(DISK_FULL_EXIT_CODE)
+    except OSError as e:  # a write outside the trainer's (the config dump, the evaluation's)
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"error: {e.filename or 'a file of the run'}: no space left on the device "
+              f"({e.strerror})", file=sys.stderr)  # fmt: skip
         sys.exit(DISK_FULL_EXIT_CODE)
 
 
@@ -152,7 +162,7 @@ def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args)
 
 
 #: what a launching process passes on to the worker processes it started
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 @contextlib.contextmanager

@@ -12,6 +12,12 @@ checkpoint with the data position, every rank waits for it, the log says
 ``pre-empted at iteration N: checkpoint <file>``, and every process exits with
 :data:`PREEMPTED_EXIT_CODE` (``Preempted``, a ``SystemExit``). ``--resume`` then continues
 at step N + 1: no step is trained twice.
+
+A signal during the final evaluation (the hooks' ``after_train``, after the last step and
+its ``model_final`` checkpoint) abandons the evaluation at once: ``Preempted`` is raised
+from the handler, and ``--resume`` evaluates the final checkpoint without training a
+step. The handlers stay installed until :meth:`PreemptionHook.restore_signals` (the
+trainer calls it once every hook's ``after_train`` ran).
 """
 
 from __future__ import annotations
@@ -64,9 +70,21 @@ class PreemptionHook(HookBase):
     def __init__(self, signals: Sequence[str]):
         self._signals = parse_signals(signals)
         self._previous: Dict[signal.Signals, object] = {}
+        self._training_done = False  # after the last step: a signal stops at once
 
     def _handle(self, signum, frame) -> None:
         self.trainer._trainer.request_stop(signum)
+        if self._training_done:
+            self._stop_after_training([signum])
+
+    def _stop_after_training(self, signums) -> None:
+        path = self.trainer.checkpointer.get_checkpoint_file()  # model_final's, tagged
+        names = ", ".join(sorted({signal.Signals(s).name for s in signums if s}))
+        logger.warning(
+            "pre-empted during the final evaluation (%s): training is complete, checkpoint %s; "
+            "--resume evaluates it without training", names, path,
+        )  # fmt: skip
+        raise Preempted(self.trainer.iter, path)
 
     def before_train(self):
         if not self._signals:
@@ -96,6 +114,17 @@ class PreemptionHook(HookBase):
         raise Preempted(iteration, path)
 
     def after_train(self):
+        if not self._previous or self.trainer.iter < self.trainer.max_iter:
+            return  # no handlers, or training did not finish
+        # before the evaluation hook's after_train: from here a signal abandons it
+        self._training_done = True
+        signum = self.trainer._trainer.stop_requested
+        if signum:  # it came after the last step's all-gather
+            self._stop_after_training([signum])
+
+    def restore_signals(self) -> None:
+        """Put back the handlers that :meth:`before_train` replaced."""
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous = {}
+        self._training_done = False

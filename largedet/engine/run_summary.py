@@ -11,18 +11,25 @@ start and at the end of each invocation.
 
 ``OUTPUT_DIR/eval_results.json``: what an ``--eval-only`` run measured, the evaluation
 results as the training scripts return them (``{"bbox": {"AP": ...}}`` for one test set,
-``{<dataset>: {"bbox": ...}, ...}`` for several), written by the main process, atomically.
+``{<dataset>: {"bbox": ...}, ...}`` for several), written by the main process, atomically;
+a NaN (Detectron2's AP of a category without ground truth) is written as ``null``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import math
+import numbers
 import os
 import time
 from typing import Any, Dict, Optional
 
 from detectron2.engine import HookBase
 from detectron2.utils import comm
+
+from ..checkpoint import DiskFullError, is_disk_full, last_checkpoint_state
 
 
 __all__ = [
@@ -38,11 +45,53 @@ SUMMARY_FILE = "run_summary.json"
 EVAL_RESULTS_FILE = "eval_results.json"
 
 
+def _json_safe(data: Any) -> Any:
+    """``data`` with numpy scalars as Python numbers and NaN and infinities as None: JSON
+    has no NaN (Python's ``json`` would write a bare ``NaN``, which other readers refuse)."""
+    if isinstance(data, dict):
+        return {k: _json_safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_json_safe(v) for v in data]
+    if isinstance(data, (bool, int, str)) or data is None:
+        return data
+    if isinstance(data, numbers.Integral):
+        return int(data)
+    if isinstance(data, numbers.Real):
+        value = float(data)
+        return value if math.isfinite(value) else None
+    return data
+
+
 def _write_json(path: str, data: Any) -> None:
+    """Write ``data`` (:func:`_json_safe`) to ``path`` atomically. Where the disk is full, the
+    file is overwritten in place instead (its blocks are reused, so a summary of about its
+    old size still fits); :class:`~largedet.checkpoint.DiskFullError` when that fails too."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(data, f, indent=1, default=float)  # numpy scalars as floats
-    os.replace(path + ".tmp", path)
+    text = json.dumps(_json_safe(data), indent=1, allow_nan=False).encode()
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if not is_disk_full(e):
+            raise
+    try:
+        with open(path, "r+b") as f:
+            f.write(text)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        if not is_disk_full(e) and not isinstance(e, FileNotFoundError):
+            raise
+        output_dir = os.path.dirname(path) or "."
+        error = DiskFullError(f"{path}: no space left on the device; {last_checkpoint_state(output_dir)}")
+        error.errno = errno.ENOSPC
+        raise error from None
 
 
 def write_eval_results(output_dir: str, results: Dict[str, Any]) -> None:
@@ -122,7 +171,7 @@ class RunSummaryHook(HookBase):
         current = {
             "start_iter": self._start_iter,
             # the first step not trained: a pre-empted step was finished and saved
-            "end_iter": self.trainer.iter + (status == "preempted"),
+            "end_iter": min(self.trainer.iter + (status == "preempted"), self.trainer.max_iter),
             "wall_clock_s": round(wall, 3),
             "images_per_s": round(images / wall, 3) if wall > 0 and images else None,
             "status": status,

@@ -114,6 +114,11 @@ class AccumulationTrainer(SimpleTrainer):
         request is seen (:attr:`stop_agreed`); safe to call from a signal handler."""
         self._stop_signal = int(signum)
 
+    @property
+    def stop_requested(self) -> int:
+        """The signal this rank was asked to stop by (0: none)."""
+        return self._stop_signal
+
     def _autocast(self):
         if self.amp_dtype is None:
             return contextlib.nullcontext()

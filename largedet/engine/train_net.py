@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 from .defaults import (
     check_and_launch,
     check_args,
+    config_output_dir,
     largedet_argument_parser,
     print_box_ap,
     setup_cfg,
@@ -32,7 +33,7 @@ def main(args: argparse.Namespace) -> dict:
 def run(argv: Optional[Sequence[str]] = None) -> None:
     """Parse ``argv`` (default: the command line), check the config, start the processes."""
     args = largedet_argument_parser().parse_args(argv)
-    check_and_launch(main, args, check_args)
+    check_and_launch(main, args, check_args, output_dir=config_output_dir)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from typing import Optional
 import torch
 from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
-from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model, default_writers
+from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model
 from detectron2.engine import hooks as d2_hooks
 from detectron2.engine.hooks import EvalHook, PeriodicWriter
 from fvcore.nn.precise_bn import get_bn_modules
@@ -58,7 +58,14 @@ from detectron2.utils.events import CommonMetricPrinter, EventStorage
 from detectron2.utils.logger import setup_logger
 
 from .. import HAS_COMPILED_D2_OPS
-from ..checkpoint import AtomicCheckpointer, CheckpointSpaceError, FoundCheckpoint, warn_if_low_space
+from ..checkpoint import (
+    AtomicCheckpointer,
+    DiskFullError,
+    FoundCheckpoint,
+    is_disk_full,
+    last_checkpoint_state,
+    warn_if_low_space,
+)
 from ..config import add_largedet_config, amp_dtype
 from ..config.validate import TRAINING_RULES, check_values
 from ..data.build import (
@@ -83,7 +90,13 @@ from ..solver.lr_scheduler import LRScaling
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule, check_agvm_estimates
 from ..utils.wandb_writer import build_wandb_writers
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
-from .writers import ImageClockPrinter
+from .writers import (
+    ImageClockPrinter,
+    StopOnFullDiskJSONWriter,
+    StopOnFullDiskTensorboardXWriter,
+    default_writers_stopping_on_full_disk,
+    raise_if_a_log_found_no_space,
+)
 from .hooks import DivergenceGuard, ReseedEveryIter
 from .preemption import Preempted, PreemptionHook
 from .run_summary import RunSummaryHook
@@ -357,8 +370,10 @@ class Trainer(DefaultTrainer):
     def build_writers(self):
         """Detectron2's writers (console with the ETA, ``metrics.json``, TensorBoard) over
         :meth:`run_length` steps, and W&B's with ``WANDB.ENABLED``. With a batch ramp the
-        console's ETA counts images, not steps (:class:`~largedet.engine.writers.ImageClockPrinter`)."""
-        writers = default_writers(self.cfg.OUTPUT_DIR, self.max_iter)
+        console's ETA counts images, not steps (:class:`~largedet.engine.writers.ImageClockPrinter`).
+        The file writers stop the run with one :class:`~largedet.checkpoint.DiskFullError` on
+        a full disk (:func:`~largedet.engine.writers.default_writers_stopping_on_full_disk`)."""
+        writers = default_writers_stopping_on_full_disk(self.cfg.OUTPUT_DIR, self.max_iter)
         if self.schedule.ramped and self.schedule.total_steps == self.max_iter:
             writers = [ImageClockPrinter(self.schedule) if isinstance(w, CommonMetricPrinter) else w
                        for w in writers]  # fmt: skip
@@ -393,6 +408,19 @@ class Trainer(DefaultTrainer):
         if self.checkpointer.resumed_from:
             # the checkpoint holds the iteration that had just finished
             self.start_iter = self.iter + 1
+        if resume:  # the steps trained after the checkpoint are trained again: logged once
+            self._drop_logged_steps_from(self.start_iter)
+
+    def _drop_logged_steps_from(self, iteration: int) -> None:
+        for hook in self._hooks:
+            for writer in getattr(hook, "_writers", ()):  # Detectron2's PeriodicWriter
+                if isinstance(writer, (StopOnFullDiskJSONWriter, StopOnFullDiskTensorboardXWriter)):
+                    dropped = writer.drop_records_from(iteration)
+                    if dropped:
+                        logger.info(
+                            "metrics.json: dropped %d record(s) of the steps from %d on, which "
+                            "this run trains again", dropped, iteration,
+                        )  # fmt: skip
 
     def before_train(self):
         # Create the data iterator now: the loader draws its base seed from torch's global
@@ -443,14 +471,22 @@ class Trainer(DefaultTrainer):
                 self.end_status = "diverged"
                 loop_logger.exception("Exception during training:")
                 raise
-            except CheckpointSpaceError as e:  # one line, no traceback
+            except DiskFullError as e:  # one line, no traceback
                 self.end_status = "failed"
                 loop_logger.error("%s", e)
                 raise
-            except Exception:
+            except Exception as e:
                 self.end_status = "failed"
-                loop_logger.exception("Exception during training:")
-                raise
+                if not is_disk_full(e):
+                    loop_logger.exception("Exception during training:")
+                    raise
+                full = DiskFullError(  # a write of Detectron2's or another library's
+                    f"{e.filename or self.cfg.OUTPUT_DIR}: no space left on the device "
+                    f"({e.strerror}); training stopped; {last_checkpoint_state(self.cfg.OUTPUT_DIR)}"
+                )
+                full.errno = e.errno
+                loop_logger.error("%s", full)
+                raise full from None
             except BaseException:
                 self.end_status = "interrupted"
                 raise
@@ -466,12 +502,47 @@ class Trainer(DefaultTrainer):
     def after_step(self):
         """Every hook's ``after_step`` in order, but none after a hook that rolled back
         (:meth:`roll_back`): the step they would act on (save, evaluate, step the LR,
-        write) was undone."""
+        write) was undone. Then a log file that found no space during the step stops the
+        run (:func:`~largedet.engine.writers.raise_if_a_log_found_no_space`)."""
         self._rolled_back = False
         for hook in self._hooks:
             hook.after_step()
             if self._rolled_back:
                 break
+        raise_if_a_log_found_no_space()
+
+    def after_train(self):
+        """Every hook's ``after_train`` in order, as Detectron2's, except that a pre-emption
+        during the final evaluation (:class:`Preempted`) or a full disk
+        (:class:`~largedet.checkpoint.DiskFullError`) in one hook lets the later ones run
+        (the last metrics, ``run_summary.json`` with how the run ended) before it is
+        raised. After a run that stopped on an error, another hook's error is logged in one
+        line and the later hooks still run. The pre-emption handlers are put back at the end."""
+        self.storage.iter = self.iter
+        stopped = None
+        try:
+            for hook in self._hooks:
+                try:
+                    hook.after_train()
+                except (Preempted, DiskFullError) as e:
+                    if isinstance(e, Preempted):
+                        self.end_status = "preempted"
+                    elif self.end_status != "preempted":
+                        self.end_status = "failed"
+                    stopped = stopped or e
+                except Exception as e:
+                    if self.end_status == "finished":
+                        raise
+                    # the run stopped already, for a reason that is being raised: say this
+                    # one in a line, and let the later hooks record how the run ended
+                    logger.warning("%s.after_train failed after the run stopped: %s: %s",
+                                   type(hook).__name__, type(e).__name__, e)  # fmt: skip
+        finally:
+            for hook in self._hooks:
+                if isinstance(hook, PreemptionHook):
+                    hook.restore_signals()
+        if stopped is not None:
+            raise stopped
 
     def roll_back(self, found: FoundCheckpoint) -> None:
         """Restore everything the checkpoint ``found`` holds but the data position: the

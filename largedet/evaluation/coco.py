@@ -132,15 +132,97 @@ def _load_json(path: str, what: str):
     if not os.path.isfile(path):
         raise CocoInputError(f"{what} file not found: {path}")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise CocoInputError(f"{what} file {path} is not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise CocoInputError(
+            f"{what} file {path} is not UTF-8 text (byte {e.start}: {e.reason}), which JSON must be"
+        ) from None
 
 
 def _is_number(value) -> bool:
     """A finite JSON number (not a bool, which Python counts as an int)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_id(value) -> bool:
+    """An id COCO's indexes can hold: an integer or a string (not a bool, a list, a float)."""
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+def _segmentation_problem(segm) -> str | None:
+    """Why ``segm`` is no COCO segmentation (polygons ``[[x1, y1, x2, y2, x3, y3, ...], ...]``
+    or an RLE ``{"counts": str or [int], "size": [height, width]}``); None when it is one."""
+    if isinstance(segm, list):
+        if not segm or not all(
+            isinstance(p, list) and len(p) >= 6 and len(p) % 2 == 0 and all(_is_number(v) for v in p)
+            for p in segm
+        ):
+            return "is not a list of polygons [x1, y1, x2, y2, x3, y3, ...] of finite numbers"
+        return None
+    if isinstance(segm, dict):
+        size = segm.get("size")
+        if not (isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in size)):
+            return "is an RLE without a 'size' of [height, width]"
+        counts = segm.get("counts")
+        if not (isinstance(counts, str) or (isinstance(counts, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in counts))):
+            return "is an RLE without 'counts' (a string or a list of integers)"
+        return None
+    return "is neither polygons nor an RLE"
+
+
+def _box_problem(box) -> str | None:
+    if not (isinstance(box, list) and len(box) == 4 and all(_is_number(v) for v in box)):
+        return "which is not [x, y, w, h] of finite numbers"
+    if box[2] < 0 or box[3] < 0:
+        return "with a negative width or height"
+    return None
+
+
+def _check_gt(gt: dict, path: str, iou_type: str) -> None:
+    """Every image with an id, every category with an id, every annotation with an image and
+    a category of the file, a box of finite numbers with a width and height >= 0, an area
+    (both implementations need it: pycocotools fails without one, faster-coco-eval scores
+    such an annotation as if it matched) and, for ``"segm"``, a segmentation."""
+    for key in ("images", "categories", "annotations"):
+        if not isinstance(gt[key], list):
+            raise CocoInputError(f"ground-truth file {path}: '{key}' is not a list")
+    for what, entries in (("image", gt["images"]), ("category", gt["categories"])):
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not _is_id(entry.get("id")):
+                raise CocoInputError(f"ground-truth file {path}: {what} {i} has no integer or string 'id'")
+    image_ids = {img["id"] for img in gt["images"]}
+    category_ids = {cat["id"] for cat in gt["categories"]}
+    for i, ann in enumerate(gt["annotations"]):
+        if not isinstance(ann, dict):
+            raise CocoInputError(f"ground-truth file {path}: annotation {i} is not an object")
+        name = f"annotation {i}" + (f" (id {ann['id']!r})" if _is_id(ann.get("id")) else "")
+        if not _is_id(ann.get("id")):
+            raise CocoInputError(f"ground-truth file {path}: {name} has no integer or string 'id'")
+        if not _is_id(ann.get("image_id")) or ann["image_id"] not in image_ids:
+            raise CocoInputError(
+                f"ground-truth file {path}: {name} has image_id {json.dumps(ann.get('image_id'))}, "
+                "which is not an image of the file"
+            )
+        if not _is_id(ann.get("category_id")) or ann["category_id"] not in category_ids:
+            raise CocoInputError(
+                f"ground-truth file {path}: {name} has category_id {json.dumps(ann.get('category_id'))}, "
+                "which is not a category of the file"
+            )
+        problem = _box_problem(ann.get("bbox"))
+        if problem:
+            raise CocoInputError(f"ground-truth file {path}: {name} has bbox {json.dumps(ann.get('bbox'))}, {problem}")
+        if not _is_number(ann.get("area")) or ann["area"] < 0:
+            raise CocoInputError(
+                f"ground-truth file {path}: {name} has area {json.dumps(ann.get('area'))}, not a finite "
+                "number >= 0 (COCO's evaluation needs it for its small, medium and large ranges)"
+            )
+        if iou_type == "segm":
+            problem = _segmentation_problem(ann.get("segmentation"))
+            if problem:
+                raise CocoInputError(f"ground-truth file {path}: {name}'s segmentation {problem}")
 
 
 def _check_results(results, gt: dict, path: str, iou_type: str) -> None:
@@ -157,14 +239,14 @@ def _check_results(results, gt: dict, path: str, iou_type: str) -> None:
         for key in required:
             if key not in det:
                 raise CocoInputError(f"results file {path}: entry {i} has no '{key}'")
-        if det["image_id"] not in image_ids:
+        if not _is_id(det["image_id"]) or det["image_id"] not in image_ids:
             raise CocoInputError(
-                f"results file {path}: entry {i} has image_id {det['image_id']!r}, "
+                f"results file {path}: entry {i} has image_id {json.dumps(det['image_id'])}, "
                 "which is not in the ground truth"
             )
-        if det["category_id"] not in category_ids:
+        if not _is_id(det["category_id"]) or det["category_id"] not in category_ids:
             raise CocoInputError(
-                f"results file {path}: entry {i} has category_id {det['category_id']!r}, "
+                f"results file {path}: entry {i} has category_id {json.dumps(det['category_id'])}, "
                 "which is not in the ground truth"
             )
         # pycocotools ranks by score without checking it: NaN scores are silently ranked
@@ -185,6 +267,10 @@ def _check_results(results, gt: dict, path: str, iou_type: str) -> None:
                 raise CocoInputError(
                     f"results file {path}: entry {i} has bbox {json.dumps(box)} with a negative width or height"
                 )
+        else:
+            problem = _segmentation_problem(det["segmentation"])
+            if problem:
+                raise CocoInputError(f"results file {path}: entry {i}'s segmentation {problem}")
 
 
 def evaluate_coco_results(
@@ -194,10 +280,15 @@ def evaluate_coco_results(
     ``gt_path``; a results file with boxes and masks scores ``"segm"`` with the box areas, as
     pycocotools does.
 
-    Raises :class:`CocoInputError` for a missing file, malformed JSON, or a
-    detection (named by its index) that lacks a key, whose image or category is not in
-    the ground truth, whose score is not a finite number (NaN, null, a string), or whose
-    box is not four finite numbers with a width and height >= 0; ``ValueError`` for an
+    Raises :class:`CocoInputError` for a missing file, malformed JSON or text that is not
+    UTF-8; a ground-truth image or category without an id, an annotation without an id,
+    an image or a category of the file, with a box that is not four finite numbers with a
+    width and height >= 0, without an area, or (``"segm"``) without a valid segmentation;
+    a detection (named by its index) that lacks a key, whose image or category is not in
+    the ground truth (or is no id: a list, a float), whose score is not a finite number
+    (NaN, null, a string), whose box is not four finite numbers with a width and height
+    >= 0, or (``"segm"``) whose segmentation is neither polygons nor an RLE with its
+    ``size``. Both implementations see the same checked input. ``ValueError`` for an
     unknown ``impl`` and ``ImportError`` for ``"faster"`` without faster-coco-eval.
     """
     if iou_type not in IOU_TYPES:
@@ -207,6 +298,7 @@ def evaluate_coco_results(
     if not isinstance(gt, dict) or "images" not in gt or "categories" not in gt:
         raise CocoInputError(f"ground-truth file {gt_path} is not a COCO instances file (needs images, categories)")
     gt.setdefault("annotations", [])
+    _check_gt(gt, gt_path, iou_type)
     results = _load_json(results_path, "results")
     _check_results(results, gt, results_path, iou_type)
 

@@ -22,7 +22,7 @@ from detectron2.utils import comm
 from largedet.engine import check_and_launch, largedet_argument_parser, train_or_evaluate
 
 from largedet_video.engine import VideoTrainer, setup
-from largedet_video.engine.validate import check_video_args
+from largedet_video.engine.validate import check_video_args, video_output_dir
 
 
 def main(args):
@@ -38,4 +38,4 @@ def main(args):
 
 if __name__ == "__main__":
     args = largedet_argument_parser().parse_args()
-    check_and_launch(main, args, check_video_args)
+    check_and_launch(main, args, check_video_args, output_dir=video_output_dir)

@@ -123,7 +123,8 @@ def test_a_full_disk_is_one_error_and_keeps_the_previous_checkpoint(tmp_path, mo
     message = str(e.value)
     assert message == (
         f"{tmp_path / 'model_0000001.pth'}: no space left on the device: the checkpoint needs about "
-        f"{size} bytes and 1234 are free; the previous checkpoint and last_checkpoint are unchanged"
+        f"{size} bytes and 1234 are free; the previous checkpoint model_0000000.pth and last_checkpoint "
+        "are unchanged"
     )
     assert e.value.__cause__ is None and e.value.__suppress_context__  # one traceback, not two
     assert f"has 1234 bytes free, less than checkpoint model_0000001.pth needs (about {size} bytes)" in caplog.text

@@ -197,9 +197,10 @@ class ThreeStepTrainer(Trainer):
 
 def test_run_length_sets_the_loop_the_schedule_and_the_writers(tiny_shapes, tmp_path, monkeypatch):
     from detectron2.engine.hooks import PeriodicWriter
-    from detectron2.utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
+    from detectron2.utils.events import CommonMetricPrinter
     from engine_testing import tiny_cfg
 
+    from largedet.engine.writers import StopOnFullDiskJSONWriter, StopOnFullDiskTensorboardXWriter
     from largedet.utils.wandb_writer import WandbWriter
 
     pytest.importorskip("wandb")
@@ -213,7 +214,7 @@ def test_run_length_sets_the_loop_the_schedule_and_the_writers(tiny_shapes, tmp_
     (writer_hook,) = [h for h in trainer._hooks if isinstance(h, PeriodicWriter)]
     writers = writer_hook._writers
     assert [type(w) for w in writers] == [
-        CommonMetricPrinter, JSONWriter, TensorboardXWriter, WandbWriter
+        CommonMetricPrinter, StopOnFullDiskJSONWriter, StopOnFullDiskTensorboardXWriter, WandbWriter
     ]  # fmt: skip
     assert trainer.max_iter == 3 and writers[0]._max_iter == 3  # the ETA counts 3 steps
     record = RecordLR()

@@ -10,18 +10,18 @@ infinite, rank-sharded ``TrainingSampler`` (the data position survives
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import multiprocessing
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Sequence
 
 import cv2
 import torch
 from detectron2.data import DatasetCatalog
 from detectron2.utils import comm
-from detectron2.data.build import worker_init_reset_seed
 from detectron2.data.samplers import InferenceSampler
-from largedet.data.build import ResumableLoader, ResumableTrainingSampler
+from largedet.data.build import ResumableLoader, ResumableTrainingSampler, loader_worker_init
 from largedet.data.build import image_seed
 from torch.utils.data import BatchSampler, DataLoader
 
@@ -66,9 +66,9 @@ def build_video_dataset(cfg, names, is_train: bool) -> VideoDataset:
     )
 
 
-def _worker_init(worker_id: int) -> None:
+def _worker_init(worker_id: int, signals: Sequence[str] = ()) -> None:
     cv2.setNumThreads(1)  # workers already run in parallel
-    worker_init_reset_seed(worker_id)
+    loader_worker_init(worker_id, signals)  # a signal to the job is the main process's
 
 
 def _loader(cfg, dataset, batch_sampler) -> DataLoader:
@@ -89,7 +89,7 @@ def _loader(cfg, dataset, batch_sampler) -> DataLoader:
         dataset,
         batch_sampler=batch_sampler,
         num_workers=workers,
-        worker_init_fn=_worker_init,
+        worker_init_fn=functools.partial(_worker_init, signals=tuple(cfg.PREEMPTION.SIGNALS)),
         pin_memory=torch.device(cfg.MODEL.DEVICE).type == "cuda",
         **extra,
     )

@@ -13,7 +13,9 @@ from detectron2.engine import default_setup
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from largedet.config import resolve_device
+from largedet.config.safe_yaml import check_config_tags
 from largedet.config.validate import merge_checked
+from largedet.engine.writers import set_up_log_files, stop_log_files_on_full_disk
 
 from ..config import add_video_config
 from ..data import register_video_datasets
@@ -42,6 +44,7 @@ def build_cfg(args: argparse.Namespace) -> CfgNode:
 
 def _build_cfg(args: argparse.Namespace) -> Tuple[CfgNode, Optional[str]]:
     cfg = add_video_config(get_cfg())
+    check_config_tags(args.config_file or DEFAULT_CONFIG, getattr(args, "allow_python_yaml", False))
     cfg.merge_from_file(args.config_file or DEFAULT_CONFIG)
     merge_checked(cfg, None, args.opts)  # an integer for a float key read as that float
     device_note = resolve_device(cfg)
@@ -56,9 +59,11 @@ def setup(args: argparse.Namespace) -> CfgNode:
     ``CPU_THREADS`` torch threads on the CPU, and the config's video datasets registered
     (``register_video_datasets``)."""
     cfg, device_note = _build_cfg(args)
+    set_up_log_files(cfg.OUTPUT_DIR)  # log.txt stops the run in one line on a full disk
     default_setup(cfg, args)
     for name in ("largedet", "largedet_video"):
         setup_logger(cfg.OUTPUT_DIR, distributed_rank=comm.get_rank(), name=name)
+    stop_log_files_on_full_disk(cfg.OUTPUT_DIR)
     if device_note:
         (logger.warning if cfg.MODEL.DEVICE == "cpu" else logger.info)(device_note)
     if not args.config_file:

@@ -18,6 +18,7 @@ from detectron2.config import CfgNode, get_cfg
 from largedet.config import DeviceUnavailableError, resolve_device
 from largedet.engine import check_engine_keys, planned_world_size
 from largedet.solver.batch import BatchPlan
+from largedet.config.safe_yaml import check_config_tags
 from largedet.config.validate import (
     ConfigError,
     Rule,
@@ -37,7 +38,7 @@ from ..modeling import I3D_VARIANTS, RESNET_LAYERS, VIDEO_BACKBONE_REGISTRY
 from ..multigrid import multigrid_enabled
 from .defaults import DEFAULT_CONFIG
 
-__all__ = ["VIDEO_RULES", "check_video_args", "check_video_config"]
+__all__ = ["VIDEO_RULES", "check_video_args", "check_video_config", "video_output_dir"]
 
 
 #: The video keys whose values are checked before launch, for training and evaluation.
@@ -134,6 +135,7 @@ def check_video_args(
             f"{default_config}: the built-in demo's config is part of the largedet checkout "
             "(projects/video/configs), not of an installed package; pass --config-file"
         )
+    check_config_tags(args.config_file or default_config, getattr(args, "allow_python_yaml", False))
     cfg = add_video_config(get_cfg())
     merge_checked(cfg, args.config_file or default_config, args.opts)
     try:
@@ -197,3 +199,12 @@ def _check_labels(cfg: CfgNode, splits) -> None:
                         f"{list_file}:{lineno}: label {label} is outside [0, {num_classes}) "
                         f"(MODEL.VIDEO.NUM_CLASSES {num_classes}; dataset {name!r}, DATASETS.{split})"
                     )
+
+
+def video_output_dir(args: argparse.Namespace, default_config: str = DEFAULT_CONFIG) -> str:
+    """``OUTPUT_DIR`` of ``projects/video/train.py``'s config (``--config-file`` or
+    ``default_config``, and the overrides), read without building anything: the folder the
+    run owns (:class:`largedet.engine.run_lock.OutputDirLock`)."""
+    cfg = add_video_config(get_cfg())
+    merge_checked(cfg, args.config_file or default_config, args.opts)
+    return cfg.OUTPUT_DIR
