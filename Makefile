@@ -1,5 +1,6 @@
 # largedet: one entry point. Every target installs what it needs first.
-#   make demo   set up, then train + evaluate the default detector on the built-in shapes dataset
+#   make demo   set up, then train + evaluate the default detector on the built-in shapes dataset,
+#               and draw its predictions on 8 validation images (the picture's path is printed)
 #   make test   set up, then run the test suite
 #   make bench  set up, then run the benchmarks (they print measured ratios)
 PYTHON ?= python3
@@ -24,6 +25,7 @@ setup:
 
 demo: setup
 	$(PYTHON) tools/train_net.py --config $(DEMO_CONFIG)
+	$(PYTHON) tools/predict.py --config $(DEMO_CONFIG) --resume --dataset shapes_val --num-images 8 --scale 2
 
 video-demo: setup
 	$(PYTHON) projects/video/train.py

@@ -1,6 +1,7 @@
 """Training: the trainer (gradient accumulation, DDP no_sync, AMP), its loop and hooks
 (divergence guard, model EMA, pre-emption, run summary), the command line and set-up
-shared by the scripts, and process launch (Detectron2's ``launch``, ``torchrun``, Slurm).
+shared by the scripts, inference on single images (:class:`Predictor`), and process
+launch (Detectron2's ``launch``, ``torchrun``, Slurm).
 
 Checkpoints are :mod:`largedet.checkpoint`, the training and test loaders
 :mod:`largedet.data`, the batch arithmetic :mod:`largedet.solver.batch`, the config's keys,
@@ -19,6 +20,7 @@ from .defaults import (
 from .ema import EMAHook, ModelEMA
 from .hooks import DivergenceGuard, ReseedEveryIter, step_seed
 from .launch import launch, launched_by_torchrun, planned_world_size, shut_down_distributed
+from .predictor import Predictor
 from .train_loop import AccumulationTrainer
 from .trainer import Trainer, describe_run
 
@@ -27,6 +29,7 @@ __all__ = [
     "DivergenceGuard",
     "EMAHook",
     "ModelEMA",
+    "Predictor",
     "ReseedEveryIter",
     "Trainer",
     "check_and_launch",

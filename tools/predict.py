@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Draw a detector's predictions on images (Detectron2's ``demo/demo.py``, for largedet configs).
+
+    python tools/predict.py --config CFG --input photo1.jpg --input 'more/*.jpg' --output out/ \\
+        MODEL.WEIGHTS output/run/model_final.pth
+    python tools/predict.py --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml \\
+        --resume --dataset shapes_val --num-images 8      # what `make demo` runs at its end
+
+Inputs: image files or glob patterns (``--input``, repeated), or the first ``--num-images`` images of a
+registered dataset (``--dataset``). Weights: ``MODEL.WEIGHTS``, or with ``--resume`` the last
+checkpoint of ``OUTPUT_DIR``. ``--output`` ending in .jpg or .png is one picture of all the
+inputs in a grid (default ``OUTPUT_DIR/predictions.jpg``); otherwise a folder that gets one
+picture per input, ``<file name>.png``. The weights and each picture's path are printed.
+Boxes scoring at least ``--confidence-threshold`` are drawn with Detectron2's ``Visualizer``,
+labelled with the class names of ``--dataset`` (else of the config's first test dataset).
+Trailing ``KEY VALUE`` pairs override the config; a config error is one line on stderr,
+exit 2.
+"""
+
+import argparse
+import glob
+import os
+import sys
+
+import cv2
+from detectron2.config import get_cfg
+from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data.detection_utils import read_image
+
+from largedet.config import DeviceUnavailableError, add_largedet_config
+from largedet.config.validate import ConfigError, merge_checked
+from largedet.data import CocoJsonError
+from largedet.engine import Predictor, setup_cfg
+from largedet.utils.visualization import draw_predictions, tile
+
+PICTURE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", "--config-file", dest="config_file", metavar="FILE", required=True)
+    parser.add_argument("--input", action="append", default=[], metavar="FILE_OR_GLOB",
+                        help="an image file or a quoted glob pattern; repeat for more")
+    parser.add_argument("--dataset", default="", help="a registered dataset whose first images to use")
+    parser.add_argument("--num-images", type=int, default=8, help="images of --dataset (default 8)")
+    parser.add_argument("--output", default="", help="a .jpg/.png (one grid) or a folder")
+    parser.add_argument("--confidence-threshold", type=float, default=0.5)
+    parser.add_argument("--scale", type=float, default=1.0, help="picture size / image size")
+    parser.add_argument("--columns", type=int, default=4, help="columns of the grid")
+    parser.add_argument("--resume", action="store_true", help="weights: OUTPUT_DIR's last checkpoint")
+    parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
+    return parser.parse_args(argv)
+
+
+def input_files(args: argparse.Namespace) -> list:
+    """The image files ``--input`` names (globs expanded, in order) or ``--dataset``'s first
+    ``--num-images``; ValueError for a name or pattern that matches no file."""
+    files = []
+    for pattern in args.input:
+        matched = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not matched:
+            raise ValueError(f"{pattern}: no such image file")
+        files += matched
+    if args.dataset:
+        files += [d["file_name"] for d in DatasetCatalog.get(args.dataset)[: args.num_images]]
+    if not files:
+        raise ValueError("--input or --dataset: no image given")
+    return files
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    try:
+        merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
+        cfg = setup_cfg(args, log=False)
+        if args.dataset and args.dataset not in DatasetCatalog.list():
+            raise ConfigError(f"--dataset: {args.dataset!r} is not registered")
+    except (ConfigError, DeviceUnavailableError, CocoJsonError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        files = input_files(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    names = [args.dataset] if args.dataset else [*cfg.DATASETS.TEST, *cfg.DATASETS.TRAIN]
+    metadata = MetadataCatalog.get(names[0]) if names else None
+    predictor = Predictor(cfg, resume=args.resume)
+    print(f"weights: {predictor.weights or 'none (random initialisation)'}")
+
+    output = args.output or os.path.join(cfg.OUTPUT_DIR, "predictions.jpg")
+    one_picture = output.lower().endswith(PICTURE_EXTENSIONS)
+    pictures = []
+    for path in files:
+        image = read_image(path, format="BGR")
+        instances = predictor(image)["instances"]
+        picture = draw_predictions(
+            image[:, :, ::-1], instances, metadata, threshold=args.confidence_threshold, scale=args.scale
+        )
+        kept = int((instances.scores >= args.confidence_threshold).sum())
+        print(f"{path}: {kept} detection(s) scoring >= {args.confidence_threshold}")
+        if one_picture:
+            pictures.append(picture)
+        else:
+            os.makedirs(output, exist_ok=True)
+            written = os.path.join(output, os.path.splitext(os.path.basename(path))[0] + ".png")
+            cv2.imwrite(written, picture[:, :, ::-1])
+            print(f"predictions: {written}")
+    if one_picture:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        cv2.imwrite(output, tile(pictures, columns=args.columns)[:, :, ::-1])
+        print(f"predictions: {output}")
+
+
+if __name__ == "__main__":
+    main()
