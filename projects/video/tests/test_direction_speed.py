@@ -102,8 +102,8 @@ def test_config_keys_make_the_spec_and_register_eight_classes():
     cfg.merge_from_file(os.path.join(os.path.dirname(__file__), "..", "configs", "study",
                                      "Base-Study-TSM-R18w16-8f-32px.yaml"))  # fmt: skip
     spec = moving_shapes_spec(cfg)
-    assert (spec.task, spec.jitter, spec.noise, spec.num_frames) == ("direction_speed", 1.0, 12.0, 16)
-    assert spec.slow_speed == (0.75, 1.25) and spec.speed == (1.5, 2.0)
+    assert (spec.task, spec.jitter, spec.noise, spec.num_frames) == ("direction_speed", 1.5, 12.0, 16)
+    assert spec.slow_speed == (0.8, 1.2) and spec.speed == (1.3, 1.7)
     register_video_datasets(cfg)
     meta = MetadataCatalog.get("moving_shapes_val")
     assert meta.num_classes == 8 == cfg.MODEL.VIDEO.NUM_CLASSES
