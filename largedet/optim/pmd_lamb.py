@@ -3,8 +3,8 @@
 PMD-LAMB is LAMB whose accumulated moments decay periodically: inside each period of
 ``T`` steps the moments are multiplied by a coefficient ``gamma`` that falls from 1
 towards 0, then restarts, so that stale gradients stop dragging the update at very
-large batch sizes. For step ``t = 1, 2, ...`` and gradient ``g_t`` (DESIGN.md,
-"PMD-LAMB, exactly")::
+large batch sizes. For step ``t = 1, 2, ...`` and gradient ``g_t`` (docs/pmd_lamb.md,
+"The update")::
 
     u      = ((t - 1) mod T) / T
     gamma  = d(u)       cosine: (1 + cos(pi u)) / 2,  linear: 1 - u,  none: 1

@@ -223,7 +223,7 @@ def _extra_cells(batches: Sequence[int], iterations_at_largest: int) -> List[Cel
 # The steps-matched grid's optimizers. SGD keeps Detectron2's 0.02 at batch 16 and the
 # linear rule. The adaptive ones keep the square-root rule from half the short-budget
 # grid's reference: PMD-LAMB at 0.08 (0.01 x sqrt(1024/16)) diverged at step 118 of 300
-# at batch 1024 in the calibration runs (DESIGN.md), 0.04 trained.
+# at batch 1024 in a calibration run (docs/pmd_lamb.md, "Learning rate"), 0.04 trained.
 STEPS_OPTIMIZERS: Dict[str, OptimizerRecipe] = {
     "sgd": OPTIMIZERS["sgd"],
     "lamb": OptimizerRecipe("LAMB", 0.005, "sqrt"),

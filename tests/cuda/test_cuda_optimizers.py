@@ -1,6 +1,6 @@
 """PMD-LAMB, LAMB and LARS on CUDA with mixed fp32 / bf16 parameters: the multi-tensor
 (foreach) path, the per-tensor path and a float64 reference of the equations (written out
-here from DESIGN.md and the LARS paper, independently of the tested code) agree."""
+here from docs/pmd_lamb.md and the LARS paper, independently of the tested code) agree."""
 
 import math
 
@@ -89,7 +89,7 @@ class Ref:
 
 
 def ref_pmd_lamb(p, g, *, lr, betas, eps, weight_decay, period, decay, max_trust_ratio, adapt):
-    """DESIGN.md, "PMD-LAMB, exactly"."""
+    """docs/pmd_lamb.md, "The update"."""
     beta1, beta2 = betas
     p.t += 1
     u = ((p.t - 1) % period) / period

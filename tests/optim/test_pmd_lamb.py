@@ -1,4 +1,4 @@
-"""PMD-LAMB and LAMB against an independent float64 implementation of DESIGN.md's equations."""
+"""PMD-LAMB and LAMB against an independent float64 implementation of docs/pmd_lamb.md's equations."""
 
 import copy
 import io
@@ -11,7 +11,7 @@ from largedet.optim import LAMB, PMDLAMB
 from largedet.optim import _base as optim_base
 
 # ----------------------------------------------------------------------------------------
-# Reference: DESIGN.md "PMD-LAMB, exactly", written out literally in float64, with the raw
+# Reference: docs/pmd_lamb.md "The update", written out literally in float64, with the raw
 # moments m, v and their weights a, b (the optimizer stores m/a and v/b instead).
 # ----------------------------------------------------------------------------------------
 
@@ -168,7 +168,7 @@ def test_matches_float64_reference(decay, foreach):
 
 
 def test_stored_moments_are_normalised_averages():
-    """exp_avg = m_t / a_t and the weights a_t, b_t follow DESIGN.md's recursions."""
+    """exp_avg = m_t / a_t and the weights a_t, b_t follow docs/pmd_lamb.md's recursions."""
     init, defaults, group_over, members = make_setup("cosine")
     params, opt = build(init, defaults, [{}, {}, {}], members, foreach=True)
     ref = RefParam(init[0])
