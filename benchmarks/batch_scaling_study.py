@@ -4,7 +4,7 @@
 Trains the same detector on the same data through ``tools/train_net.py`` (one subprocess
 per cell, gradient accumulation where the batch exceeds one pass), evaluates box AP and
 appends one CSV row per cell. The grids, cells, per-cell plan and CSV columns are in
-:mod:`largedet.utils.study`.
+:mod:`largedet.study.grid` (the runner: :mod:`largedet.study.runner`).
 
     python benchmarks/batch_scaling_study.py --dry-run       # the plan: cells, LR, iterations
     # the steps-matched CPU grid (about 45 min per cell on one core), two processes at once
@@ -12,6 +12,7 @@ appends one CSV row per cell. The grids, cells, per-cell plan and CSV columns ar
         --csv benchmarks/results/batch_scaling_steps.csv \
         --archive benchmarks/results/batch_scaling_steps_runs & done
     python benchmarks/batch_scaling_study.py --grid short    # the short-budget grid (16 epochs)
+    python benchmarks/batch_scaling_study.py --grid regime --dry-run   # COCO's regime: N, batch/N, epochs
     python benchmarks/batch_scaling_study.py --grid gpu --num-gpus 8
     python tools/plot_metrics.py --study benchmarks/results/batch_scaling_steps.csv
 

@@ -20,7 +20,7 @@ How each cell is set (see :func:`plan_cell`):
   * iterations = epochs x training images / batch; warm-up in epochs of images (at least
     3 steps, at most half the run); LR x0.1 at 3/4 and 11/12 of the run;
   * peak LR = the optimizer's reference LR at batch 16 scaled by its rule
-    (:data:`largedet.solver.LSR_RULES`): linear for SGD, square root for the adaptive ones;
+    (:data:`largedet.solver.lr_scheduler.LSR_RULES`): linear for SGD, square root for the adaptive ones;
   * PMD-LAMB's period T = a quarter of the run's iterations unless the cell sets it.
 """
 
