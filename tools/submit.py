@@ -66,6 +66,7 @@ def check(kind: str, args: argparse.Namespace) -> None:
     script_args = argparse.Namespace(
         config_file=args.config_file, opts=list(args.opts), eval_only=False,
         num_gpus=args.gpus_per_node, num_machines=args.nodes,
+        check_device=False,  # the GPUs are the compute nodes', not this machine's
     )  # fmt: skip
     if kind == "yacs":
         from largedet.engine.defaults import check_args

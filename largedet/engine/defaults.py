@@ -100,16 +100,20 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     worker will (:func:`setup_cfg`) and check it
     (:func:`~largedet.config.validate.check_config`) for the job's processes (torchrun's
     ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``:
-    :func:`~largedet.engine.launch.planned_world_size`), or for ``--eval-only``. ``args``
-    is not changed. Raises :class:`~largedet.config.validate.ConfigError`."""
+    :func:`~largedet.engine.launch.planned_world_size`), or for ``--eval-only``, with
+    ``MODEL.DEVICE`` resolved on this machine, or as ``cpu`` where ``args.check_device`` is
+    False (the job runs on other machines: ``tools/submit.py``). ``args`` is not changed.
+    Raises :class:`~largedet.config.validate.ConfigError`."""
     check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
     merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
+    if not getattr(args, "check_device", True):  # the job runs elsewhere (tools/submit.py)
+        args = argparse.Namespace(**{**vars(args), "opts": [*args.opts, "MODEL.DEVICE", "cpu"]})
     try:
         cfg = setup_cfg(args, log=False)
     except (DeviceUnavailableError, CocoJsonError) as e:
         raise ConfigError(str(e)) from None
     plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
-    check_files(cfg, training=not args.eval_only, resume=args.resume)
+    check_files(cfg, training=not args.eval_only, resume=getattr(args, "resume", False))
     check_engine_keys(cfg)
     return plan
 

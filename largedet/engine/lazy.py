@@ -76,7 +76,10 @@ def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     ``ValueError`` for a config that :func:`run_config` rejects or whose values break their
     keys' rules (:class:`~largedet.config.validate.ConfigError`, naming the yacs key), and
     :class:`~largedet.solver.batch.BatchArithmeticError` for a global batch that does not split
-    into whole micro-batches."""
+    into whole micro-batches. ``train.device`` is resolved on this machine, or taken as
+    ``cpu`` where ``args.check_device`` is False (the job runs elsewhere: ``tools/submit.py``)."""
+    if not getattr(args, "check_device", True):
+        args = argparse.Namespace(**{**vars(args), "opts": [*(args.opts or []), "train.device=cpu"]})
     run = run_config(setup_lazy_config(args, log=False))
     check_values(run, LazyTrainer.value_rules())  # names the yacs key of the train.<name>
     return batch_plan(run, planned_world_size(args))

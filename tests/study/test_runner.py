@@ -422,7 +422,8 @@ def test_steps_recipe_config_is_the_archived_run_key_for_key():
     assert os.path.basename(ran["MODEL"].pop("WEIGHTS")) == os.path.basename(
         mine["MODEL"].pop("WEIGHTS")
     ) == "backbone.pth"
-    assert (mine["MODEL"].pop("DEVICE"), ran["MODEL"].pop("DEVICE")) == ("cuda", "cpu")
+    assert (mine["MODEL"].pop("DEVICE"), ran["MODEL"].pop("DEVICE")) == ("auto", "cpu")
+    assert mine["DATASETS"].pop("COCO_JSONS") == []  # a key added after the run, at its default
     # the recipe's two changes against the earlier 1.4x rows
     assert mine["SOLVER"]["LR_SCHEDULER_NAME"] == "WarmupStableDecayLR" and mine["SOLVER"]["WEIGHT_DECAY"] == 0.01
     assert mine == ran

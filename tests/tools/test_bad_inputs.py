@@ -117,3 +117,26 @@ def test_unknown_preemption_signal(tmp_path):
         "error: PREEMPTION.SIGNALS: 'SIGTREM' is not a signal that can be caught "
         "(e.g. 'SIGTERM', 'SIGUSR1', 'SIGUSR2')"
     )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")
+def test_a_job_checked_for_other_machines_is_not_refused_for_this_ones_device(tmp_path, monkeypatch):
+    # tools/submit.py checks a job that runs on the compute nodes, whose GPUs this machine lacks
+    import argparse
+
+    from largedet.config.validate import ConfigError
+    from largedet.engine import check_args
+
+    monkeypatch.setenv("LARGEDET_DATASETS", str(tmp_path / "ld"))
+    args = argparse.Namespace(config_file=CONFIG, opts=["MODEL.DEVICE", "cuda", "SOLVER.IMS_PER_BATCH", "16",
+                                                        "OUTPUT_DIR", str(tmp_path / "o")],
+                              eval_only=False, num_gpus=8, num_machines=2)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^MODEL.DEVICE: 'cuda' asks for a GPU"):
+        check_args(args)
+    plan = check_args(argparse.Namespace(**vars(args), check_device=False))
+    assert plan.world_size == 16 and args.opts[:2] == ["MODEL.DEVICE", "cuda"]  # args unchanged
+
+
+def test_the_unregistered_dataset_hint_names_a_docs_section():
+    with open(os.path.join(ROOT, "docs", "training.md")) as f:
+        assert "## Your own COCO dataset\n" in f.read()  # docs/training.md#your-own-coco-dataset
