@@ -18,7 +18,10 @@ warm-up 5 epochs in steps; peak LR = the optimizer's reference LR at batch 16 sc
 its rule (linear for SGD, square root for PMD-LAMB, as the detection study); PMD-LAMB's
 period a quarter of the run. The multigrid cell trains the base batch's epochs on the
 long and short cycles (:data:`MULTIGRID_OVERRIDES`), with the step schedule multigrid
-needs (x0.1 at 3/4 and 11/12 of the base run).
+needs (x0.1 at 3/4 and 11/12 of the base run); its long cycle multiplies the clips per
+step (at base batch 256 the coarsest shape takes 4096 clips a step, the whole training set,
+with the LR scaled linearly with it), so it runs fewer steps, and its warm-up is the steps of
+its own first 5 epochs.
 """
 
 from __future__ import annotations
@@ -195,6 +198,10 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
     if cell.multigrid:
         overrides += ["SOLVER.LR_SCHEDULER_NAME", "WarmupMultiStepLR",
                       "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", *MULTIGRID_OVERRIDES]  # fmt: skip
+        # the long cycle multiplies the clips per step, so the run has fewer steps than the
+        # base schedule: its warm-up is the steps of its own first 5 epochs
+        iterations, warmup = _multigrid_steps(grid, overrides, world)
+        overrides[overrides.index("SOLVER.WARMUP_ITERS") + 1] = str(warmup)
     if cell.backbone != "TSMResNet":
         overrides += ["MODEL.VIDEO.BACKBONE", cell.backbone]
     if period is not None:
@@ -202,6 +209,25 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
     if cell.seed is not None:
         overrides += ["SEED", str(cell.seed)]
     return VideoPlan(cell, iterations, warmup, lr, period, steps, overrides)
+
+
+def _multigrid_steps(grid: VideoGrid, overrides: List[str], world: int) -> Tuple[int, int]:
+    """(optimizer steps, steps of the first ``grid.warmup_epochs`` epochs) of the multigrid
+    plan the overrides make on ``grid``'s config."""
+    import os
+
+    from detectron2.config import get_cfg
+
+    from .config import add_video_config
+    from .multigrid import build_multigrid_plan
+
+    cfg = get_cfg()
+    add_video_config(cfg)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    cfg.merge_from_file(os.path.join(root, grid.config))
+    cfg.merge_from_list(list(overrides))
+    plan = build_multigrid_plan(cfg, grid.num_train, world)
+    return plan.max_iter, plan.first_step_of_epoch(math.ceil(grid.warmup_epochs))
 
 
 VIDEO_CSV_FIELDS = [

@@ -117,6 +117,11 @@ class MultigridPlan:
         """The first optimizer step that starts at or after the start of ``epoch``."""
         return -(-self._epoch_starts[epoch] // self.accumulation)
 
+    def first_step_of_epoch(self, epoch: int) -> int:
+        """The first optimizer step that starts at or after the start of ``epoch`` (a warm-up
+        of ``epoch`` epochs lasts this many steps); ``max_iter`` from the last epoch on."""
+        return min(self._first_iteration_from(min(epoch, self.schedule.max_epoch)), self.max_iter)
+
     def lr_milestones(self) -> List[Tuple[int, float]]:
         """``(first step, relative LR)`` of each of the schedule's LR steps; the LR of a
         step is that of the epoch its first batch belongs to."""
