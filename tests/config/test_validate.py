@@ -177,7 +177,11 @@ def test_missing_annotation_file_but_not_for_generated_shapes(tmp_path):
         assert message(check_datasets, cfg, ("DATASETS.TEST",)) == (
             f"{json_file}: annotation file of dataset '{name}' (DATASETS.TEST) not found"
         )
-        (tmp_path / "instances.json").write_text("{}")
+        (tmp_path / "instances.json").write_text("{}")  # present, but not a COCO instances file
+        assert message(check_datasets, cfg, ("DATASETS.TEST",)) == (
+            f"{json_file}: no 'images' list: not a COCO annotation file (dataset '{name}', DATASETS.TEST)"
+        )
+        (tmp_path / "instances.json").write_text('{"images": [], "annotations": [], "categories": []}')
         check_datasets(cfg, ("DATASETS.TEST",))
     finally:
         DatasetCatalog.remove(name)
