@@ -6,15 +6,15 @@
     python tools/predict.py --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml \\
         --resume --dataset shapes_val --num-images 8      # what `make demo` runs at its end
 
-Inputs: image files or glob patterns (``--input``, repeated), or the first ``--num-images`` images of a
-registered dataset (``--dataset``). Weights: ``MODEL.WEIGHTS``, or with ``--resume`` the last
-checkpoint of ``OUTPUT_DIR``. ``--output`` ending in .jpg or .png is one picture of all the
-inputs in a grid (default ``OUTPUT_DIR/predictions.jpg``); otherwise a folder that gets one
-picture per input, ``<file name>.png``. The weights and each picture's path are printed.
-Boxes scoring at least ``--confidence-threshold`` are drawn with Detectron2's ``Visualizer``,
-labelled with the class names of ``--dataset`` (else of the config's first test dataset).
-Trailing ``KEY VALUE`` pairs override the config; a config error is one line on stderr,
-exit 2.
+Inputs: image files or glob patterns (``--input``, repeated), or the first ``--num-images``
+images of a registered dataset (``--dataset``). Weights: ``MODEL.WEIGHTS``, or with
+``--resume`` the last checkpoint of ``OUTPUT_DIR``. ``--output`` ending in .jpg or .png is one
+picture of all the inputs in a grid (default ``OUTPUT_DIR/predictions.jpg``); otherwise a
+folder that gets one picture per input, ``<file name>.png``. The weights and each picture's
+path are printed. Boxes scoring at least ``--confidence-threshold`` are drawn with
+Detectron2's ``Visualizer``, labelled with the class names of ``--dataset`` (else of the
+config's first test dataset). Trailing ``KEY VALUE`` pairs override the config; a config
+error is one line on stderr, exit 2.
 """
 
 import argparse
@@ -38,16 +38,20 @@ PICTURE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", "--config-file", dest="config_file", metavar="FILE", required=True)
+    parser.add_argument(
+        "--config", "--config-file", dest="config_file", metavar="FILE", required=True
+    )
     parser.add_argument("--input", action="append", default=[], metavar="FILE_OR_GLOB",
                         help="an image file or a quoted glob pattern; repeat for more")
-    parser.add_argument("--dataset", default="", help="a registered dataset whose first images to use")
+    parser.add_argument("--dataset", default="", help="a registered dataset: its first images")
     parser.add_argument("--num-images", type=int, default=8, help="images of --dataset (default 8)")
     parser.add_argument("--output", default="", help="a .jpg/.png (one grid) or a folder")
     parser.add_argument("--confidence-threshold", type=float, default=0.5)
     parser.add_argument("--scale", type=float, default=1.0, help="picture size / image size")
     parser.add_argument("--columns", type=int, default=4, help="columns of the grid")
-    parser.add_argument("--resume", action="store_true", help="weights: OUTPUT_DIR's last checkpoint")
+    parser.add_argument(
+        "--resume", action="store_true", help="weights: OUTPUT_DIR's last checkpoint"
+    )
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     return parser.parse_args(argv)
 
@@ -95,7 +99,11 @@ def main(argv=None) -> None:
         image = read_image(path, format="BGR")
         instances = predictor(image)["instances"]
         picture = draw_predictions(
-            image[:, :, ::-1], instances, metadata, threshold=args.confidence_threshold, scale=args.scale
+            image[:, :, ::-1],
+            instances,
+            metadata,
+            threshold=args.confidence_threshold,
+            scale=args.scale,
         )
         kept = int((instances.scores >= args.confidence_threshold).sum())
         print(f"{path}: {kept} detection(s) scoring >= {args.confidence_threshold}")

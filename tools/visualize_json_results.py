@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Draw a COCO results file beside the ground truth (Detectron2's ``tools/visualize_json_results.py``).
+"""Draw a COCO results file beside the ground truth (as Detectron2's
+``tools/visualize_json_results.py`` does).
 
-    python tools/visualize_json_results.py --input output/run/inference/coco_instances_results.json \\
+    python tools/visualize_json_results.py \\
+        --input output/run/inference/coco_instances_results.json \\
         --dataset shapes_val --output output/run/pictures \\
         [--config CFG KEY VALUE ...]     # the config that registers the dataset, with overrides
 
@@ -39,8 +41,8 @@ from largedet.utils.visualization import (
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--input", required=True, help="a COCO results file (coco_instances_results.json)")
-    parser.add_argument("--dataset", required=True, help="the registered dataset the results are on")
+    parser.add_argument("--input", required=True, help="a COCO results file")
+    parser.add_argument("--dataset", required=True, help="the registered dataset of the results")
     parser.add_argument("--output", required=True, help="folder of the pictures")
     parser.add_argument("--conf-threshold", type=float, default=0.5)
     parser.add_argument("--num-images", type=int, default=0, help="0: every image of the dataset")
@@ -55,7 +57,8 @@ def main(argv=None) -> None:
     try:
         merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
         # only to register datasets: the device is not used, so an unavailable GPU is no error
-        setup_cfg(argparse.Namespace(config_file=args.config_file, opts=[*args.opts, "MODEL.DEVICE", "cpu"]), log=False)
+        opts = [*args.opts, "MODEL.DEVICE", "cpu"]
+        setup_cfg(argparse.Namespace(config_file=args.config_file, opts=opts), log=False)
         if args.dataset not in DatasetCatalog.list():
             raise ConfigError(f"--dataset: {args.dataset!r} is not registered")
         results = load_coco_results(args.input)
@@ -66,7 +69,10 @@ def main(argv=None) -> None:
     metadata = MetadataCatalog.get(args.dataset)
     to_contiguous = metadata.get("thing_dataset_id_to_contiguous_id", None)
     if to_contiguous is None:
-        print(f"error: --dataset: {args.dataset!r} is not a COCO-format dataset (no category ids)", file=sys.stderr)
+        print(
+            f"error: --dataset: {args.dataset!r} is not a COCO-format dataset (no category ids)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     unmatched = set(results) - {d["image_id"] for d in dicts}
     if args.num_images:
@@ -82,13 +88,18 @@ def main(argv=None) -> None:
         except ResultsFileError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
-        predicted = draw_predictions(image, instances, metadata, threshold=args.conf_threshold, scale=args.scale)
+        predicted = draw_predictions(
+            image, instances, metadata, threshold=args.conf_threshold, scale=args.scale
+        )
         truth = draw_ground_truth(image, d, metadata, scale=args.scale)
         name = os.path.splitext(os.path.basename(d["file_name"]))[0] + ".png"
         cv2.imwrite(os.path.join(args.output, name), side_by_side([predicted, truth])[:, :, ::-1])
         drawn += 1
     if unmatched:
-        print(f"warning: {len(unmatched)} image id(s) of {args.input} are not in {args.dataset!r}", file=sys.stderr)
+        print(
+            f"warning: {len(unmatched)} image id(s) of {args.input} are not in {args.dataset!r}",
+            file=sys.stderr,
+        )
     print(f"{drawn} picture(s) (predictions | ground truth) in {args.output}")
 
 

@@ -48,12 +48,18 @@ def device_for(asked: str, key: str = "MODEL.DEVICE") -> Tuple[str, Optional[str
     value (``"cpu"``, ``"mps"``) is returned as it is."""
     if asked == AUTO_DEVICE:
         if torch.cuda.is_available():
-            return "cuda", f"{key} auto: {torch.cuda.device_count()} CUDA device(s) found, running on cuda"
+            found = torch.cuda.device_count()
+            return "cuda", f"{key} auto: {found} CUDA device(s) found, running on cuda"
         return "cpu", f"{key} auto: no CUDA device found, running on the CPU"
     if not asked.startswith("cuda"):
         return asked, None
+    try:
+        index = torch.device(asked).index or 0
+    except RuntimeError:
+        raise DeviceUnavailableError(
+            f"{key}: {asked!r} is not a torch device (cuda, cuda:N, cpu, auto)"
+        ) from None
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = torch.device(asked).index or 0
     if index >= count:
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
         found = f"{count} CUDA device(s)" if count else "no CUDA device"

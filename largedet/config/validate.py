@@ -243,9 +243,9 @@ def _d2_hint(path: str) -> str:
 
 
 def _check_annotation_file(key: str, name: str) -> None:
-    """A COCO-style dataset's ``json_file`` must exist and be a COCO instances file that
-    Detectron2 can load (:func:`~largedet.data.check_coco_json`), and its ``image_root`` a
-    folder, unless the dataset is generated on first use."""
+    """A dataset's ``json_file`` must exist and its ``image_root`` be a folder, and a COCO
+    dataset's file (evaluator type "coco") be a COCO instances file that Detectron2 can load
+    (:func:`~largedet.data.check_coco_json`), unless the dataset is generated on first use."""
     meta = MetadataCatalog.get(name)
     json_file = meta.get("json_file", None)
     if not json_file or _generated(meta):
@@ -260,6 +260,8 @@ def _check_annotation_file(key: str, name: str) -> None:
         raise ConfigError(
             f"{image_root}: image folder of dataset {name!r} ({key}) not found{_d2_hint(image_root)}"
         )
+    if meta.get("evaluator_type", None) != "coco":  # LVIS and other formats: present is enough
+        return
     try:
         check_coco_json(json_file)
     except CocoJsonError as e:

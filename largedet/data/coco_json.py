@@ -78,7 +78,9 @@ def coco_jsons_from_config(cfg) -> List[CocoJson]:
         if name in seen:
             raise CocoJsonError(f"{COCO_JSONS_KEY}[{i}]: dataset {name!r} is given twice")
         seen.add(name)
-        entries.append(CocoJson(name, os.path.expanduser(json_file), os.path.expanduser(image_root)))
+        entries.append(
+            CocoJson(name, os.path.expanduser(json_file), os.path.expanduser(image_root))
+        )
     return entries
 
 
@@ -158,7 +160,9 @@ def check_coco_json(path: str) -> CocoJsonSummary:
         return _checked[key]
     data = _read_json(path)
     if not isinstance(data, dict):
-        raise CocoJsonError(f"{path}: the top level must be an object with 'images', 'annotations', 'categories'")
+        raise CocoJsonError(
+            f"{path}: the top level must be an object with 'images', 'annotations', 'categories'"
+        )
     images = _list_of_dicts(path, data, "images", required=True)
     categories = _list_of_dicts(path, data, "categories", required=True)
     annotations = _list_of_dicts(path, data, "annotations", required=False)
@@ -185,7 +189,9 @@ def check_coco_json(path: str) -> CocoJsonSummary:
         if "bbox" in ann:
             box = ann["bbox"]
             if not isinstance(box, list) or len(box) != 4 or not all(map(_finite_number, box)):
-                raise CocoJsonError(f"{path}: {where}: bbox must be [x, y, width, height], got {box!r}")
+                raise CocoJsonError(
+                    f"{path}: {where}: bbox must be [x, y, width, height], got {box!r}"
+                )
             negative += box[2] < 0 or box[3] < 0
     summary = CocoJsonSummary(len(images), len(annotations), len(categories), negative)
     _checked[key] = summary

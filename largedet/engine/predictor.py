@@ -54,7 +54,9 @@ class Predictor:
             [cfg.INPUT.MIN_SIZE_TEST, cfg.INPUT.MIN_SIZE_TEST], cfg.INPUT.MAX_SIZE_TEST
         )
         if cfg.INPUT.FORMAT not in ("RGB", "BGR"):
-            raise ValueError(f"INPUT.FORMAT: the predictor reads RGB or BGR images, not {cfg.INPUT.FORMAT!r}")
+            raise ValueError(
+                f"INPUT.FORMAT: the predictor reads RGB or BGR images, not {cfg.INPUT.FORMAT!r}"
+            )
         self.input_format = cfg.INPUT.FORMAT
 
     def __call__(self, original_image: np.ndarray) -> dict:

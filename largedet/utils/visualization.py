@@ -36,7 +36,12 @@ class ResultsFileError(ValueError):
 
 
 def draw_predictions(
-    image: np.ndarray, instances: Instances, metadata=None, *, threshold: float = 0.5, scale: float = 1.0
+    image: np.ndarray,
+    instances: Instances,
+    metadata=None,
+    *,
+    threshold: float = 0.5,
+    scale: float = 1.0,
 ) -> np.ndarray:
     """``image`` (RGB, (H, W, 3) uint8) with the boxes (and masks, where predicted) of the
     ``instances`` whose ``scores`` are >= ``threshold``, labelled with ``metadata``'s
@@ -47,7 +52,9 @@ def draw_predictions(
     return Visualizer(image, metadata, scale=scale).draw_instance_predictions(instances).get_image()
 
 
-def draw_ground_truth(image: np.ndarray, dataset_dict: Dict[str, Any], metadata=None, *, scale: float = 1.0) -> np.ndarray:
+def draw_ground_truth(
+    image: np.ndarray, dataset_dict: Dict[str, Any], metadata=None, *, scale: float = 1.0
+) -> np.ndarray:
     """``image`` (RGB) with the annotations of its Detectron2 dataset dict drawn."""
     return Visualizer(image, metadata, scale=scale).draw_dataset_dict(dataset_dict).get_image()
 
@@ -72,7 +79,8 @@ def tile(pictures: Sequence[np.ndarray], columns: int = 4, gap: int = 4) -> np.n
     rows = math.ceil(len(pictures) / columns)
     cell_h = max(p.shape[0] for p in pictures)
     cell_w = max(p.shape[1] for p in pictures)
-    grid = np.zeros((rows * cell_h + (rows - 1) * gap, columns * cell_w + (columns - 1) * gap, 3), np.uint8)
+    height, width = rows * cell_h + (rows - 1) * gap, columns * cell_w + (columns - 1) * gap
+    grid = np.zeros((height, width, 3), np.uint8)
     for i, picture in enumerate(pictures):
         r, c = divmod(i, columns)
         y, x = r * (cell_h + gap), c * (cell_w + gap)
@@ -96,7 +104,9 @@ def load_coco_results(path: str) -> Dict[Any, List[dict]]:
     except OSError as e:
         raise ResultsFileError(f"{path}: cannot read it: {e.strerror or e}") from None
     if not isinstance(results, list):
-        raise ResultsFileError(f"{path}: a results file is a list of detections, got {type(results).__name__}")
+        raise ResultsFileError(
+            f"{path}: a results file is a list of detections, got {type(results).__name__}"
+        )
     by_image: Dict[Any, List[dict]] = defaultdict(list)
     for i, r in enumerate(results):
         if not isinstance(r, dict):
@@ -106,7 +116,9 @@ def load_coco_results(path: str) -> Dict[Any, List[dict]]:
                 raise ResultsFileError(f"{path}: entry {i}: no {key!r}")
         box = r["bbox"]
         if not isinstance(box, list) or len(box) != 4 or not all(map(_is_number, box)):
-            raise ResultsFileError(f"{path}: entry {i}: bbox must be [x, y, width, height], got {box!r}")
+            raise ResultsFileError(
+                f"{path}: entry {i}: bbox must be [x, y, width, height], got {box!r}"
+            )
         if not _is_number(r["score"]):
             raise ResultsFileError(f"{path}: entry {i}: score must be a number, got {r['score']!r}")
         if isinstance(r["image_id"], (list, dict)):
@@ -116,7 +128,10 @@ def load_coco_results(path: str) -> Dict[Any, List[dict]]:
 
 
 def results_to_instances(
-    results: Sequence[dict], image_size: Tuple[int, int], dataset_id_to_contiguous_id: Mapping[int, int], path: str = ""
+    results: Sequence[dict],
+    image_size: Tuple[int, int],
+    dataset_id_to_contiguous_id: Mapping[int, int],
+    path: str = "",
 ) -> Instances:
     """One image's COCO results as ``Instances`` of ``image_size`` (H, W) with
     ``pred_boxes`` (XYXY), ``scores`` and ``pred_classes`` (contiguous ids, through the
@@ -125,9 +140,10 @@ def results_to_instances(
     boxes, scores, classes = [], [], []
     for r in results:
         if r["category_id"] not in dataset_id_to_contiguous_id:
+            known = ", ".join(map(str, sorted(dataset_id_to_contiguous_id)))
             raise ResultsFileError(
                 f"{path}: image {r['image_id']!r}: category_id {r['category_id']!r} is not a "
-                f"category of the dataset ({', '.join(map(str, sorted(dataset_id_to_contiguous_id)))})"
+                f"category of the dataset ({known})"
             )
         boxes.append(BoxMode.convert(r["bbox"], BoxMode.XYWH_ABS, BoxMode.XYXY_ABS))
         scores.append(float(r["score"]))

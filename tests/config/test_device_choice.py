@@ -77,3 +77,10 @@ def test_resolve_device_sets_the_config_and_returns_the_line(monkeypatch):
     cfg.MODEL.DEVICE = "cuda"
     with pytest.raises(DeviceUnavailableError):
         resolve_device(cfg)
+
+
+def test_a_misspelt_cuda_device_is_named(monkeypatch):
+    no_gpu(monkeypatch)
+    with pytest.raises(DeviceUnavailableError) as e:
+        device_for("cuda1")
+    assert str(e.value) == "MODEL.DEVICE: 'cuda1' is not a torch device (cuda, cuda:N, cpu, auto)"

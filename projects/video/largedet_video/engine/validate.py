@@ -162,12 +162,15 @@ def _check_video_lists(cfg: CfgNode) -> None:
             or not entry[1]
         ):
             raise ConfigError(
-                f"DATASETS.VIDEO_LISTS[{i}]: expected [name, list_file, root] (strings), got {entry!r}"
+                f"DATASETS.VIDEO_LISTS[{i}]: expected [name, list_file, root] (strings), "
+                f"got {entry!r}"
             )
         name, list_file, _root = entry
         if not os.path.isfile(list_file):
             what = "is a folder, not a list file" if os.path.isdir(list_file) else "not found"
-            raise ConfigError(f"{list_file}: list file of dataset {name!r} (DATASETS.VIDEO_LISTS) {what}")
+            raise ConfigError(
+                f"{list_file}: list file of dataset {name!r} (DATASETS.VIDEO_LISTS) {what}"
+            )
 
 
 def _check_labels(cfg: CfgNode, splits) -> None:
@@ -197,7 +200,8 @@ def _check_labels(cfg: CfgNode, splits) -> None:
                 if not 0 <= label < num_classes:
                     raise ConfigError(
                         f"{list_file}:{lineno}: label {label} is outside [0, {num_classes}) "
-                        f"(MODEL.VIDEO.NUM_CLASSES {num_classes}; dataset {name!r}, DATASETS.{split})"
+                        f"(MODEL.VIDEO.NUM_CLASSES {num_classes}; dataset {name!r}, "
+                        f"DATASETS.{split})"
                     )
 
 
