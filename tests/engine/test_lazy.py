@@ -15,7 +15,7 @@ from detectron2.config import LazyConfig, get_cfg
 from detectron2.engine import HookBase
 from detectron2.solver import WarmupParamScheduler
 from detectron2.utils.env import seed_all_rng
-from largedet.config import add_largedet_config
+from largedet.config import DeviceUnavailableError, add_largedet_config
 from largedet.config.lazy import TRAIN_KEYS, run_config, train_defaults
 from largedet.engine import Trainer, describe_run
 from largedet.engine.lazy import LazyTrainer, build_lazy_lr_scheduler, build_lazy_optimizer
@@ -165,12 +165,18 @@ def test_lazy_trainer_trains_like_the_yacs_trainer(tiny_shapes, tmp_path):
 def test_train_defaults_are_the_yacs_defaults():
     cfg = load_lazy()
     cfg.train = train_defaults()
+    assert cfg.train.device == "cuda"  # Detectron2's default, as MODEL.DEVICE's
+    cfg.train.device = "cpu"  # "cuda" is refused on a machine without a GPU
     run, defaults = run_config(cfg), add_largedet_config(get_cfg())
     for yacs_key in TRAIN_KEYS.values():
         value, default = run, defaults
         for part in yacs_key.split("."):
             value, default = value[part], default[part]
         assert value == default or (yacs_key == "MODEL.DEVICE" and value == "cpu"), yacs_key
+    if not torch.cuda.is_available():
+        cfg.train.device = "cuda"
+        with pytest.raises(DeviceUnavailableError, match=r"^train.device: 'cuda' asks for a GPU, but torch "):
+            run_config(cfg)
 
 
 @pytest.mark.parametrize(

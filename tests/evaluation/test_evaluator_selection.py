@@ -8,7 +8,9 @@ from largedet.evaluation import OIDEvaluator
 
 
 def _cfg(*opts):
-    args = largedet_argument_parser().parse_args(["--config", "configs/openimages_r50_fpn_bs640.yaml", *opts])
+    args = largedet_argument_parser().parse_args(
+        ["--config", "configs/openimages_r50_fpn_bs640.yaml", "MODEL.DEVICE", "cpu", *opts]
+    )
     return setup_cfg(args, log=False)
 
 
