@@ -20,9 +20,9 @@ A largedet LazyConfig has Detectron2's parts, ``model``, ``dataloader``, ``optim
 - ``dataloader.test`` (optional): the same form with ``build_detection_test_loader``; scored
   by ``dataloader.evaluator`` when given, else by the dataset's own evaluator (COCO,
   OpenImages) as in the yacs path;
-- ``train``: the training loop's numbers, :data:`TRAIN_KEYS`, each the yacs key it names
+- ``train``: the training loop's numbers, :data:`largedet.config.lazy.TRAIN_KEYS`, each the yacs key it names
   (``train.ims_per_batch`` is ``SOLVER.IMS_PER_BATCH``, the global batch, ...; units and
-  scope in ``largedet/config/defaults.py``); :func:`train_defaults` gives them all with the yacs
+  scope in ``largedet/config/defaults.py``); :func:`largedet.config.lazy.train_defaults` gives them all with the yacs
   defaults;
 - ``datasets`` (optional): registrations, each a ``LazyCall`` instantiated once in every
   process before any loader is built (``L(register_shapes)(spec=L(ShapesSpec)(...))``).

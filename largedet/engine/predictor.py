@@ -33,7 +33,7 @@ class Predictor:
     :attr:`weights` names the file loaded ("" for none).
 
     Args:
-        cfg: a resolved config (``MODEL.DEVICE`` a torch device: :func:`setup_cfg`).
+        cfg: a resolved config (``MODEL.DEVICE`` a torch device: :func:`largedet.engine.defaults.setup_cfg`).
         trainer_cls: the trainer whose ``build_model`` builds the model.
         resume: prefer ``OUTPUT_DIR``'s last checkpoint to ``MODEL.WEIGHTS``.
     """

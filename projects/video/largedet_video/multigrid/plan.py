@@ -1,6 +1,6 @@
 """A multigrid schedule laid out in optimizer steps, and its LR as a param scheduler.
 
-The schedule (:func:`build_multigrid_schedule`) counts data epochs; a trainer counts
+The schedule (:func:`largedet_video.multigrid.schedule.build_multigrid_schedule`) counts data epochs; a trainer counts
 optimizer steps. Each epoch of a stage is a fixed number of per-device batches (those
 of :class:`MultigridBatchSampler`, the same on every rank), and an optimizer step takes
 ``accumulation`` consecutive batches of this stream, which runs on across epoch
