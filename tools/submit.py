@@ -2,7 +2,7 @@
 """Submit a training run to Slurm through submitit; requeued on pre-emption and time-out, it
 resumes from its last checkpoint by itself.
 
-    python tools/submit.py --config configs/r50_fpn_bs1056.yaml --nodes 20 --gpus-per-node 8 \\
+    python tools/submit.py --config configs/r50_fpn_bs1056.yaml --nodes 33 --gpus-per-node 8 \\
         --partition learnfair --time 240
     python tools/submit.py --config configs/shapes/lazy/faster_rcnn_R18_FPN_pmdlamb_bs1024.py \\
         --nodes 1 --gpus-per-node 8 --partition P train.max_iter=600
