@@ -34,6 +34,9 @@ import contextlib
 import functools
 import itertools
 import logging
+import multiprocessing
+import multiprocessing.util
+import os
 import random
 import signal
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -71,6 +74,7 @@ __all__ = [
     "aspect_ratio_groups",
     "build_test_loader",
     "build_train_loader",
+    "end_loader_workers_at_exit",
     "group_by_aspect_ratio",
     "ignore_job_signals",
     "image_seed",
@@ -104,7 +108,40 @@ def loader_worker_init(worker_id: int, signals: Sequence[str] = ()) -> None:
 
 
 def _worker_init_fn(cfg: CfgNode) -> Callable[[int], None]:
+    if cfg.DATALOADER.NUM_WORKERS > 0:
+        end_loader_workers_at_exit()
     return functools.partial(loader_worker_init, signals=tuple(cfg.PREEMPTION.SIGNALS))
+
+
+@functools.lru_cache(maxsize=None)
+def end_loader_workers_at_exit() -> None:
+    """Once per process: as it exits, kill the loader workers still alive, before
+    ``multiprocessing`` sends its daemonic children SIGTERM and waits for them.
+
+    A loader whose iterator outlives training (kept by the traceback of a pre-emption or
+    an error) has not stopped its workers; they ignore SIGTERM (:func:`ignore_job_signals`),
+    so that wait would never end. Registered as a ``multiprocessing`` finalizer of
+    priority 0, which runs before that wait both at interpreter exit and at the end of a
+    process started by ``multiprocessing`` (Detectron2's ``launch``)."""
+    multiprocessing.util.Finalize(None, _kill_loader_workers, exitpriority=0)
+
+
+def _kill_loader_workers() -> None:
+    for child in multiprocessing.active_children():
+        if child.daemon and _is_loader_worker(child.pid):
+            child.kill()
+            child.join()
+
+
+def _is_loader_worker(pid: int) -> bool:
+    """Whether process ``pid`` is a PyTorch loader worker (which names itself
+    ``pt_data_worker``); where ``/proc`` is absent, every daemonic child is taken for one
+    (``multiprocessing`` would end it at exit anyway)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() == "pt_data_worker"
+    except FileNotFoundError:
+        return not os.path.isdir("/proc")
 
 
 class ResumableTrainingSampler(TrainingSampler):

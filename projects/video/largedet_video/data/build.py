@@ -21,7 +21,12 @@ import torch
 from detectron2.data import DatasetCatalog
 from detectron2.utils import comm
 from detectron2.data.samplers import InferenceSampler
-from largedet.data.build import ResumableLoader, ResumableTrainingSampler, loader_worker_init
+from largedet.data.build import (
+    ResumableLoader,
+    ResumableTrainingSampler,
+    end_loader_workers_at_exit,
+    loader_worker_init,
+)
 from largedet.data.build import image_seed
 from torch.utils.data import BatchSampler, DataLoader
 
@@ -75,6 +80,7 @@ def _loader(cfg, dataset, batch_sampler) -> DataLoader:
     workers = cfg.DATALOADER.NUM_WORKERS
     extra = {}
     if workers > 0:
+        end_loader_workers_at_exit()  # they ignore SIGTERM
         extra = dict(
             prefetch_factor=cfg.DATALOADER.PREFETCH_FACTOR,
             persistent_workers=True,
