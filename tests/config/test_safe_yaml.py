@@ -1,0 +1,79 @@
+"""Config files never run code: a yaml config (or one of its _BASE_ files) with a
+``!!python/...`` tag is refused in one line naming the file and the tag, before its code
+could run; ``--allow-python-yaml`` loads it, with a warning."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from largedet.config.safe_yaml import PythonTagError, check_config_tags
+from largedet.engine import largedet_argument_parser, setup_cfg
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
+
+
+def _evil(tmp_path, marker):
+    """A config whose OUTPUT_DIR, loaded with yaml.unsafe_load, creates ``marker``."""
+    path = tmp_path / "evil.yaml"
+    path.write_text(
+        "SOLVER:\n  BASE_LR: 0.01\n"
+        f"OUTPUT_DIR: !!python/object/apply:os.system [\"touch {marker}\"]\n"
+    )
+    return path
+
+
+def test_a_python_tag_is_refused_naming_the_file_tag_and_line(tmp_path):
+    marker = tmp_path / "ran"
+    path = _evil(tmp_path, marker)
+    with pytest.raises(PythonTagError) as refused:
+        check_config_tags(str(path))
+    assert str(refused.value).startswith(f"{path}: refusing the tag !!python/object/apply:os.system (line 3): ")
+    assert "--allow-python-yaml" in str(refused.value) and "\n" not in str(refused.value)
+    assert not marker.exists()
+
+
+def test_a_python_tag_in_a_base_file_is_refused_naming_the_base(tmp_path):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "Base.yaml").write_text("SEED: !!python/name:os.getcwd\nVERSION: 2\n")
+    top = tmp_path / "top.yaml"
+    top.write_text("_BASE_: base/Base.yaml\nSOLVER:\n  BASE_LR: 0.01\n")
+    with pytest.raises(PythonTagError, match=r"base/Base\.yaml: refusing the tag !!python/name:os\.getcwd \(line 1\)"):
+        check_config_tags(str(top))
+
+
+def test_train_net_refuses_it_in_one_line_before_launch(tmp_path):
+    marker = tmp_path / "ran"
+    path = _evil(tmp_path, marker)
+    done = subprocess.run([sys.executable, TRAIN_NET, "--config", str(path)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"error: {path}: refusing the tag !!python/object/apply:os.system (line 3)")
+    assert [x for x in lines if x.startswith("error:")] == [lines[-1]] and "Traceback" not in done.stderr
+    assert not marker.exists() and done.stdout == ""
+
+
+def test_allow_python_yaml_loads_it_with_a_warning(tmp_path):
+    path = tmp_path / "tagged.yaml"
+    path.write_text("SEED: !!python/object/apply:int [\"7\"]\nMODEL:\n  DEVICE: cpu\n")
+    args = largedet_argument_parser().parse_args(["--config", str(path)])
+    with pytest.raises(PythonTagError):
+        setup_cfg(args, log=False)
+    args = largedet_argument_parser().parse_args(["--config", str(path), "--allow-python-yaml"])
+    assert setup_cfg(args, log=False).SEED == 7
+    assert check_config_tags(str(path), allow_python_tags=True) == [
+        f"{path}: loading !!python/object/apply:int (line 1) with yaml.unsafe_load (--allow-python-yaml): "
+        "the file can run code"
+    ]  # the warning logged
+
+
+def test_every_config_of_the_repository_loads_safely():
+    configs = glob.glob(os.path.join(ROOT, "configs", "**", "*.yaml"), recursive=True)
+    configs += glob.glob(os.path.join(ROOT, "projects", "video", "configs", "**", "*.yaml"), recursive=True)
+    assert len(configs) > 10
+    for path in configs:
+        assert check_config_tags(path) == []
