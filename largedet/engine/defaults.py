@@ -34,7 +34,7 @@ from .preemption import parse_signals
 from .run_summary import write_eval_results
 from .launch import launch, launched_by_torchrun, planned_world_size, process_flags_given
 from .run_lock import OutputDirInUseError, OutputDirLock
-from .writers import set_up_log_files, stop_log_files_on_full_disk
+from .writers import raise_if_a_log_found_no_space, set_up_log_files, stop_log_files_on_full_disk
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +199,7 @@ def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> di
         ema = _checkpoint_ema(cfg, model, extra)
         results = evaluate_with_ema(trainer_cls.test, cfg, model, ema, cfg.MODEL_EMA.EVAL)
         write_eval_results(cfg.OUTPUT_DIR, results)
+        raise_if_a_log_found_no_space()  # log.txt on a full disk: one line, as in training
         return results
     trainer = trainer_cls(cfg)
     trainer.resume_or_load(resume=args.resume)
