@@ -96,15 +96,16 @@ def disk_full_error(path: str, output_dir: str) -> DiskFullError:
 
 class _StopsOnFullDisk:
     """A file writer's ``write`` and ``close`` that raise :class:`DiskFullError` (once) where
-    the disk is full; after that the writer is closed and does nothing."""
+    the disk is full; after that the writer is closed and does nothing. A subclass names
+    the file it writes (``_written_file``) and closes it (``_close_file``)."""
+
+    _full = False  # set once the disk was found full
 
     def _written_file(self) -> str:
         raise NotImplementedError
 
     def _close_file(self) -> None:
         raise NotImplementedError
-
-    _full = False
 
     def _guarded(self, call, output_dir: str) -> None:
         if self._full:
