@@ -171,7 +171,7 @@ def test_missing_annotation_file_but_not_for_generated_shapes(tmp_path):
     name = "validate_test_coco_missing"
     json_file = str(tmp_path / "instances.json")
     DatasetCatalog.register(name, list)
-    MetadataCatalog.get(name).set(json_file=json_file, image_root=str(tmp_path))
+    MetadataCatalog.get(name).set(json_file=json_file, image_root=str(tmp_path), evaluator_type="coco")
     try:
         cfg = shapes_cfg("DATASETS.TEST", f"('{name}',)")
         assert message(check_datasets, cfg, ("DATASETS.TEST",)) == (
@@ -182,6 +182,10 @@ def test_missing_annotation_file_but_not_for_generated_shapes(tmp_path):
             f"{json_file}: no 'images' list: not a COCO annotation file (dataset '{name}', DATASETS.TEST)"
         )
         (tmp_path / "instances.json").write_text('{"images": [], "annotations": [], "categories": []}')
+        check_datasets(cfg, ("DATASETS.TEST",))
+        (tmp_path / "instances.json").write_text("{}")
+        MetadataCatalog.remove(name)  # another format (LVIS): its file is only looked for
+        MetadataCatalog.get(name).set(json_file=json_file, image_root=str(tmp_path), evaluator_type="lvis")
         check_datasets(cfg, ("DATASETS.TEST",))
     finally:
         DatasetCatalog.remove(name)
