@@ -22,6 +22,7 @@ import os
 import shutil
 import statistics
 import sys
+import threading
 from typing import Optional
 
 from detectron2.utils import comm
@@ -160,6 +161,7 @@ class StopOnFullDiskTensorboardXWriter(_StopsOnFullDisk, TensorboardXWriter):
     def __init__(self, log_dir: str, window_size: int = 20, **kwargs):
         super().__init__(log_dir, window_size, **kwargs)
         self._log_dir = log_dir
+        _quiet_tensorboard_thread_on_full_disk()
 
     def _written_file(self) -> str:
         writer = self.__dict__.get("_writer")
@@ -180,6 +182,23 @@ class StopOnFullDiskTensorboardXWriter(_StopsOnFullDisk, TensorboardXWriter):
     def drop_records_from(self, iteration: int) -> None:
         if "_writer" not in self.__dict__:  # SummaryWriter is made at the first write
             self._writer_args["purge_step"] = iteration
+
+
+@functools.lru_cache(maxsize=None)
+def _quiet_tensorboard_thread_on_full_disk() -> None:
+    """Once per process: TensorBoard writes its events in a thread of its own, which, when
+    the disk is full, ends with a traceback on stderr before the writer raises the same
+    error in the main thread (where :class:`StopOnFullDiskTensorboardXWriter` makes it the
+    run's one line). That thread's full-disk error is left unprinted; every other thread
+    error goes to the previous ``threading.excepthook``."""
+    previous = threading.excepthook
+
+    def excepthook(args):
+        if is_disk_full(args.exc_value) and type(args.thread).__name__ == "_AsyncWriterThread":
+            return
+        previous(args)
+
+    threading.excepthook = excepthook
 
 
 def drop_metrics_records(path: str, iteration: int) -> int:

@@ -193,6 +193,54 @@ def test_a_real_full_disk_stops_in_one_line_and_the_summary_says_failed(tiny_sha
         subprocess.run(["umount", str(mount)], check=True)
 
 
+TENSORBOARD_ON_A_FULL_DISK = """
+import sys, time
+from detectron2.utils.events import EventStorage
+from largedet.checkpoint import DiskFullError
+from largedet.engine.writers import StopOnFullDiskTensorboardXWriter
+
+writer = StopOnFullDiskTensorboardXWriter(sys.argv[1], flush_secs=0.05)
+with open(sys.argv[2], "wb") as f:
+    try:
+        while True:
+            f.write(bytes(65536))
+            f.flush()
+    except OSError:
+        pass
+deadline = time.monotonic() + 30
+with EventStorage(0) as storage:
+    try:
+        while time.monotonic() < deadline:  # until the thread's flush fails and the writer says so
+            storage.put_scalar("loss", 1.0)
+            writer.write()
+            storage.step()
+            time.sleep(0.05)
+    except DiskFullError as e:
+        print(f"error: {e}", file=sys.stderr)
+        writer.close()  # closed already: nothing more
+        sys.exit(74)
+"""
+
+
+def test_tensorboard_s_own_thread_on_a_full_disk_prints_no_traceback(tmp_path):
+    """TensorBoard flushes its events in a thread; on a full disk that thread's error is the
+    writer's one DiskFullError, not also a thread's traceback on stderr."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        run = subprocess.run([sys.executable, "-c", TENSORBOARD_ON_A_FULL_DISK, str(mount), str(mount / "filler")],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert run.returncode == 74, run.stderr[-3000:]
+    (line,) = [x for x in run.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: {mount}{os.sep}events.out.tfevents.")
+    assert "Exception in thread" not in run.stderr and "Traceback" not in run.stderr
+
+
 def test_the_full_disk_line_of_a_first_checkpoint_says_there_was_none(tmp_path, monkeypatch):
     from torch import nn
 
