@@ -11,7 +11,35 @@ would overwrite it. ``make setup`` adds the extra only where no OpenCV is instal
 by hand, ``pip install -e ".[opencv]"`` where you have none.
 """
 
+import os
+import shutil
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+# The configs a wheel carries as package data, and where: largedet/model_zoo/configs, the video
+# ones under its video/ (largedet.model_zoo.get_config_file finds them there)
+PACKAGED_CONFIGS = {"configs": "", os.path.join("projects", "video", "configs"): "video"}
+
+
+class BuildPyWithConfigs(build_py):
+    """``build_py`` that also copies the checkout's configs into the built ``largedet`` package
+    (``largedet/model_zoo/configs``), so that a wheel holds them. An editable install reads
+    the checkout's own files and gets no copy."""
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        target = os.path.join(self.build_lib, "largedet", "model_zoo", "configs")
+        for source, folder in PACKAGED_CONFIGS.items():
+            shutil.copytree(
+                source,
+                os.path.join(target, folder),
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+                dirs_exist_ok=True,
+            )
+
 
 setup(
     name="largedet",
@@ -21,6 +49,14 @@ setup(
     packages=find_packages(include=["largedet", "largedet.*"])
     + find_packages(where="projects/video", include=["largedet_video", "largedet_video.*"]),
     package_dir={"largedet_video": "projects/video/largedet_video"},
+    cmdclass={"build_py": BuildPyWithConfigs},
+    entry_points={
+        "console_scripts": [
+            "largedet-train=largedet.engine.train_net:run",  # tools/train_net.py
+            "largedet-video-train=largedet_video.engine.train_net:run",  # projects/video/train.py
+            "largedet-coco-eval=largedet.evaluation.coco_cli:main",  # tools/coco_eval.py
+        ]
+    },
     install_requires=[
         "torch>=2.1",
         "torchvision>=0.16",

@@ -3,7 +3,8 @@ any process starts.
 
 The commands are read from the fenced code blocks of README.md, docs/*.md and
 projects/video/README.md: ``python tools/train_net.py``, ``python tools/lazyconfig_train_net.py``,
-``python projects/video/train.py``, ``torchrun ... <one of them>`` and ``python tools/submit.py``.
+``python projects/video/train.py``, ``torchrun ... <one of them>``, ``python tools/submit.py``
+and the installed commands ``largedet-train`` and ``largedet-video-train``.
 Each is parsed by its script's own parser and checked by the function its launcher calls
 (``check_args``, ``check_lazy_args``, ``check_video_args``, ``tools/submit.py``'s ``check``),
 with the process count it names; nothing is trained. The data they read (COCO, Kinetics, a
@@ -29,6 +30,8 @@ SCRIPTS = {
     "tools/lazyconfig_train_net.py": "lazy",
     "projects/video/train.py": "video",
     "tools/submit.py": "submit",
+    "largedet-train": "yacs",  # the wheel's console commands
+    "largedet-video-train": "video",
 }
 # values of the shell variables the examples use
 SHELL_VARS = {"RANK": "0", "MASTER": "127.0.0.1", "HOST": "127.0.0.1", "PORT": "29500"}
@@ -62,7 +65,7 @@ def launch_examples():
         for command in _commands(doc.read_text()):
             words = shlex.split(command, comments=True)
             script = next((w for w in words if w in SCRIPTS), None)
-            if script is None or not (words[0] in ("python", "torchrun")):
+            if script is None or words[0] not in ("python", "torchrun", script):
                 continue
             if PLACEHOLDER.search(command):
                 continue
@@ -87,6 +90,7 @@ def test_the_documented_launch_commands_are_found():
     assert any("--num-machines" in c and "r50_fpn_bs1056.yaml" in c for c in commands)
     assert any("submit.py" in c and "--nodes" in c and "r50_fpn_bs1056.yaml" in c for c in commands)
     assert any("torchrun" in c and "video/train.py" in c for c in commands)
+    assert any(c.startswith("largedet-video-train") for c in commands)
 
 
 def _write_coco(json_file: Path, image_root: Path) -> None:

@@ -28,6 +28,7 @@ from ..data import (
     register_shapes,
     shapes_spec_from_config,
 )
+from ..model_zoo import resolve_config_file
 from ..solver.batch import BatchPlan
 from .ema import ModelEMA, evaluate_with_ema
 from .preemption import parse_signals
@@ -40,11 +41,17 @@ logger = logging.getLogger(__name__)
 
 
 def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentParser:
-    """Detectron2's training CLI, with ``--config`` accepted for ``--config-file``."""
+    """Detectron2's training CLI, with ``--config`` accepted for ``--config-file``; a config
+    that is not a file is looked up by name among largedet's own
+    (:func:`largedet.model_zoo.resolve_config_file`: ``shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml``
+    from any folder, and from an installed wheel)."""
     parser = default_argument_parser(epilog)
     parser.add_argument(
         "--config", dest="config_file", metavar="FILE", help="alias of --config-file"
     )
+    for action in parser._actions:
+        if action.dest == "config_file":
+            action.type = resolve_config_file
     parser.add_argument(
         "--allow-python-yaml",
         action="store_true",

@@ -14,28 +14,13 @@ processes (gloo). The config is checked before any process starts
 (``largedet_video.engine.validate``): a missing file, an unknown key, a bad value, an
 unregistered dataset or a global batch SOLVER.IMS_PER_BATCH that does not split into whole
 micro-batches over the processes (torchrun's or ``--num-gpus`` x ``--num-machines``) is one
-line on stderr, exit 2.
+line on stderr, exit 2. Installed from the wheel, the same program is ``largedet-video-train``
+(``largedet_video.engine.train_net``).
 """
 
-import largedet_video  # noqa: F401  (imports largedet first; registers the models)
-from detectron2.utils import comm
-from largedet.engine import check_and_launch, largedet_argument_parser, train_or_evaluate
+from largedet_video.engine.train_net import main, run  # importing it registers the models
 
-from largedet_video.engine import VideoTrainer, setup
-from largedet_video.engine.validate import check_video_args, video_output_dir
-
-
-def main(args):
-    cfg = setup(args)
-    results = train_or_evaluate(VideoTrainer, cfg, args)
-    if comm.is_main_process():
-        per_dataset = {cfg.DATASETS.TEST[0]: results} if "classification" in results else results
-        for name, res in per_dataset.items():
-            if "classification" in res:
-                print(f"{name}: top-1 {res['classification']['top1']:.1f}%")
-    return results
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    args = largedet_argument_parser().parse_args()
-    check_and_launch(main, args, check_video_args, output_dir=video_output_dir)
+    run()

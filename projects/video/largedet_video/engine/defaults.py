@@ -16,6 +16,7 @@ from largedet.config import resolve_device
 from largedet.config.safe_yaml import check_config_tags
 from largedet.config.validate import merge_checked
 from largedet.engine.writers import set_up_log_files, stop_log_files_on_full_disk
+from largedet.model_zoo import config_roots
 
 from ..config import add_video_config
 from ..data import register_video_datasets
@@ -25,13 +26,9 @@ __all__ = ["DEFAULT_CONFIG", "build_cfg", "setup"]
 logger = logging.getLogger(__name__)
 
 #: The config of a run without ``--config-file``: the built-in CPU demo (TSM-R18 on the
-#: generated moving-shapes videos), in the checkout this package lives in
-#: (``projects/video/configs``).
-DEFAULT_CONFIG = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "configs",
-    "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml",
-)
+#: generated moving-shapes videos), ``projects/video/configs`` of the checkout or the
+#: wheel's copy (:func:`largedet.model_zoo.get_config_file`'s ``video/`` configs).
+DEFAULT_CONFIG = os.path.join(config_roots()["video/"], "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml")
 
 
 def build_cfg(args: argparse.Namespace) -> CfgNode:

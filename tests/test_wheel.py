@@ -1,0 +1,103 @@
+"""A wheel built from the repository works outside the checkout: it holds the configs
+(``largedet.model_zoo``), its console commands start, and ``largedet-train`` trains a few steps
+of the shapes demo named by its config's name, from a folder that is not the checkout.
+
+The wheel is built from a copy of the repository's files (``pip wheel --no-deps
+--no-build-isolation``) and installed into a fresh virtual environment that sees this machine's
+packages (``--system-site-packages``: torch, Detectron2), where it must shadow the checkout's
+editable install.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = "shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml"
+# the files a wheel is built from
+SOURCES = ("setup.py", "largedet/", "configs/", "projects/video/largedet_video/", "projects/video/configs/")
+
+
+def _run(argv, cwd, env=None, timeout=300):
+    result = subprocess.run(
+        [str(a) for a in argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, f"{argv}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory):
+    """``(venv folder, its python, a working folder outside the checkout, environment)``."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs the git checkout (its list of files) to build the wheel from")
+    tmp = tmp_path_factory.mktemp("wheel")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+        text=True, check=True,
+    ).stdout.split("\n")  # fmt: skip
+    source = tmp / "source"
+    for name in listed:
+        if name.startswith(SOURCES) and (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    dist = tmp / "dist"
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+          "-w", dist, source], cwd=tmp)  # fmt: skip
+    (wheel,) = dist.glob("largedet-*.whl")
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], cwd=tmp)
+    python = venv / "bin" / "python"
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel],
+         cwd=tmp)  # fmt: skip
+    work = tmp / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["LARGEDET_DATASETS"] = str(tmp / "datasets")
+    return venv, python, work, env
+
+
+def test_the_wheel_holds_largedet_and_its_configs(installed_wheel):
+    venv, python, work, env = installed_wheel
+    out = _run([python, "-c", (
+        "import largedet, largedet_video, largedet.model_zoo as z\n"
+        "from largedet_video.engine import DEFAULT_CONFIG\n"
+        "print(largedet.__file__); print(largedet_video.__file__)\n"
+        f"print(z.get_config_file({DEMO!r})); print(DEFAULT_CONFIG)\n"
+        "print(z.get_config_file('video/kinetics400_tsm_r50_8f.yaml'))\n"
+        "print(z.get_config_file('configs/shapes/lazy/faster_rcnn_R18_FPN_pmdlamb_bs1024.py'))"
+    )], cwd=work, env=env).stdout.split()  # fmt: skip
+    site = next((venv / "lib").glob("python*/site-packages"))
+    assert all(Path(p).is_relative_to(site) for p in out), out  # the wheel's, not the checkout's
+    assert all(Path(p).is_file() for p in out), out
+    assert out[2].endswith(f"largedet/model_zoo/configs/{DEMO}")
+    assert out[3].endswith("largedet/model_zoo/configs/video/tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml")
+    for command in ("largedet-train", "largedet-video-train", "largedet-coco-eval"):
+        assert "usage:" in _run([venv / "bin" / command, "--help"], cwd=work, env=env).stdout
+
+
+def test_the_video_default_config_passes_its_check_from_the_wheel(installed_wheel):
+    venv, python, work, env = installed_wheel
+    _run([python, "-c", (
+        "import argparse\n"
+        "from largedet_video.engine.validate import check_video_args\n"
+        "check_video_args(argparse.Namespace(config_file=None, opts=['MODEL.DEVICE', 'cpu'], "
+        "eval_only=False, resume=False, num_gpus=1, num_machines=1))"
+    )], cwd=work, env=env)  # fmt: skip
+
+
+def test_largedet_train_trains_from_outside_the_checkout(installed_wheel):
+    venv, python, work, env = installed_wheel
+    result = _run([
+        venv / "bin" / "largedet-train", "--config", DEMO, "MODEL.DEVICE", "cpu",
+        "DATASETS.TEST", "()", "DATASETS.SHAPES.NUM_TRAIN", "16", "DATASETS.SHAPES.NUM_VAL", "4",
+        "SOLVER.MAX_ITER", "2", "SOLVER.IMS_PER_BATCH", "2", "SOLVER.IMS_PER_DEVICE", "2",
+        "SOLVER.WARMUP_ITERS", "1", "INPUT.MIN_SIZE_TRAIN", "(64,)", "INPUT.MAX_SIZE_TRAIN", "64",
+        "DATALOADER.NUM_WORKERS", "0", "OUTPUT_DIR", "run",
+    ], cwd=work, env=env)  # fmt: skip
+    assert (work / "run" / "model_final.pth").is_file(), result.stdout + result.stderr
+    assert str(ROOT) not in (work / "run" / "config.yaml").read_text()
