@@ -147,10 +147,10 @@ def _add_large_batch_config(cfg: CN) -> None:
     # SOLVER.PMD.PERIOD are read as that many steps of IMS_PER_BATCH images; the LR at a
     # stage's batch b is the peak LR x SOLVER.LSR.RULE(b / IMS_PER_BATCH), times the
     # schedule at the images seen; the run's steps and each stage's are logged at start.
-    cfg.SOLVER.BATCH_RAMP.BATCHES = ()
+    declare(cfg, "SOLVER.BATCH_RAMP.BATCHES", (), lazy="batch_ramp.batches")
     # End of each stage of BATCHES, in epochs of the training set, increasing, > 0, before
     # the run's end; a stage's last step may pass its end by less than one of its batches.
-    cfg.SOLVER.BATCH_RAMP.EPOCHS = ()
+    declare(cfg, "SOLVER.BATCH_RAMP.EPOCHS", (), lazy="batch_ramp.epochs")
 
     # SOLVER.LR_SCHEDULER_NAME also takes "WarmupStableDecayLR" (warm-up-stable-decay):
     # after the warm-up the LR stays at its peak until WSD.DECAY_START, then falls
@@ -414,12 +414,15 @@ def _add_ema_config(cfg: CN) -> None:
     # Keep an exponential moving average of the weights, updated once per optimizer
     # step (not per micro-batch): ema <- d ema + (1 - d) w, starting from the weights
     # training starts with; kept in checkpoints, restored by --resume; true or false.
-    cfg.MODEL_EMA.ENABLED = False
+    declare(cfg, "MODEL_EMA.ENABLED", False, lazy="model_ema.enabled")
     # d_ref: the decay per optimizer step at REFERENCE_BATCH images per step, in [0, 1).
     # A step of global batch B decays by d_ref ** (B / REFERENCE_BATCH) (the same decay
     # per image at any batch; Busbridge et al., NeurIPS 2023). 0.9998 at batch 16 is
     # 0.9873 per step at batch 1024: an average over ~80 steps.
-    declare(cfg, "MODEL_EMA.DECAY", 0.9998, ("a number in [0, 1)", fraction), when=when_ema)
+    declare(
+        cfg, "MODEL_EMA.DECAY", 0.9998, ("a number in [0, 1)", fraction), when=when_ema,
+        lazy="model_ema.decay",
+    )
     # Global batch (images per optimizer step) at which DECAY holds, an integer >= 1;
     # 0: DECAY is the per-step decay whatever the batch.
     declare(
@@ -428,16 +431,22 @@ def _add_ema_config(cfg: CN) -> None:
         16,
         ("an integer >= 0 (0: DECAY per step)", int_at_least(0)),
         when=when_ema,
+        lazy="model_ema.reference_batch",
     )
     # Floating-point buffers (BN's running mean and variance): "average" (averaged like
     # the weights) or "copy" (the model's, copied after each step). Integer buffers are
     # always copied.
-    declare(cfg, "MODEL_EMA.BUFFERS", "average", one_of(BUFFER_MODES), when=when_ema)
+    declare(
+        cfg, "MODEL_EMA.BUFFERS", "average", one_of(BUFFER_MODES), when=when_ema,
+        lazy="model_ema.buffers",
+    )
     # What evaluations during and after training test: "ema" (the average; its results
     # are the run's), "model" (the trained weights) or "both" (the average's results,
     # and the trained weights' under model/<dataset>/... in the metrics). --eval-only on
     # a largedet checkpoint tests the average the checkpoint holds the same way.
-    declare(cfg, "MODEL_EMA.EVAL", "ema", one_of(EMA_EVAL_MODES), when=when_ema)
+    declare(
+        cfg, "MODEL_EMA.EVAL", "ema", one_of(EMA_EVAL_MODES), when=when_ema, lazy="model_ema.eval"
+    )
 
 
 def _add_openimages_config(cfg: CN) -> None:
@@ -474,17 +483,17 @@ def _add_logging_config(cfg: CN) -> None:
     # the step, every LOG_PERIOD steps, from the main process only; the whole config
     # is the run's config. true or false. Needs `pip install wandb` (an error naming
     # this key otherwise). A resumed run (--resume) starts a new W&B run.
-    cfg.WANDB.ENABLED = False
+    declare(cfg, "WANDB.ENABLED", False, lazy="wandb.enabled")
     # W&B project the run goes to.
-    cfg.WANDB.PROJECT = "largedet"
+    declare(cfg, "WANDB.PROJECT", "largedet", lazy="wandb.project")
     # Run name; "" means the last folder of OUTPUT_DIR.
-    cfg.WANDB.NAME = ""
+    declare(cfg, "WANDB.NAME", "", lazy="wandb.name")
     # W&B team or user (wandb's "entity"); "" means the account's default.
-    cfg.WANDB.ENTITY = ""
+    declare(cfg, "WANDB.ENTITY", "", lazy="wandb.entity")
     # wandb.init's mode: "online", "offline" (files only, under OUTPUT_DIR/wandb;
     # upload later with `wandb sync`) or "disabled"; "" leaves it to wandb
     # ($WANDB_MODE, else "online").
-    declare(cfg, "WANDB.MODE", "", one_of(("", "online", "offline", "disabled")))
+    declare(cfg, "WANDB.MODE", "", one_of(("", "online", "offline", "disabled")), lazy="wandb.mode")
 
 
 # the declarations of every key (largedet.config.keys), made once at import

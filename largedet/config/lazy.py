@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Dict, Tuple
 
+import torch
 from detectron2.config import CfgNode, LazyConfig, get_cfg, instantiate
 from detectron2.data import (
     build_detection_test_loader,
@@ -28,12 +29,24 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.registry import locate
 from omegaconf import DictConfig, OmegaConf
 
+from .. import optim
+
 from .defaults import add_largedet_config
 from .safe_yaml import check_config_tags
 from .keys import declared_train_keys
 from .device import device_for, resolve_device
 
-__all__ = ["TRAIN_KEYS", "call_target", "register_datasets", "run_config", "setup_lazy_config", "train_defaults"]
+__all__ = [
+    "IGNORED_DETECTRON2_KEYS",
+    "TRAIN_KEYS",
+    "call_target",
+    "ignored_keys",
+    "lr_schedule",
+    "register_datasets",
+    "run_config",
+    "setup_lazy_config",
+    "train_defaults",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +55,27 @@ logger = logging.getLogger(__name__)
 #: from each key's declaration (:mod:`largedet.config.keys`).
 TRAIN_KEYS: Dict[str, str] = declared_train_keys()
 
+#: Keys of Detectron2's own LazyConfigs (its ``common/train.py``, its loaders) that largedet's
+#: trainer has no use for -> why; a config holding them loads, and one line names them
+#: (:func:`ignored_keys`).
+IGNORED_DETECTRON2_KEYS: Dict[str, str] = {
+    "train.ddp.broadcast_buffers": "largedet's DistributedDataParallel settings are its own",
+    "train.ddp.find_unused_parameters": "largedet's DistributedDataParallel settings are its own",
+    "train.ddp.fp16_compression": "largedet's DistributedDataParallel settings are its own",
+    "train.checkpointer.max_to_keep": "largedet keeps every periodic checkpoint",
+    "dataloader.test.num_workers": "the test loader has dataloader.train.num_workers workers",
+}
+
 # dataloader.train / dataloader.test arguments -> the yacs keys largedet's loaders read
 _TRAIN_LOADER_KEYS = {
     "num_workers": ("DATALOADER.NUM_WORKERS", 0),
     "aspect_ratio_grouping": ("DATALOADER.ASPECT_RATIO_GROUPING", True),
 }
 # the arguments a loader and its dataset may have: largedet's loaders take no others
-_LOADER_ARGS = {"train": {"dataset", "mapper", *_TRAIN_LOADER_KEYS}, "test": {"dataset", "mapper"}}
+_LOADER_ARGS = {
+    "train": {"dataset", "mapper", "total_batch_size", *_TRAIN_LOADER_KEYS},
+    "test": {"dataset", "mapper", "num_workers"},
+}
 _DATASET_ARGS = {"names", "filter_empty"}
 
 
@@ -157,6 +184,57 @@ def _loader_args(cfg: DictConfig, part: str, builder) -> DictConfig:
     return loader
 
 
+def ignored_keys(cfg: DictConfig) -> Tuple[str, ...]:
+    """The keys of :data:`IGNORED_DETECTRON2_KEYS` that ``cfg`` sets and largedet does not
+    map (a key that a largedet declaration names is mapped, not ignored)."""
+    train = _flatten(OmegaConf.to_container(cfg.train, resolve=False))
+    found = [f"train.{key}" for key in train if key not in TRAIN_KEYS]
+    test = cfg.get("dataloader", {}).get("test", None)
+    if test is not None and "num_workers" in test:
+        found.append("dataloader.test.num_workers")
+    return tuple(key for key in found if key in IGNORED_DETECTRON2_KEYS)
+
+
+def lr_schedule(cfg: DictConfig) -> DictConfig:
+    """The schedule of ``lr_multiplier`` without its warm-up: the ``scheduler`` of a
+    Detectron2 ``WarmupParamScheduler`` (whose warm-up :func:`run_config` reads into
+    ``SOLVER.WARMUP_*``), else ``lr_multiplier`` itself."""
+    if call_target(cfg.lr_multiplier) is WarmupParamScheduler:
+        return cfg.lr_multiplier.scheduler
+    return cfg.lr_multiplier
+
+
+def _read_warmup(cfg: DictConfig, run: CfgNode) -> None:
+    """``SOLVER.WARMUP_*`` from a Detectron2 ``lr_multiplier = L(WarmupParamScheduler)(...)``
+    (its ``warmup_length`` is a fraction of the run), where ``train`` has no ``warmup``."""
+    if "warmup" in cfg.train:
+        raise ValueError(
+            "lr_multiplier: a WarmupParamScheduler and train.warmup both give a warm-up; give "
+            "the schedule without warm-up, or drop train.warmup"
+        )
+    wrapper = cfg.lr_multiplier
+    run.SOLVER.WARMUP_ITERS = int(round(float(wrapper.warmup_length) * run.SOLVER.MAX_ITER))
+    _set(run, "SOLVER.WARMUP_FACTOR", wrapper.warmup_factor, "lr_multiplier.warmup_factor")
+    run.SOLVER.WARMUP_METHOD = str(wrapper.get("warmup_method", "linear"))
+    run.SOLVER.RESCALE_INTERVAL = bool(wrapper.get("rescale_interval", False))
+
+
+def _optimizer_name(cfg: DictConfig) -> str:
+    """``SOLVER.OPTIMIZER`` of ``optimizer``: the registered name of its class
+    (``PMDLAMB`` -> ``"PMD_LAMB"``), else the class name."""
+    target = call_target(cfg.optimizer)
+    for name, optimizer_class in _registered_optimizers().items():
+        if target is optimizer_class:
+            return name
+    return _target_name(cfg.optimizer)
+
+
+def _registered_optimizers() -> Dict[str, type]:
+    # the SOLVER.OPTIMIZER builders' classes (largedet.solver.build)
+    return {"SGD": torch.optim.SGD, "AdamW": torch.optim.AdamW, "LAMB": optim.LAMB,
+            "PMD_LAMB": optim.PMDLAMB, "LARS": optim.LARS}  # fmt: skip
+
+
 def _dataset_names(dataset: DictConfig, key: str) -> Tuple[str, ...]:
     names = dataset["names"]
     names = (names,) if isinstance(names, str) else tuple(names)
@@ -169,13 +247,18 @@ def run_config(cfg: DictConfig) -> CfgNode:
     """The frozen yacs config of the run ``cfg`` describes, for :class:`~largedet.engine.Trainer`
     and its hooks: largedet's defaults with
 
-    - every ``train.<key>`` at its :data:`TRAIN_KEYS` yacs key (an unknown key is an error);
-    - ``SOLVER.BASE_LR`` = ``optimizer.lr``, ``SOLVER.OPTIMIZER`` the optimizer's class name;
-    - ``SOLVER.LR_SCHEDULER_NAME`` the ``lr_multiplier``'s class name and ``SOLVER.STEPS``
-      its ``milestones`` (for the log block; the schedule itself is the ``lr_multiplier``);
+    - every ``train.<key>`` at its :data:`TRAIN_KEYS` yacs key; Detectron2's keys of
+      :data:`IGNORED_DETECTRON2_KEYS` are skipped, another unknown key is an error;
+    - ``SOLVER.BASE_LR`` = ``optimizer.lr``, ``SOLVER.OPTIMIZER`` the optimizer's registered
+      name (``"PMD_LAMB"`` for ``PMDLAMB``; the class name of another optimizer);
+    - ``SOLVER.LR_SCHEDULER_NAME`` the schedule's class name and ``SOLVER.STEPS`` its
+      ``milestones`` (for the log block; the schedule itself is :func:`lr_schedule`); a
+      Detectron2 ``WarmupParamScheduler`` gives ``SOLVER.WARMUP_*`` (``train.warmup`` then
+      absent);
     - ``DATASETS.TRAIN``, ``DATALOADER.NUM_WORKERS``, ``ASPECT_RATIO_GROUPING`` and
-      ``FILTER_EMPTY_ANNOTATIONS`` from ``dataloader.train``; ``DATASETS.TEST`` from
-      ``dataloader.test``;
+      ``FILTER_EMPTY_ANNOTATIONS`` from ``dataloader.train``, and its ``total_batch_size``
+      (Detectron2's global batch) as ``SOLVER.IMS_PER_BATCH`` where ``train.ims_per_batch``
+      is not given (given, they must agree); ``DATASETS.TEST`` from ``dataloader.test``;
     - ``MODEL.DEVICE`` resolved (:func:`~largedet.config.resolve_device`): ``auto`` to
       ``cuda`` or ``cpu``; ``cuda`` where there is no GPU is a
       :class:`~largedet.config.DeviceUnavailableError` naming ``train.device``.
@@ -183,6 +266,8 @@ def run_config(cfg: DictConfig) -> CfgNode:
     run = _yacs_defaults()
     train = OmegaConf.to_container(cfg.train, resolve=True)
     for key, value in _flatten(train).items():
+        if key not in TRAIN_KEYS and f"train.{key}" in IGNORED_DETECTRON2_KEYS:
+            continue
         if key not in TRAIN_KEYS:
             raise ValueError(
                 f"train.{key}: not a largedet training key; the keys are "
@@ -193,21 +278,27 @@ def run_config(cfg: DictConfig) -> CfgNode:
     if "lr" not in cfg.optimizer:
         raise ValueError("optimizer.lr must be set: it is the peak LR (SOLVER.BASE_LR)")
     _set(run, "SOLVER.BASE_LR", cfg.optimizer.lr, "optimizer.lr")
-    run.SOLVER.OPTIMIZER = _target_name(cfg.optimizer)
+    run.SOLVER.OPTIMIZER = _optimizer_name(cfg)
 
     if call_target(cfg.lr_multiplier) is WarmupParamScheduler:
-        raise ValueError(
-            "lr_multiplier: give the schedule without warm-up; the warm-up is train.warmup "
-            "(iterations, factor, method), added as SOLVER.WARMUP_* is in the yacs path"
-        )
-    run.SOLVER.LR_SCHEDULER_NAME = _target_name(cfg.lr_multiplier)
-    run.SOLVER.STEPS = tuple(cfg.lr_multiplier.get("milestones", ()))
+        _read_warmup(cfg, run)
+    schedule = lr_schedule(cfg)
+    run.SOLVER.LR_SCHEDULER_NAME = _target_name(schedule)
+    run.SOLVER.STEPS = tuple(schedule.get("milestones", ()))
 
     loader = _loader_args(cfg, "train", build_detection_train_loader)
     run.DATASETS.TRAIN = _dataset_names(loader.dataset, "dataloader.train.dataset")
     run.DATALOADER.FILTER_EMPTY_ANNOTATIONS = bool(loader.dataset.get("filter_empty", True))
     for key, (yacs_key, default) in _TRAIN_LOADER_KEYS.items():
         _set(run, yacs_key, loader.get(key, default), f"dataloader.train.{key}")
+    if "total_batch_size" in loader:
+        total = loader.total_batch_size
+        if "ims_per_batch" in train and train["ims_per_batch"] != total:
+            raise ValueError(
+                f"dataloader.train.total_batch_size: {total} is not train.ims_per_batch "
+                f"{train['ims_per_batch']}; give the global batch once"
+            )
+        _set(run, "SOLVER.IMS_PER_BATCH", total, "dataloader.train.total_batch_size")
     if "test" in cfg.dataloader:
         test = _loader_args(cfg, "test", build_detection_test_loader)
         run.DATASETS.TEST = _dataset_names(test.dataset, "dataloader.test.dataset")
@@ -239,4 +330,9 @@ def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConf
         device, note = device_for(cfg.train.get("device", "cuda"), "train.device")
         if note:
             (logger.warning if device == "cpu" else logger.info)(note)
+        ignored = ignored_keys(cfg)
+        if ignored:
+            logger.warning(
+                "Detectron2 keys that largedet does not use, ignored: %s", ", ".join(ignored)
+            )
     return cfg

@@ -10,13 +10,16 @@ A largedet LazyConfig has Detectron2's parts, ``model``, ``dataloader``, ``optim
   ``SOLVER.BASE_LR``: with ``train.lsr.enabled`` it is replaced by the linear scaling
   rule's peak LR, and whatever interpolates it (``base_lr="${..lr}"``) follows;
 - ``lr_multiplier``: an fvcore ``ParamScheduler`` over the whole run (e.g.
-  ``MultiStepParamScheduler``), *without* warm-up: the warm-up is ``train.warmup`` (in
-  iterations), added as the yacs path adds ``SOLVER.WARMUP_*``;
+  ``MultiStepParamScheduler``), without warm-up: the warm-up is ``train.warmup`` (in
+  iterations), added as the yacs path adds ``SOLVER.WARMUP_*``; or, as Detectron2's configs
+  have it, ``L(WarmupParamScheduler)(scheduler=..., warmup_length=..., ...)``, whose warm-up
+  is then the run's (``train.warmup`` absent);
 - ``dataloader.train``: ``L(build_detection_train_loader)(dataset=
   L(get_detection_dataset_dicts)(names=...), mapper=..., num_workers=...,
   aspect_ratio_grouping=...)``, from which largedet builds its
   own resumable training loader with ``train.ims_per_device`` images per device;
-  ``total_batch_size`` and ``sampler`` are not given (they are largedet's);
+  the sampler is largedet's; Detectron2's ``total_batch_size`` is the global batch
+  (``train.ims_per_batch``);
 - ``dataloader.test`` (optional): the same form with ``build_detection_test_loader``; scored
   by ``dataloader.evaluator`` when given, else by the dataset's own evaluator (COCO,
   OpenImages) as in the yacs path;
@@ -49,12 +52,13 @@ from detectron2.solver.build import maybe_add_gradient_clipping
 from detectron2.utils import comm
 from omegaconf import DictConfig
 
-from ..config.lazy import call_target, run_config, setup_lazy_config
+from ..config.lazy import call_target, lr_schedule, run_config, setup_lazy_config
 from ..config.validate import check_values
 from ..data.build import build_test_loader, build_train_loader
 from ..layers import resolve_sync_batchnorm
 from ..solver import log_param_groups, lr_scaling, optimizer_param_groups
-from ..solver.batch import BatchPlan, batch_plan
+from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
+from ..solver.lr_scheduler import LSR_RULES, ImageClockLRMultiplier
 from .launch import planned_world_size
 from .trainer import Trainer
 
@@ -123,20 +127,29 @@ def build_lazy_optimizer(
 
 
 def build_lazy_lr_scheduler(
-    cfg: DictConfig, run: CfgNode, optimizer: torch.optim.Optimizer
+    cfg: DictConfig,
+    run: CfgNode,
+    optimizer: torch.optim.Optimizer,
+    schedule: Optional[BatchSchedule] = None,
 ) -> LRMultiplier:
-    """``cfg.lr_multiplier`` after the warm-up of ``run`` (``train.warmup``), as one
+    """``cfg.lr_multiplier``'s schedule (:func:`~largedet.config.lazy.lr_schedule`) after the
+    warm-up of ``run`` (``train.warmup``, or a Detectron2 ``WarmupParamScheduler``'s), as one
     Detectron2 ``LRMultiplier`` over ``train.max_iter`` steps: the yacs path's
     ``WarmupParamScheduler`` around ``SOLVER.LR_SCHEDULER_NAME``'s schedule, with the
-    lazy schedule in its place."""
+    lazy schedule in its place. With a ``schedule`` that ramps the batch
+    (``train.batch_ramp``), the yacs path's :class:`~largedet.solver.lr_scheduler.ImageClockLRMultiplier`:
+    the same multiplier followed in images, times the LSR rule's factor at each step's batch."""
     solver = run.SOLVER
     multiplier = WarmupParamScheduler(
-        instantiate(cfg.lr_multiplier),
+        instantiate(lr_schedule(cfg)),
         solver.WARMUP_FACTOR,
         min(solver.WARMUP_ITERS / solver.MAX_ITER, 1.0),
         solver.WARMUP_METHOD,
         solver.RESCALE_INTERVAL,
     )
+    if schedule is not None and schedule.ramped:
+        rule, full = LSR_RULES[solver.LSR.RULE], schedule.full_batch
+        return ImageClockLRMultiplier(optimizer, multiplier, schedule, lambda b: rule(b / full))
     return LRMultiplier(optimizer, multiplier=multiplier, max_iter=solver.MAX_ITER)
 
 
@@ -220,10 +233,10 @@ class LazyTrainer(Trainer):
     def build_lr_scheduler(
         cls, cfg: CfgNode, optimizer: torch.optim.Optimizer, schedule=None, max_iter=None
     ):
-        """``lr_multiplier`` after ``train.warmup`` over ``train.max_iter`` steps
-        (:func:`build_lazy_lr_scheduler`; a LazyConfig has no batch ramp, so ``schedule``
-        and ``max_iter`` are its ``SOLVER.MAX_ITER`` steps of the full batch)."""
-        return build_lazy_lr_scheduler(cls._lazy(), cfg, optimizer)
+        """``lr_multiplier`` after ``train.warmup`` over ``train.max_iter`` steps of the full
+        batch, followed in images with a batch ramp (``train.batch_ramp``, whose ``schedule``
+        the trainer passes): :func:`build_lazy_lr_scheduler`."""
+        return build_lazy_lr_scheduler(cls._lazy(), cfg, optimizer, schedule)
 
     @classmethod
     def build_train_loader(cls, cfg: CfgNode):

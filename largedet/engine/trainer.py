@@ -689,8 +689,17 @@ def describe_run(
                 f"WarmupStableDecayLR: the peak LR until {solver.WSD.DECAY_START:g} of the run, "
                 f"then linear to {solver.BASE_LR_END:g}"
             )
-        else:
+        elif solver.LR_SCHEDULER_NAME == "WarmupCosineLR":
+            shape = f"WarmupCosineLR: cosine from the peak LR to {solver.BASE_LR_END:g} at the run's end"
+        elif solver.LR_SCHEDULER_NAME == "WarmupStepWithFixedGammaLR":
+            shape = (
+                f"WarmupStepWithFixedGammaLR: x {solver.GAMMA:g} at {solver.NUM_DECAYS} evenly "
+                "spaced steps"
+            )
+        elif solver.STEPS:  # WarmupMultiStepLR, a LazyConfig's schedule with milestones
             shape = f"{solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}"
+        else:
+            shape = solver.LR_SCHEDULER_NAME
         lines.append(f"  {warmup}; {shape}")
         lines.append(
             f"  {solver.MAX_ITER} iterations x {batch.global_batch} = {images} images = {epochs}"

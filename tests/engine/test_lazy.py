@@ -92,12 +92,12 @@ def test_lazy_example_describes_the_same_run_as_its_yaml_twin():
                 "WARMUP_FACTOR", "WARMUP_METHOD", "STEPS", "CHECKPOINT_PERIOD"):  # fmt: skip
         assert run.SOLVER[key] == yacs.SOLVER[key], key
     assert (run.DATASETS.TRAIN, run.DATASETS.TEST) == (yacs.DATASETS.TRAIN, yacs.DATASETS.TEST)
-    # the same start-of-run block on 8 devices (K = 1024 / (8 x 16) = 8), up to the names
-    # of the optimizer and of the schedule
+    # the same start-of-run block on 8 devices (K = 1024 / (8 x 16) = 8), up to the name of
+    # the schedule
     lazy_block = describe_run(run, lr_scaling(run), batch_plan(run, 8), "PMDLAMB", 1500)
     yaml_block = describe_run(yacs, lr_scaling(yacs), batch_plan(yacs, 8), "PMDLAMB", 1500)
-    yaml_block = yaml_block.replace("SOLVER.OPTIMIZER PMD_LAMB", "SOLVER.OPTIMIZER PMDLAMB")
     assert lazy_block == yaml_block.replace("WarmupMultiStepLR", "MultiStepParamScheduler")
+    assert "(SOLVER.OPTIMIZER PMD_LAMB)" in lazy_block  # the registered name, not the class's
     assert "8 accumulation step(s)" in lazy_block and "LR 0.04 = sqrt scaling rule" in lazy_block
 
 
@@ -184,7 +184,8 @@ def test_train_defaults_are_the_yacs_defaults():
     [
         ("train.ims_per_batchh=8", "train.ims_per_batchh: not a largedet training key"),
         ("train.max_iter=ten", "train.max_iter: expected int"),
-        ("dataloader.train.total_batch_size=16", "dataloader.train.total_batch_size: not taken"),
+        ("dataloader.train.sampler=none", "dataloader.train.sampler: not taken"),
+        ("dataloader.train.total_batch_size=16", "total_batch_size: 16 is not train.ims_per_batch 1024"),
         (
             "dataloader.test.dataset.proposal_files=[a]",
             "dataloader.test.dataset.proposal_files: not",
@@ -202,7 +203,7 @@ def test_run_config_refuses_a_second_warmup():
     cfg.lr_multiplier = L(WarmupParamScheduler)(
         scheduler=cfg.lr_multiplier, warmup_factor=0.001, warmup_length=0.2
     )
-    with pytest.raises(ValueError, match="lr_multiplier: give the schedule without warm-up"):
+    with pytest.raises(ValueError, match="lr_multiplier: a WarmupParamScheduler and train.warmup both"):
         run_config(cfg)
 
 
