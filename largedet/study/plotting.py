@@ -195,6 +195,9 @@ def plot_throughput(rows: Sequence[dict], path: str, title: str = "") -> str:
     fig, ax = plt.subplots(figsize=(max(6.4, 0.28 * len(measured)), 4.2))
     ax.bar(range(len(measured)), [r["images_per_s"] for r in measured],
            color=["tab:red" if r["diverged"] == "yes" else "tab:blue" for r in measured])  # fmt: skip
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color="tab:blue", label="trained"),
+                       plt.Rectangle((0, 0), 1, 1, color="tab:red", label="diverged")],
+              fontsize=7)  # fmt: skip
     ax.set_xticks(range(len(measured)))
     ax.set_xticklabels([r["cell"] for r in measured], rotation=75, ha="right", fontsize=7)
     ax.set_ylabel("training images/s")
@@ -571,10 +574,11 @@ def plot_curves(runs: Sequence[RunCurves], path: str, title: str = "") -> str:
         x = run.epochs(run.iterations)
         loss = [(e, v) for e, v in zip(x, run.loss) if v is not None and math.isfinite(v)]
         if loss:
-            ax_loss.plot(*zip(*loss), label=f"{run.label} (batch {run.global_batch})", lw=1.2)
+            ax_loss.plot(*zip(*loss), label=f"{run.label} (batch {run.global_batch})", lw=1.2,
+                         marker="o" if len(loss) == 1 else None)  # one point: a dot, not nothing
         lr = [(e, v) for e, v in zip(x, run.lr) if v is not None and v > 0]
         if lr:
-            ax_lr.plot(*zip(*lr), lw=1.2)
+            ax_lr.plot(*zip(*lr), lw=1.2, marker="o" if len(lr) == 1 else None)
     ax_loss.set_yscale("log")
     ax_loss.set_ylabel("total training loss")
     ax_loss.grid(alpha=0.3)

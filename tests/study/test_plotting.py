@@ -300,3 +300,45 @@ def test_regime_gaps_subtract_each_grids_own_baseline(tmp_path):
     assert "| small | 1024 (67%) | step LR, wd 1e-4 | 1.4x | 1 | -1.50 | -1.50 |" in table
     path = plot_regimes([("small", small), ("large", large)], str(tmp_path / "gap.png"))
     assert os.path.getsize(path) > 10_000
+
+
+def _recorded(monkeypatch, method):
+    """The keyword arguments of every call of matplotlib's ``Axes.<method>``."""
+    import matplotlib.axes
+
+    calls, original = [], getattr(matplotlib.axes.Axes, method)
+
+    def record(self, *args, **kwargs):
+        calls.append((args, kwargs))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, method, record)
+    return calls
+
+
+def test_a_one_point_run_draws_a_dot_in_the_loss_plot(tmp_path, monkeypatch):
+    from largedet.study.plotting import RunCurves, plot_curves
+
+    calls = _recorded(monkeypatch, "plot")
+    run = RunCurves("one", global_batch=8, num_train=80, iterations=[0], loss=[1.5], lr=[0.01])
+    assert os.path.isfile(plot_curves([run], str(tmp_path / "curves.png")))
+    assert [kwargs.get("marker") for _, kwargs in calls] == ["o", "o"]  # loss, LR
+    calls.clear()
+    run = RunCurves("two", global_batch=8, num_train=80, iterations=[0, 1], loss=[1.5, 1.2], lr=[0.01, 0.01])
+    plot_curves([run], str(tmp_path / "curves2.png"))
+    assert [kwargs.get("marker") for _, kwargs in calls] == [None, None]  # lines as before
+
+
+def test_the_throughput_chart_says_what_red_means(tmp_path, monkeypatch):
+    from largedet.study.plotting import plot_throughput
+
+    calls = _recorded(monkeypatch, "legend")
+    rows = [{"cell": "sgd-bs16", "batch": 16, "images_per_s": 10.0, "diverged": "no"},
+            {"cell": "sgd-bs1024", "batch": 1024, "images_per_s": 12.0, "diverged": "yes"}]  # fmt: skip
+    plot_throughput(rows, str(tmp_path / "throughput.png"))
+    (_, kwargs), = calls
+    assert {h.get_label(): h.get_facecolor() for h in kwargs["handles"]}.keys() == {"trained", "diverged"}
+    red = [h for h in kwargs["handles"] if h.get_label() == "diverged"][0]
+    import matplotlib.colors
+
+    assert matplotlib.colors.to_hex(red.get_facecolor()) == matplotlib.colors.to_hex("tab:red")
