@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -32,7 +33,7 @@ from torch import Tensor, nn
 
 from ..config import BUFFER_MODES, EMA_EVAL_MODES
 
-__all__ = ["EMAHook", "ModelEMA", "evaluate_with_ema", "per_step_decay"]
+__all__ = ["TRAINED_WEIGHTS_DIR", "EMAHook", "ModelEMA", "evaluate_with_ema", "per_step_decay"]
 
 logger = logging.getLogger(__name__)
 
@@ -209,11 +210,20 @@ class EMAHook(HookBase):
         self.ema.update(self.trainer.model, self._batch_at(self.trainer.iter))
 
 
+#: The subfolder of ``OUTPUT_DIR`` that the trained weights' evaluation writes to with
+#: ``MODEL_EMA.EVAL both`` (its results files, ``inference/coco_instances_results.json``):
+#: the average's evaluation keeps ``OUTPUT_DIR/inference``.
+TRAINED_WEIGHTS_DIR = "model"
+
+
 def evaluate_with_ema(test, cfg, model: nn.Module, ema: Optional[ModelEMA], mode: str) -> dict:
     """``test(cfg, model)`` on the weights ``mode`` names: "ema" the average (its results
     as the run's), "model" the trained weights, "both" the average's results with the
     trained weights' added under ``model/`` (``model/<dataset>/bbox/AP`` in the metrics).
-    Without an average (``ema`` None) the trained weights."""
+    Without an average (``ema`` None) the trained weights. With "both" each evaluation
+    writes its own files: the average's to ``OUTPUT_DIR/inference`` as usual, the trained
+    weights' to ``OUTPUT_DIR/model/inference`` (``test`` is given a copy of ``cfg`` whose
+    ``OUTPUT_DIR`` is ``OUTPUT_DIR/model``)."""
     if mode not in EMA_EVAL_MODES:
         raise ValueError(f"MODEL_EMA.EVAL must be one of {EMA_EVAL_MODES}, got {mode!r}")
     if ema is None or mode == "model":
@@ -222,5 +232,14 @@ def evaluate_with_ema(test, cfg, model: nn.Module, ema: Optional[ModelEMA], mode
         results = test(cfg, model)
     if mode == "ema":
         return results
-    trained = test(cfg, model)
+    trained = test(_trained_weights_cfg(cfg), model)
     return {**results, **{f"model/{name}": value for name, value in trained.items()}}
+
+
+def _trained_weights_cfg(cfg):
+    """``cfg`` with ``OUTPUT_DIR`` the trained weights' own folder (:data:`TRAINED_WEIGHTS_DIR`)."""
+    out = cfg.clone()
+    out.defrost()
+    out.OUTPUT_DIR = os.path.join(cfg.OUTPUT_DIR, TRAINED_WEIGHTS_DIR)
+    out.freeze()
+    return out

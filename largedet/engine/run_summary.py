@@ -4,7 +4,9 @@ What a plot, a study or a person needs from a run without reading its log: the b
 plan (global batch, world size, images per pass, K, the ramp's stages), the LR (peak,
 scaling rule, reference), the warm-up, the run's steps, images and epochs, the optimizer,
 model EMA, and for each invocation (a resumed run has several) its first and last step,
-wall-clock, images per second and how it ended: ``running`` (written at start),
+wall-clock, the part of it spent evaluating (the evaluation hook's, periodic and final),
+images per second of training (the images over the wall-clock less the evaluations) and
+how it ended: ``running`` (written at start),
 ``finished``, ``preempted``, ``diverged`` (a non-finite or exploding loss), ``failed``
 (another error) or ``interrupted`` (Ctrl-C). Written by the main process, atomically, at
 start and at the end of each invocation.
@@ -126,6 +128,7 @@ class RunSummaryHook(HookBase):
         self._start = 0.0
         self._start_iter = 0
         self._start_position = 0
+        self._start_evaluation = 0.0
 
     def _facts(self) -> Dict[str, Any]:
         t = self.trainer
@@ -167,13 +170,16 @@ class RunSummaryHook(HookBase):
         summary = read_run_summary(output_dir) or {}
         invocations = summary.get("invocations", [])
         wall = time.perf_counter() - self._start
+        evaluation = self.trainer.evaluation_s - self._start_evaluation
+        training = wall - evaluation
         images = self.trainer.data_position - self._start_position
         current = {
             "start_iter": self._start_iter,
             # the first step not trained: a pre-empted step was finished and saved
             "end_iter": min(self.trainer.iter + (status == "preempted"), self.trainer.max_iter),
             "wall_clock_s": round(wall, 3),
-            "images_per_s": round(images / wall, 3) if wall > 0 and images else None,
+            "evaluation_s": round(evaluation, 3),
+            "images_per_s": round(images / training, 3) if training > 0 and images else None,
             "status": status,
         }
         if invocations and invocations[-1]["status"] == "running" and invocations[-1]["start_iter"] == self._start_iter:
@@ -188,6 +194,7 @@ class RunSummaryHook(HookBase):
         self._start = time.perf_counter()
         self._start_iter = self.trainer.start_iter
         self._start_position = self.trainer.data_position
+        self._start_evaluation = self.trainer.evaluation_s
         self._write("running")
 
     def after_train(self):

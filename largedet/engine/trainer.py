@@ -38,9 +38,11 @@ With ``IMS_PER_DEVICE`` 0 (one micro-batch per step) and the LSR off it trains a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import logging
 import os
+import time
 import weakref
 from typing import Optional
 
@@ -175,6 +177,8 @@ class Trainer(DefaultTrainer):
             data_loader.sampler.seed if isinstance(data_loader, ResumableLoader) else None
         )
         self.data_position = 0  # images of the global stream trained on so far
+        # seconds this process spent in the evaluation hook (periodic and final evaluations)
+        self.evaluation_s = 0.0
         self._rolled_back = False  # set by roll_back, read by after_step
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
@@ -334,7 +338,8 @@ class Trainer(DefaultTrainer):
             hooks.append(d2_hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD))
 
         def test_and_save_results():
-            self._last_eval_results = self.test(self.cfg, self.model)
+            with self._timed_evaluation():
+                self._last_eval_results = self.test(self.cfg, self.model)
             return self._last_eval_results
 
         hooks.append(EvalHook(cfg.TEST.EVAL_PERIOD, test_and_save_results))
@@ -345,12 +350,22 @@ class Trainer(DefaultTrainer):
     def _ema_eval_hook(self) -> EvalHook:
         # Detectron2's evaluation hook, testing the weights MODEL_EMA.EVAL names
         def test_and_save_results():
-            self._last_eval_results = evaluate_with_ema(
-                self.test, self.cfg, self.model, self.ema, self.cfg.MODEL_EMA.EVAL
-            )
+            with self._timed_evaluation():
+                self._last_eval_results = evaluate_with_ema(
+                    self.test, self.cfg, self.model, self.ema, self.cfg.MODEL_EMA.EVAL
+                )
             return self._last_eval_results
 
         return EvalHook(self.cfg.TEST.EVAL_PERIOD, test_and_save_results)
+
+    @contextlib.contextmanager
+    def _timed_evaluation(self):
+        # the evaluation hook's wall-clock, added to evaluation_s (left out of images/s)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.evaluation_s += time.perf_counter() - start
 
     def clip_at(self, iteration: int) -> Optional[float]:
         """The gradient-norm bound of step ``iteration`` (``SOLVER.WARMUP_CLIP``), or None."""

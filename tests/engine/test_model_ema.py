@@ -3,16 +3,19 @@ step (not per micro-batch) in the trainer, in full precision and bfloat16, kept 
 checkpoints and restored bit-exactly by a resume, and evaluated in place of the weights."""
 
 import argparse
+import json
 
 import pytest
 import torch
+from detectron2.data import DatasetCatalog
 from detectron2.engine import HookBase
+from detectron2.structures import Boxes, Instances
 from detectron2.utils.env import seed_all_rng
 from engine_testing import StopAt, tiny_cfg, weights
 from torch import nn
 
 from largedet.engine import Trainer, train_or_evaluate
-from largedet.engine.ema import ModelEMA, evaluate_with_ema, per_step_decay
+from largedet.engine.ema import TRAINED_WEIGHTS_DIR, ModelEMA, evaluate_with_ema, per_step_decay
 
 
 def closed_form(sequence, d):
@@ -72,13 +75,51 @@ def test_applied_swaps_the_weights_in_and_back():
     def test(cfg, model):
         return {"bias": float(model.linear.bias.sum())}
 
-    assert evaluate_with_ema(test, None, net, ema, "ema") == {"bias": 14.0}
-    assert evaluate_with_ema(test, None, net, ema, "model") == {"bias": float(trained["linear.bias"].sum())}
-    both = evaluate_with_ema(test, None, net, ema, "both")
+    cfg = tiny_cfg("/tmp/unused")
+    assert evaluate_with_ema(test, cfg, net, ema, "ema") == {"bias": 14.0}
+    assert evaluate_with_ema(test, cfg, net, ema, "model") == {"bias": float(trained["linear.bias"].sum())}
+    both = evaluate_with_ema(test, cfg, net, ema, "both")
     assert both == {"bias": 14.0, "model/bias": float(trained["linear.bias"].sum())}
     assert all(torch.equal(v, trained[k]) for k, v in weights(net).items())
     with pytest.raises(ValueError, match="MODEL_EMA.EVAL"):
-        evaluate_with_ema(test, None, net, ema, "best")
+        evaluate_with_ema(test, cfg, net, ema, "best")
+
+
+def test_both_evaluations_write_their_own_results_file(tiny_shapes, tmp_path):
+    """With "both" the trained weights' COCO results go to OUTPUT_DIR/model/inference and
+    leave the average's OUTPUT_DIR/inference/coco_instances_results.json as it wrote it."""
+    net = Net()
+    with torch.no_grad():
+        net.linear.bias.fill_(0.25)  # the trained weights' score
+    ema = ModelEMA(net, decay=0.5, reference_batch=0)
+    ema.reset(net)
+    with torch.no_grad():
+        ema.weights["linear.bias"].fill_(0.75)  # the average's score
+    dataset = DatasetCatalog.get("tiny_shapes_val")
+
+    def test(cfg, model):
+        # Trainer.test's evaluator, given one box per image scored by the weights
+        evaluator = Trainer.build_evaluator(cfg, "tiny_shapes_val")
+        evaluator.reset()
+        for d in dataset:
+            found = Instances((d["height"], d["width"]))
+            found.pred_boxes = Boxes(torch.tensor([[0.0, 0.0, 32.0, 32.0]]))
+            found.scores = torch.tensor([float(model.linear.bias[0])])
+            found.pred_classes = torch.tensor([0])
+            evaluator.process([d], [{"instances": found}])
+        return evaluator.evaluate()
+
+    cfg = tiny_cfg(str(tmp_path), "DATASETS.TEST", "('tiny_shapes_val',)")
+    results = evaluate_with_ema(test, cfg, net, ema, "both")
+    assert "bbox" in results and "model/bbox" in results
+
+    def scores(path):
+        return {round(r["score"], 6) for r in json.loads(path.read_text())}
+
+    average_file = tmp_path / "inference" / "coco_instances_results.json"
+    trained_file = tmp_path / TRAINED_WEIGHTS_DIR / "inference" / "coco_instances_results.json"
+    assert scores(average_file) == {0.75}
+    assert scores(trained_file) == {0.25}
 
 
 class RecordWeights(HookBase):

@@ -1,0 +1,38 @@
+"""``run_summary.json`` (largedet.engine.run_summary): the images per second of an invocation
+count training time only, not the evaluations run during it."""
+
+import time
+
+import pytest
+from engine_testing import tiny_cfg
+
+from largedet.engine import Trainer
+from largedet.engine.run_summary import read_run_summary
+
+EVALUATION_S = 0.5
+
+
+class SlowEvaluationTrainer(Trainer):
+    """Every evaluation takes at least EVALUATION_S seconds."""
+
+    @classmethod
+    def test(cls, cfg, model, evaluators=None):
+        time.sleep(EVALUATION_S)
+        return {}
+
+
+def test_images_per_second_leave_out_the_evaluations(tiny_shapes, tmp_path):
+    # 4 steps of 4 images, evaluated after step 2 and at the end: two evaluations
+    cfg = tiny_cfg(str(tmp_path), "TEST.EVAL_PERIOD", "2")
+    trainer = SlowEvaluationTrainer(cfg)
+    trainer.resume_or_load(resume=False)
+    trainer.train()
+    (invocation,) = read_run_summary(str(tmp_path))["invocations"]
+    assert invocation["status"] == "finished"
+    wall, evaluation = invocation["wall_clock_s"], invocation["evaluation_s"]
+    assert evaluation >= 2 * EVALUATION_S
+    assert evaluation == pytest.approx(trainer.evaluation_s, abs=1e-3)
+    assert wall > evaluation
+    # 16 images over the wall-clock less the evaluations (both rounded to 1 ms)
+    assert invocation["images_per_s"] == pytest.approx(16 / (wall - evaluation), rel=0.01)
+    assert invocation["images_per_s"] > 16 / wall  # what counting the evaluations gave
