@@ -9,19 +9,29 @@ resumes from its last checkpoint by itself.
     python tools/submit.py --video --config projects/video/configs/kinetics400_tsm_r50_8f.yaml \\
         --nodes 4 --gpus-per-node 8 --partition P --time 720
     python tools/submit.py --local --gpus-per-node 2 --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
+    python tools/submit.py --config configs/r50_fpn_bs1056.yaml --nodes 33 --gpus-per-node 8 \
+        --srun --account A --qos high --constraint volta32gb --exclude 'node[01-04]' \
+        --sbatch mail-type=END --sbatch exclusive --no-data-check
+    python tools/submit.py --gpus-per-node 0 --processes-per-node 2 --cpus-per-gpu 4 \
+        --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
 
 The run is tools/train_net.py, tools/lazyconfig_train_net.py for a .py (LazyConfig) config,
 or projects/video/train.py with --video; the config and the trailing overrides are given to
 it as to that script. Each node runs it once with --num-gpus GPUS_PER_NODE and Detectron2's
-multi-machine flags (largedet.engine.slurm). A detection config is checked here, as the
-script checks it, for nodes x GPUs processes before anything is queued. --local runs the job
-on this machine under submitit's local executor (one node; without GPUs, --gpus-per-node
-CPU processes), through the same signal, checkpoint and requeue path.
+multi-machine flags (largedet.engine.slurm); with --srun each training process is a Slurm task
+of its own, which joins the process group from Slurm's variables (--launcher slurm).
+--gpus-per-node 0 asks for no GPUs: --processes-per-node CPU processes (default 1). A
+detection config is checked here, as the script checks it, for nodes x processes before
+anything is queued, its data files included unless --no-data-check (the job's machines may
+see a file system this one does not; the script checks them again at job start). --local
+runs the job on this machine under submitit's local executor (one node; without GPUs,
+--gpus-per-node CPU processes), through the same signal, checkpoint and requeue path.
 """
 
 import argparse
 import os
 import sys
+from typing import Optional
 
 from largedet.engine.slurm import SlurmResources, TrainingJob, submit
 
@@ -42,9 +52,23 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--video", action="store_true", help="train with projects/video/train.py")
     parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--gpus-per-node", type=int, default=8, help="training processes per node")
-    parser.add_argument("--cpus-per-gpu", type=int, default=10)
+    parser.add_argument("--gpus-per-node", type=int, default=8,
+                        help="GPUs per node, one training process each; 0: none (CPU processes)")  # fmt: skip
+    parser.add_argument("--processes-per-node", type=int, default=0,
+                        help="training processes per node (default: one per GPU, 1 without GPUs)")  # fmt: skip
+    parser.add_argument("--cpus-per-gpu", type=int, default=10, help="cores per training process")
+    parser.add_argument("--srun", action="store_true",
+                        help="one Slurm task per training process (srun), not one per node")  # fmt: skip
     parser.add_argument("--partition", default="", help="Slurm partition (default: the cluster's)")
+    parser.add_argument("--account", default="", help="sbatch --account")
+    parser.add_argument("--qos", default="", help="sbatch --qos")
+    parser.add_argument("--constraint", default="", help="sbatch --constraint (node features)")
+    parser.add_argument("--exclude", default="", help="sbatch --exclude (nodes not to use)")
+    parser.add_argument("--sbatch", action="append", default=[], metavar="KEY[=VALUE]",
+                        help="any other sbatch option, repeated: --sbatch mail-type=END "
+                        "--sbatch exclusive (--KEY=VALUE, or --KEY without a value)")  # fmt: skip
+    parser.add_argument("--no-data-check", action="store_true",
+                        help="do not check the run's data files on this machine before submitting")  # fmt: skip
     parser.add_argument("--time", type=int, default=240, metavar="MINUTES",
                         help="time limit of each (re)queued run")  # fmt: skip
     parser.add_argument("--mem-gb", type=float, default=0, help="memory per node (0: the default)")
@@ -61,12 +85,28 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check(kind: str, args: argparse.Namespace) -> None:
-    """The script's own pre-launch check, for nodes x GPUs processes (video: at job start)."""
+def sbatch_options(items) -> dict:
+    """``["mail-type=END", "exclusive"]`` -> ``{"mail-type": "END", "exclusive": True}``
+    (submitit's ``slurm_additional_parameters``)."""
+    options = {}
+    for item in items:
+        key, has_value, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not key:
+            raise ValueError(f"--sbatch {item!r}: no option name (KEY=VALUE or KEY)")
+        options[key] = value if has_value else True
+    return options
+
+
+def check(kind: str, args: argparse.Namespace, processes: Optional[int] = None) -> None:
+    """The script's own pre-launch check, for nodes x ``processes`` processes (default: the
+    command line's per node; video: at job start)."""
+    processes = processes or getattr(args, "processes_per_node", 0) or args.gpus_per_node or 1
     script_args = argparse.Namespace(
         config_file=args.config_file, opts=list(args.opts), eval_only=False,
-        num_gpus=args.gpus_per_node, num_machines=args.nodes,
+        num_gpus=processes, num_machines=args.nodes,
         check_device=False,  # the GPUs are the compute nodes', not this machine's
+        check_data=not getattr(args, "no_data_check", False),
     )  # fmt: skip
     if kind == "yacs":
         from largedet.engine.defaults import check_args
@@ -84,29 +124,38 @@ def main() -> None:
     if args.local and args.nodes != 1:
         parser.error("--local runs one node: --nodes 1")
     kind = "video" if args.video else "lazy" if (args.config_file or "").endswith(".py") else "yacs"
+    if args.local and args.srun:
+        parser.error("--srun needs Slurm: not with --local")
     try:
-        check(kind, args)
         resources = SlurmResources(
             nodes=args.nodes, gpus_per_node=args.gpus_per_node, cpus_per_gpu=args.cpus_per_gpu,
+            processes_per_node=args.processes_per_node, srun=args.srun,
             partition=args.partition, timeout_min=args.time, mem_gb=args.mem_gb,
-            max_num_timeout=args.max_timeouts, name=args.job_name,
+            max_num_timeout=args.max_timeouts, name=args.job_name, account=args.account,
+            qos=args.qos, constraint=args.constraint, exclude=args.exclude,
+            sbatch=sbatch_options(args.sbatch),
         )  # fmt: skip
+        check(kind, args, resources.processes)
     except ValueError as e:  # ConfigError, BatchArithmeticError: one line naming the key
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if args.no_data_check:
+        print("Data check skipped (--no-data-check): the job checks its files when it starts")
     job = TrainingJob(
         script=SCRIPTS[kind],
-        gpus_per_node=args.gpus_per_node,
+        gpus_per_node=resources.processes,
         config_file=os.path.abspath(args.config_file) if args.config_file else None,
         opts=list(args.opts),
         resume=args.resume,
     )
     try:
         submitted = submit(job, resources, args.job_dir, cluster="local" if args.local else "slurm")
-    except RuntimeError as e:  # submitit: not on a Slurm cluster (no srun), sbatch refused
+    except (RuntimeError, ValueError) as e:  # submitit: no Slurm (no srun), sbatch refused
         print(f"error: {e}", file=sys.stderr)
         sys.exit(1)
-    print(f"Submitted job {submitted.job_id} ({args.nodes} node(s) x {args.gpus_per_node} GPU(s)); "
+    where = f"{args.gpus_per_node} GPU(s)" if args.gpus_per_node else "no GPU"
+    print(f"Submitted job {submitted.job_id} ({args.nodes} node(s) x {resources.processes} "
+          f"process(es), {where} per node{', one Slurm task each' if args.srun else ''}); "
           f"logs: {submitted.paths.stdout.parent}")  # fmt: skip
 
 

@@ -181,6 +181,17 @@ def _add_large_batch_config(cfg: CN) -> None:
         (50, 50),
         ("two integers >= 0", pair_of(int_at_least(0))),
     )
+    # Periodic checkpoints kept (Detectron2's PeriodicCheckpointer max_to_keep): after each
+    # periodic save the oldest model_NNNNNNN.pth files of OUTPUT_DIR beyond this many are
+    # deleted; model_final.pth and the one last_checkpoint names are always kept. An
+    # integer >= 0; 0 keeps all.
+    declare(
+        cfg,
+        "SOLVER.CHECKPOINT_MAX_TO_KEEP",
+        0,
+        ("an integer >= 0 (0: keep all)", int_at_least(0)),
+        lazy="checkpointer.max_to_keep",
+    )
 
     cfg.SOLVER.LSR = CN()
     # Linear scaling rule with warmup (Goyal et al. 2017; LargeDet's first ingredient).

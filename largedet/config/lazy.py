@@ -62,7 +62,6 @@ IGNORED_DETECTRON2_KEYS: Dict[str, str] = {
     "train.ddp.broadcast_buffers": "largedet's DistributedDataParallel settings are its own",
     "train.ddp.find_unused_parameters": "largedet's DistributedDataParallel settings are its own",
     "train.ddp.fp16_compression": "largedet's DistributedDataParallel settings are its own",
-    "train.checkpointer.max_to_keep": "largedet keeps every periodic checkpoint",
     "dataloader.test.num_workers": "the test loader has dataloader.train.num_workers workers",
 }
 

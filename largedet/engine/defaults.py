@@ -33,7 +33,14 @@ from ..solver.batch import BatchPlan
 from .ema import ModelEMA, evaluate_with_ema
 from .preemption import parse_signals
 from .run_summary import write_eval_results
-from .launch import launch, launched_by_torchrun, planned_world_size, process_flags_given
+from .launch import (
+    launch,
+    launched_by_torchrun,
+    launched_per_process,
+    planned_world_size,
+    process_flags_given,
+    slurm_task_environment,
+)
 from .run_lock import OutputDirInUseError, OutputDirLock
 from .writers import raise_if_a_log_found_no_space, set_up_log_files, stop_log_files_on_full_disk
 
@@ -52,6 +59,15 @@ def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentPars
     for action in parser._actions:
         if action.dest == "config_file":
             action.type = resolve_config_file
+    parser.add_argument(
+        "--launcher",
+        choices=("detectron2", "slurm"),
+        default="detectron2",
+        help="detectron2: start --num-gpus processes per machine (Detectron2's launch); slurm: "
+        "this process is one Slurm task of srun, its rank, world size and rendezvous read from "
+        "SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS and the job's first node (or MASTER_ADDR, "
+        "MASTER_PORT)",
+    )
     parser.add_argument(
         "--allow-python-yaml",
         action="store_true",
@@ -109,7 +125,9 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``:
     :func:`~largedet.engine.launch.planned_world_size`), or for ``--eval-only``, with
     ``MODEL.DEVICE`` resolved on this machine, or as ``cpu`` where ``args.check_device`` is
-    False (the job runs on other machines: ``tools/submit.py``). ``args`` is not changed.
+    False (the job runs on other machines: ``tools/submit.py``); the files the run reads are
+    not checked where ``args.check_data`` is False (``tools/submit.py --no-data-check``: this
+    machine may not see the compute nodes' file system). ``args`` is not changed.
     Raises :class:`~largedet.config.validate.ConfigError`."""
     check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
     merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
@@ -120,7 +138,8 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     except (DeviceUnavailableError, CocoJsonError) as e:
         raise ConfigError(str(e)) from None
     plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
-    check_files(cfg, training=not args.eval_only, resume=getattr(args, "resume", False))
+    if getattr(args, "check_data", True):  # False: the files are the job's machines' (submit.py)
+        check_files(cfg, training=not args.eval_only, resume=getattr(args, "resume", False))
     check_engine_keys(cfg)
     return plan
 
@@ -159,7 +178,9 @@ def check_and_launch(
     ``args``), the first process of the job owns that folder for the run
     (:class:`~largedet.engine.run_lock.OutputDirLock`): a folder that a live run owns is
     the same one line and exit status 2."""
-    first = not launched_by_torchrun() or os.environ.get("RANK", "0") == "0"
+    if getattr(args, "launcher", None) == "slurm":  # one Slurm task: env:// from Slurm's variables
+        os.environ.update(slurm_task_environment(os.environ))
+    first = not launched_per_process(args) or os.environ.get("RANK", "0") == "0"
     if launched_by_torchrun() and first:
         given = process_flags_given(args)
         if given:
@@ -172,7 +193,7 @@ def check_and_launch(
     lock = None
     try:
         check(args)
-        if output_dir is not None and first and (launched_by_torchrun() or args.machine_rank == 0):
+        if output_dir is not None and first and (launched_per_process(args) or args.machine_rank == 0):
             lock = OutputDirLock(output_dir(args)).acquire()
     except (OutputDirInUseError, *(errors or (ConfigError,))) as e:
         if first:

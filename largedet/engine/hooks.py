@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import re
 import statistics
 from collections import deque
 from typing import Deque
 
 import numpy as np
 from detectron2.engine import HookBase
+from detectron2.engine.hooks import PeriodicCheckpointer
 from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
 
 from ..checkpoint import FoundCheckpoint, NoCompleteCheckpointError
 from ..solver.lr_scheduler import rescale_schedule
 
-__all__ = ["DivergenceGuard", "ReseedEveryIter", "step_seed"]
+__all__ = ["DivergenceGuard", "PruningPeriodicCheckpointer", "ReseedEveryIter", "step_seed"]
 
 logger = logging.getLogger(__name__)
 
@@ -176,3 +179,37 @@ class DivergenceGuard(HookBase):
     def load_state_dict(self, state_dict):
         self.history = deque(state_dict["history"], maxlen=self.window)
         self.rollbacks = state_dict["rollbacks"]
+
+
+_PERIODIC_CHECKPOINT = re.compile(r"model_(\d{7})\.pth")
+
+
+class PruningPeriodicCheckpointer(PeriodicCheckpointer):
+    """Detectron2's :class:`~detectron2.engine.hooks.PeriodicCheckpointer` with its
+    ``max_to_keep`` read over the folder: after each periodic save, the oldest
+    ``model_NNNNNNN.pth`` of the checkpointer's folder beyond ``max_to_keep`` are deleted,
+    those of earlier (pre-empted, resumed) invocations included; ``model_final.pth`` and the
+    checkpoint the ``last_checkpoint`` tag names are never deleted. ``max_to_keep`` None or
+    0 keeps all."""
+
+    def __init__(self, checkpointer, period: int, max_to_keep=None):
+        super().__init__(checkpointer, period)  # Detectron2's own pruning off: ours is below
+        self.keep = max_to_keep or None
+
+    def step(self, iteration: int, **kwargs) -> None:
+        super().step(iteration, **kwargs)
+        saved = (iteration + 1) % self.period == 0 or iteration >= (self.max_iter or 0) - 1
+        if self.keep is not None and saved:
+            self.prune()
+
+    def prune(self) -> list:
+        """Delete the periodic checkpoints beyond the newest ``max_to_keep``; returns them."""
+        folder = self.checkpointer.save_dir
+        found = sorted(n for n in os.listdir(folder) if _PERIODIC_CHECKPOINT.fullmatch(n))
+        tagged = os.path.basename(self.checkpointer.get_checkpoint_file() or "")
+        deleted = [n for n in found[: -self.keep] if n != tagged]
+        for name in deleted:
+            os.remove(os.path.join(folder, name))
+        if deleted:
+            logger.info("Checkpoints kept: the newest %d; deleted %s", self.keep, ", ".join(deleted))
+        return deleted

@@ -4,6 +4,7 @@
     python tools/train_net.py --config CFG --num-gpus 8 \\
         [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
     torchrun --nproc_per_node 8 tools/train_net.py --config CFG
+    srun --ntasks-per-node 8 python tools/train_net.py --config CFG --launcher slurm
 
 A script calls :func:`largedet.engine.defaults.check_and_launch`: its config is checked
 for :func:`planned_world_size` processes before any process starts, so that a batch that
@@ -20,11 +21,14 @@ import errno
 import gc
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import threading
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Mapping
 from datetime import timedelta
+from typing import Dict
 
 import torch
 import torch.distributed as dist
@@ -37,11 +41,14 @@ from ..checkpoint import DiskFullError
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
 
 __all__ = [
+    "first_host",
     "launch",
     "launched_by_torchrun",
+    "launched_per_process",
     "planned_world_size",
     "process_flags_given",
     "shut_down_distributed",
+    "slurm_task_environment",
 ]
 
 #: the flags that say how many processes to start; torchrun has started them already
@@ -53,10 +60,64 @@ def launched_by_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ and "LOCAL_RANK" in os.environ
 
 
+def launched_per_process(args: argparse.Namespace) -> bool:
+    """Whether every process of the job was started already, with torch.distributed's
+    ``env://`` variables set: by ``torchrun``, or as one Slurm task each (``--launcher
+    slurm``, the variables set from Slurm's by :func:`slurm_task_environment`)."""
+    return launched_by_torchrun() or getattr(args, "launcher", None) == "slurm"
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm host list (``SLURM_JOB_NODELIST``): ``node[07-09,12],gpu3``
+    is ``node07``, ``rack[1-2]-n[01-04]`` is ``rack1-n01``."""
+    depth, end = 0, len(nodelist)
+    for i, c in enumerate(nodelist):
+        depth += {"[": 1, "]": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            end = i
+            break
+    # each bracket's first entry: "07-09,12" -> "07"
+    return re.sub(r"\[([^\]\-,]*)[^\]]*\]", r"\1", nodelist[:end])
+
+
+def _tasks_on_node(tasks_per_node: str, node: int) -> int:
+    """The entry of ``SLURM_TASKS_PER_NODE`` (``2(x3),1``) for node ``node``."""
+    counts = []
+    for part in tasks_per_node.split(","):
+        count, _, repeat = part.partition("(x")
+        counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
+    return counts[node]
+
+
+def slurm_task_environment(environ: Mapping[str, str]) -> Dict[str, str]:
+    """torch.distributed's ``env://`` variables for a process that is one Slurm task (a task
+    of ``srun``), from the variables Slurm sets: ``RANK`` = ``SLURM_PROCID``, ``LOCAL_RANK``
+    = ``SLURM_LOCALID``, ``WORLD_SIZE`` = ``SLURM_NTASKS``, ``LOCAL_WORLD_SIZE`` = the tasks
+    on this node (``SLURM_NTASKS_PER_NODE``, or this node's entry of
+    ``SLURM_TASKS_PER_NODE``), ``MASTER_ADDR`` = the first host of ``SLURM_JOB_NODELIST``
+    and ``MASTER_PORT`` one in [10000, 30000) derived from ``SLURM_JOB_ID`` and
+    ``SLURM_RESTART_COUNT`` (every task computes the same; a requeued run does not meet the
+    last one's sockets). ``MASTER_ADDR`` and ``MASTER_PORT`` already set are kept."""
+    local = environ.get("SLURM_NTASKS_PER_NODE")
+    if local is None or not local.isdigit():
+        local = str(_tasks_on_node(environ["SLURM_TASKS_PER_NODE"], int(environ.get("SLURM_NODEID", "0"))))
+    restarts = int(environ.get("SLURM_RESTART_COUNT", "0"))
+    port = 10000 + (zlib.crc32(environ["SLURM_JOB_ID"].encode()) + restarts) % 20000
+    return {
+        "RANK": environ["SLURM_PROCID"],
+        "LOCAL_RANK": environ["SLURM_LOCALID"],
+        "WORLD_SIZE": environ["SLURM_NTASKS"],
+        "LOCAL_WORLD_SIZE": local,
+        "MASTER_ADDR": environ.get("MASTER_ADDR") or first_host(environ["SLURM_JOB_NODELIST"]),
+        "MASTER_PORT": environ.get("MASTER_PORT") or str(port),
+    }
+
+
 def planned_world_size(args: argparse.Namespace) -> int:
-    """The number of processes the job will have: torchrun's ``WORLD_SIZE``, or
-    ``--num-gpus`` x ``--num-machines``. Known before any process group exists."""
-    if launched_by_torchrun():
+    """The number of processes the job will have: torchrun's (or the Slurm tasks')
+    ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``. Known before any process group
+    exists."""
+    if launched_per_process(args):
         return int(os.environ["WORLD_SIZE"])
     return args.num_gpus * args.num_machines
 
@@ -80,14 +141,15 @@ def launch(
 ) -> None:
     """Run ``main_func(args)`` in every process of the job.
 
-    Under ``torchrun`` the processes exist already: join the process group from
-    torchrun's environment (NCCL on GPUs, gloo on the CPU), with Detectron2's per-machine
-    group, and ignore ``--num-gpus`` and the machine flags. Otherwise use Detectron2's
+    Under ``torchrun``, and with ``--launcher slurm`` (each process a Slurm task, the
+    environment set by :func:`slurm_task_environment`), the processes exist already: join
+    the process group from the ``env://`` variables (NCCL on GPUs, gloo on the CPU), with
+    Detectron2's per-machine group, and ignore ``--num-gpus`` and the machine flags. Otherwise use Detectron2's
     ``launch`` with ``args.num_gpus`` processes per machine (on a machine without GPUs,
     that many CPU processes on gloo) and ``--num-machines/--machine-rank/--dist-url`` for
     several machines.
     """
-    if not launched_by_torchrun():
+    if not launched_per_process(args):
         # one process: Detectron2 calls main_func here, without a process group of its own
         several = planned_world_size(args) > 1
         # Detectron2 starts a worker process whenever the job has several, even one per

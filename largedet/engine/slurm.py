@@ -6,7 +6,11 @@ a training script (``tools/train_net.py``, ``tools/lazyconfig_train_net.py`` or
 --num-machines N --machine-rank NODE --dist-url tcp://FIRST_NODE:PORT`` (:func:`placement`);
 Detectron2's ``launch`` in the script then starts one process per GPU on each node and sets
 up ``torch.distributed`` (NCCL, or gloo on CPUs), exactly as when the script is started by
-hand on every machine. The scripts keep their own ``main`` (the video project its trainer),
+hand on every machine. With ``SlurmResources(srun=True)`` each training process is a Slurm
+task instead, started by ``srun``: the script runs with ``--launcher slurm`` and joins the
+process group from ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` and the job's first
+node (:func:`largedet.engine.launch.slurm_task_environment`). Without GPUs
+(``gpus_per_node=0``) the job asks for none and its processes run on CPUs (gloo). The scripts keep their own ``main`` (the video project its trainer),
 so the job runs them as programs rather than importing them.
 
 Pre-emption and time-out: Slurm signals the job (``USR2``, ``signal_delay_s`` before the
@@ -55,43 +59,69 @@ POLL_S = 1.0
 
 @dataclass(frozen=True)
 class SlurmResources:
-    """What a training job asks Slurm for. One task per node holds all of the node's GPUs
-    (``gpus_per_node``, one training process each) and ``cpus_per_gpu`` cores per GPU."""
+    """What a training job asks Slurm for: ``processes_per_node`` training processes on each
+    node (default one per GPU; one without GPUs), ``cpus_per_gpu`` cores each. By default
+    one Slurm task per node holds all of the node's GPUs and starts the processes; with
+    ``srun`` each process is a Slurm task of its own. ``gpus_per_node`` 0 asks for no GPUs
+    (no gres): the processes run on CPUs. ``account``, ``qos``, ``constraint`` and
+    ``exclude`` are sbatch's options of those names; ``sbatch`` holds any other sbatch
+    option (``{"mail-type": "END", "exclusive": True}``: ``--mail-type=END --exclusive``)."""
 
     nodes: int = 1
-    gpus_per_node: int = 8
-    cpus_per_gpu: int = 10
+    gpus_per_node: int = 8  # 0: no GPUs (CPU processes)
+    cpus_per_gpu: int = 10  # cores per training process
+    processes_per_node: int = 0  # 0: gpus_per_node, or 1 where that is 0
+    srun: bool = False  # one Slurm task per training process
     partition: str = ""  # "" = the cluster's default partition
     timeout_min: int = 240  # the job's time limit, per (re)queued run, in minutes
     mem_gb: float = 0  # memory per node; 0 = the partition's default
     signal_delay_s: int = 120  # seconds before the time limit at which the job is signalled
     max_num_timeout: int = 20  # time-outs that requeue; pre-emptions requeue without limit
     name: str = "largedet"
+    account: str = ""
+    qos: str = ""
+    constraint: str = ""
+    exclude: str = ""
+    sbatch: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        if min(self.nodes, self.gpus_per_node, self.cpus_per_gpu, self.timeout_min) < 1:
+        if min(self.nodes, self.cpus_per_gpu, self.timeout_min) < 1 or min(self.gpus_per_node, self.processes_per_node) < 0:
             raise ValueError(
-                f"need nodes, gpus_per_node, cpus_per_gpu and timeout_min >= 1, got {self.nodes}, "
-                f"{self.gpus_per_node}, {self.cpus_per_gpu} and {self.timeout_min}"
+                f"need nodes, cpus_per_gpu and timeout_min >= 1 and gpus_per_node, processes_per_node "
+                f">= 0, got {self.nodes}, {self.cpus_per_gpu}, {self.timeout_min}, {self.gpus_per_node} "
+                f"and {self.processes_per_node}"
             )
+        if self.gpus_per_node and self.processes_per_node not in (0, self.gpus_per_node):
+            raise ValueError(
+                f"one training process per GPU: processes_per_node {self.processes_per_node} "
+                f"with gpus_per_node {self.gpus_per_node}"
+            )
+
+    @property
+    def processes(self) -> int:
+        """Training processes per node."""
+        return self.processes_per_node or self.gpus_per_node or 1
 
     def executor_parameters(self) -> Dict[str, Any]:
         """The keyword arguments of submitit's ``AutoExecutor.update_parameters``; the
         ``slurm_`` ones are ignored by the local executor."""
+        tasks = self.processes if self.srun else 1
         params: Dict[str, Any] = dict(
             name=self.name,
             nodes=self.nodes,
-            tasks_per_node=1,
-            gpus_per_node=self.gpus_per_node,
-            cpus_per_task=self.gpus_per_node * self.cpus_per_gpu,
+            tasks_per_node=tasks,
+            cpus_per_task=self.cpus_per_gpu * self.processes // tasks,
             timeout_min=self.timeout_min,
             slurm_signal_delay_s=self.signal_delay_s,
             # requeueable: `scontrol requeue` (submitit's requeue) is refused otherwise where
             # the cluster's JobRequeue is 0
-            slurm_additional_parameters={"requeue": True},
+            slurm_additional_parameters={"requeue": True, **self.sbatch},
         )
-        if self.partition:
-            params["slurm_partition"] = self.partition
+        if self.gpus_per_node:  # no gres at all without GPUs: CPU partitions refuse one
+            params["gpus_per_node"] = self.gpus_per_node
+        for option in ("partition", "account", "qos", "constraint", "exclude"):
+            if getattr(self, option):
+                params[f"slurm_{option}"] = getattr(self, option)
         if self.mem_gb:
             params["mem_gb"] = self.mem_gb
         return params
@@ -128,12 +158,17 @@ class TrainingJob(submitit.helpers.Checkpointable):
 
     Args:
         script: the training script (``tools/train_net.py``, ...).
-        gpus_per_node: training processes per node (``--num-gpus``).
+        gpus_per_node: training processes per node (``--num-gpus``; on nodes without GPUs,
+            CPU processes).
         config_file: ``--config-file`` (None: the script's default).
         opts: the trailing config overrides, as the script takes them.
         resume: pass ``--resume`` (continue from the output folder's last checkpoint, or
             start from the config's weights when there is none).
         attempt: how many times the job was requeued before this run.
+        srun: each Slurm task is one training process: the script runs with ``--launcher
+            slurm`` and joins the process group from Slurm's variables
+            (:func:`largedet.engine.launch.slurm_task_environment`), without Detectron2's
+            ``launch`` or the machine flags.
     """
 
     script: str
@@ -142,6 +177,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
     opts: Sequence[str] = ()
     resume: bool = False
     attempt: int = 0
+    srun: bool = False
     # seconds the training processes get to save and exit on SIGTERM (submit sets it
     # from the signal delay)
     stop_timeout_s: float = STOP_TIMEOUT_S
@@ -149,21 +185,24 @@ class TrainingJob(submitit.helpers.Checkpointable):
         default=None, init=False, repr=False, compare=False
     )
 
-    def command(self, where: Placement) -> List[str]:
-        """The script's command line on a node placed at ``where``; with ``--resume`` also
+    def command(self, where: Optional[Placement]) -> List[str]:
+        """The script's command line on a node placed at ``where`` (None with ``srun``); with ``--resume`` also
         when Slurm itself requeued the job (``SLURM_RESTART_COUNT`` > 0: pre-emption with
         ``PreemptMode=REQUEUE``, node failure), which does not go through :meth:`checkpoint`."""
         cmd = [sys.executable, self.script]
         if self.config_file:
             cmd += ["--config-file", self.config_file]
-        cmd += ["--num-gpus", str(self.gpus_per_node), *where.args()]
+        if self.srun:
+            cmd += ["--launcher", "slurm"]
+        else:
+            cmd += ["--num-gpus", str(self.gpus_per_node), *where.args()]
         if self.resume or int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0:
             cmd.append("--resume")
         return cmd + list(self.opts)
 
     def __call__(self) -> None:
         env = submitit.JobEnvironment()
-        cmd = self.command(placement(env, self.attempt))
+        cmd = self.command(None if self.srun else placement(env, self.attempt))
         logger.info("%s, attempt %d: %s", env, self.attempt, " ".join(cmd))
         preemption = _preemption_signal()
         self._process = subprocess.Popen(
@@ -234,9 +273,11 @@ def submit(
     lets submitit pick."""
     if cluster == "local" and resources.nodes != 1:
         raise ValueError(f"the local executor runs one node, got nodes={resources.nodes}")
+    if cluster == "local" and resources.srun:
+        raise ValueError("the local executor runs no Slurm tasks: srun needs Slurm")
     executor = submitit.AutoExecutor(
         folder=folder, cluster=cluster, slurm_max_num_timeout=resources.max_num_timeout
     )
     executor.update_parameters(**resources.executor_parameters())
     stop = max(STOP_TIMEOUT_S, resources.signal_delay_s - STOP_MARGIN_S)
-    return executor.submit(replace(job, stop_timeout_s=stop))
+    return executor.submit(replace(job, stop_timeout_s=stop, srun=resources.srun))

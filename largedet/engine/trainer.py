@@ -99,7 +99,7 @@ from .writers import (
     default_writers_stopping_on_full_disk,
     raise_if_a_log_found_no_space,
 )
-from .hooks import DivergenceGuard, ReseedEveryIter
+from .hooks import DivergenceGuard, PruningPeriodicCheckpointer, ReseedEveryIter
 from .preemption import Preempted, PreemptionHook
 from .run_summary import RunSummaryHook
 from .launch import shut_down_distributed
@@ -335,7 +335,9 @@ class Trainer(DefaultTrainer):
             ) if precise_bn else None,
         ]  # fmt: skip
         if comm.is_main_process():
-            hooks.append(d2_hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD))
+            hooks.append(PruningPeriodicCheckpointer(
+                self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP
+            ))  # fmt: skip
 
         def test_and_save_results():
             with self._timed_evaluation():

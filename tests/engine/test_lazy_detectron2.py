@@ -66,7 +66,9 @@ def test_detectron2_keys_largedet_does_not_use_are_named_once(tmp_path):
     printed = subprocess.run([sys.executable, "-c", setup], capture_output=True, text=True, check=True)
     lines = [l for l in (printed.stdout + printed.stderr).splitlines() if "largedet does not use" in l]
     assert len(lines) == 1, printed.stdout + printed.stderr
-    assert "train.ddp.broadcast_buffers" in lines[0] and "train.checkpointer.max_to_keep" in lines[0]
+    assert "train.ddp.broadcast_buffers" in lines[0] and "train.checkpointer.max_to_keep" not in lines[0]
+    # Detectron2's checkpointer.max_to_keep is SOLVER.CHECKPOINT_MAX_TO_KEEP
+    assert run_config(zoo_config(MASK_RCNN)).SOLVER.CHECKPOINT_MAX_TO_KEEP == 100
     assert "largedet does not use" in (tmp_path / "log.txt").read_text()
     # a key of neither kind is still refused
     with pytest.raises(ValueError, match="train.ddp.bucket_cap_mb: not a largedet training key"):

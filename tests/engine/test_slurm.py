@@ -165,3 +165,31 @@ def test_preempted_job_is_requeued_and_resumes_to_the_same_weights(tiny_shapes, 
     expected, resumed = final_weights(tmp_path / "plain"), final_weights(out_dir)
     assert expected.keys() == resumed.keys()
     assert all(torch.equal(expected[k], resumed[k]) for k in expected)
+
+
+def test_slurm_task_environment_from_slurms_variables():
+    from largedet.engine.launch import first_host, slurm_task_environment
+
+    assert first_host("node[07-09,12],gpu3") == "node07" and first_host("rack[1-2]-n[01-04]") == "rack1-n01"
+    # task 3 of 4, on the second of two nodes, as srun sets them without --ntasks-per-node
+    env = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_NODEID": "1",
+           "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_JOB_ID": "42"}  # fmt: skip
+    got = slurm_task_environment(env)
+    assert {k: got[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR")} == {
+        "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "gpu01"
+    }  # fmt: skip
+    assert 10000 <= int(got["MASTER_PORT"]) < 30000
+    assert slurm_task_environment({**env, "SLURM_RESTART_COUNT": "1"})["MASTER_PORT"] != got["MASTER_PORT"]
+    given = slurm_task_environment({**env, "MASTER_ADDR": "head", "MASTER_PORT": "29500"})
+    assert (given["MASTER_ADDR"], given["MASTER_PORT"]) == ("head", "29500")
+
+
+def test_resources_without_gpus_and_with_sbatch_options():
+    params = SlurmResources(
+        gpus_per_node=0, processes_per_node=2, cpus_per_gpu=3, srun=True, account="a", qos="q",
+        constraint="c", exclude="n1", sbatch={"mail-type": "END", "exclusive": True},
+    ).executor_parameters()  # fmt: skip
+    assert "gpus_per_node" not in params
+    assert (params["tasks_per_node"], params["cpus_per_task"]) == (2, 3)
+    assert (params["slurm_account"], params["slurm_qos"], params["slurm_constraint"], params["slurm_exclude"]) == ("a", "q", "c", "n1")
+    assert params["slurm_additional_parameters"] == {"requeue": True, "mail-type": "END", "exclusive": True}

@@ -1,0 +1,127 @@
+"""tools/submit.py against a real Slurm (docs/launching.md, "Testing against a real Slurm"):
+a CPU run submitted through sbatch, a running job pre-empted with ``scontrol requeue`` and
+resumed from its checkpoint with no step trained twice, and the srun mode with 2 tasks on
+1 node. Skipped where no cluster answers ``sinfo`` (``tests/slurm/start_slurm.sh`` starts a
+one-node one on Debian, as root)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SUBMIT = os.path.join(ROOT, "tools", "submit.py")
+CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml")
+
+
+def _cluster() -> str:
+    """Why there is no usable cluster, or "" when there is one."""
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "no Slurm client (sinfo, sbatch) installed: run tests/slurm/start_slurm.sh as root"
+    try:
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return "sinfo did not answer within 10 s"
+    if states.returncode != 0 or not re.search(r"idle|mixed|allocated", states.stdout):
+        return f"no Slurm node up (sinfo: {(states.stdout + states.stderr).strip()[:200]!r})"
+    return ""
+
+
+pytestmark = pytest.mark.skipif(bool(_cluster()), reason=_cluster() or "a Slurm cluster answers")
+
+
+def _overrides(tiny_shapes, out_dir, max_iter, *extra):
+    return [
+        "DATASETS.SHAPES.ROOT", tiny_shapes.root, "DATASETS.SHAPES.NUM_TRAIN", str(tiny_shapes.num_train),
+        "DATASETS.SHAPES.NUM_VAL", str(tiny_shapes.num_val), "DATASETS.SHAPES.IMAGE_SIZE",
+        str(tiny_shapes.image_size), "DATASETS.SHAPES.SEED", str(tiny_shapes.seed), "DATASETS.TEST", "()",
+        "INPUT.MIN_SIZE_TRAIN", "(64,)", "INPUT.MAX_SIZE_TRAIN", "64", "SOLVER.IMS_PER_BATCH", "2",
+        "SOLVER.MAX_ITER", str(max_iter), "SOLVER.WARMUP_ITERS", "1", "SOLVER.STEPS", "()",
+        "SOLVER.CHECKPOINT_PERIOD", "1000", "DATALOADER.NUM_WORKERS", "0", "LOG_PERIOD", "1",
+        "SEED", "0", "RESEED_EVERY_ITER", "True", "OUTPUT_DIR", str(out_dir), *extra,
+    ]  # fmt: skip
+
+
+def _submit(tmp_path, *args):
+    """tools/submit.py through sbatch; returns the job id."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, SUBMIT, "--gpus-per-node", "0", "--time", "10",
+                           "--job-dir", str(tmp_path / "jobs" / "%j"), *args],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (job_id,) = re.findall(r"^Submitted job (\d+) ", proc.stdout, re.M)
+    return job_id, proc.stdout
+
+
+def _state(job_id) -> str:
+    out = subprocess.run(["scontrol", "show", "job", job_id, "-o"], capture_output=True, text=True).stdout
+    found = re.search(r"JobState=(\w+)", out)
+    return found.group(1) if found else "GONE"
+
+
+def _wait_for(condition, what, deadline_s):
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {deadline_s} s waiting for {what}"
+        time.sleep(0.5)
+
+
+def _wait_until_done(job_id, tmp_path, deadline_s=150):
+    _wait_for(lambda: _state(job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "GONE"),
+              f"job {job_id} to end", deadline_s)  # fmt: skip
+    logs = tmp_path / "jobs" / job_id
+    err = "".join(p.read_text() for p in sorted(logs.glob("*_log.err"))) if logs.is_dir() else ""
+    assert _state(job_id) == "COMPLETED", err[-3000:]
+
+
+def _steps(out_dir):
+    return [r["iteration"] for r in map(json.loads, open(out_dir / "metrics.json")) if "total_loss" in r]
+
+
+def test_a_cpu_run_through_sbatch(tiny_shapes, tmp_path):
+    out = tmp_path / "run"
+    job_id, printed = _submit(tmp_path, "--cpus-per-gpu", "1", "--sbatch", "comment=largedet-test",
+                              "--no-data-check", "--config", CONFIG, *_overrides(tiny_shapes, out, 3))  # fmt: skip
+    assert "Data check skipped (--no-data-check)" in printed
+    script = next((tmp_path / "jobs" / job_id).glob("*_submission.sh")).read_text()
+    assert "#SBATCH --comment=largedet-test" in script and "gpus" not in script and "gres" not in script
+    _wait_until_done(job_id, tmp_path)
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["status"] == "finished" and summary["batch"]["world_size"] == 1
+    assert _steps(out) == [0, 1, 2] and (out / "model_final.pth").is_file()
+
+
+def test_scontrol_requeue_resumes_from_the_checkpoint(tiny_shapes, tmp_path):
+    out = tmp_path / "run"
+    job_id, _ = _submit(tmp_path, "--cpus-per-gpu", "1", "--config", CONFIG, *_overrides(tiny_shapes, out, 8))
+    # pre-empted once it has trained two steps: Slurm's SIGTERM, the step finished and saved
+    _wait_for(lambda: (out / "metrics.json").is_file() and len(_steps(out)) >= 2, "two steps", 150)
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    _wait_until_done(job_id, tmp_path, deadline_s=180)
+    summary = json.loads((out / "run_summary.json").read_text())
+    first, second = summary["invocations"]
+    assert first["status"] == "preempted" and second["status"] == "finished"
+    assert second["start_iter"] == first["end_iter"] and 2 <= first["end_iter"] < 8
+    assert _steps(out) == list(range(8))  # each step once: none trained twice, none lost
+    log = (out / "log.txt").read_text()
+    assert f"pre-empted at iteration {first['end_iter'] - 1} (SIGTERM)" in log
+
+
+def test_srun_mode_two_tasks_on_one_node(tiny_shapes, tmp_path):
+    out = tmp_path / "run"
+    job_id, printed = _submit(tmp_path, "--srun", "--processes-per-node", "2", "--cpus-per-gpu", "1",
+                              "--config", CONFIG, *_overrides(tiny_shapes, out, 2))  # fmt: skip
+    assert "one Slurm task each" in printed
+    _wait_until_done(job_id, tmp_path)
+    summary = json.loads((out / "run_summary.json").read_text())
+    assert summary["status"] == "finished" and summary["batch"]["world_size"] == 2
+    assert _steps(out) == [0, 1]
+    # two Slurm tasks of 1 CPU each, the second the process of rank 1 (its own log file)
+    script = next((tmp_path / "jobs" / job_id).glob("*_submission.sh")).read_text()
+    assert "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --cpus-per-task=1" in script
+    assert (out / "log.txt.rank1").is_file()
