@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..engine.run_summary import read_run_summary
 from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, final_ap, plan_cell
@@ -264,6 +264,50 @@ def archive_cell(run_dir: str, dest: str) -> None:
             shutil.copyfile(src, os.path.join(dest, name))
 
 
+def run_todo(plans: Sequence, csv_path: str, args, run: Callable, summarize: Callable,
+             describe: Callable[[dict], str], fields: Sequence[str] = CSV_FIELDS) -> int:
+    """Train every plan whose cell is not in ``csv_path`` yet, in order: claim the cell (a lock
+    file in its run folder, so several study processes share the work), ``run(plan, run_dir,
+    args)`` -> (exit status, log, wall s), ``summarize(plan, run_dir, status, wall, args)`` ->
+    its CSV row (None: a failure, retried the next time), append it, archive the run
+    (``args.archive``) and print ``describe(row)`` with the time and the ETA of the rest.
+    Returns 1 when a cell failed, else 0. The detection and the video study run through it."""
+    failures, finished, started = [], 0, time.time()
+    done = read_done(csv_path)
+    todo = [p for p in plans if p.cell.name not in done]
+    for index, plan in enumerate(todo):
+        name = plan.cell.name
+        if name in read_done(csv_path):
+            continue
+        run_dir = os.path.join(args.output_dir, name)
+        os.makedirs(run_dir, exist_ok=True)
+        lock = os.path.join(run_dir, "study.lock")
+        if not claim(lock):
+            print(f"[{index + 1}/{len(todo)}] {name}: running in another study process, skipped")
+            continue
+        try:
+            print(f"[{index + 1}/{len(todo)}] {name}: {plan.iterations} iterations at LR {plan.lr:.4g} ...", flush=True)
+            returncode, text, wall = run(plan, run_dir, args)
+            row = summarize(plan, run_dir, returncode, wall, args)
+            if row is None:
+                failures.append(name)
+                tail = "\n".join(text.strip().splitlines()[-5:])
+                print(f"    FAILED (exit {returncode}); see {run_dir}/study_log.txt:\n{tail}", flush=True)
+                continue
+            append_row(csv_path, row, fields)
+            if args.archive:
+                archive_cell(run_dir, os.path.join(args.archive, name))
+            finished += 1
+            eta = (time.time() - started) / finished * (len(todo) - index - 1)
+            print(f"    {describe(row)}, {wall / 60:.1f} min; ETA of the rest {eta / 60:.0f} min", flush=True)
+        finally:
+            os.remove(lock)
+    if failures:
+        print(f"{len(failures)} cell(s) failed and will be retried on the next run: {', '.join(failures)}")
+        return 1
+    return 0
+
+
 def main(argv=None) -> int:
     # SIGTERM (``timeout``, a scheduler) unwinds like Ctrl-C: the running cell's training
     # process is stopped and its lock released
@@ -376,50 +420,11 @@ def main(argv=None) -> int:
                 f"lr {p.lr:<8.4g} iterations {p.iterations:5d} warmup {p.warmup:4d} steps {p.steps or p.cell.lr_schedule} T {p.pmd_period or '-'}"
             )
         return 0
-    failures, finished, started = [], 0, time.time()
-    todo = [p for p in plans if p.cell.name not in done]
-    for index, plan in enumerate(todo):
-        name = plan.cell.name
-        if name in read_done(csv_path):
-            continue
-        run_dir = os.path.join(args.output_dir, name)
-        os.makedirs(run_dir, exist_ok=True)
-        lock = os.path.join(run_dir, "study.lock")
-        if not claim(lock):
-            print(f"[{index + 1}/{len(todo)}] {name}: running in another study process, skipped")
-            continue
-        try:
-            print(
-                f"[{index + 1}/{len(todo)}] {name}: {plan.iterations} iterations at LR {plan.lr:.4g} ...",
-                flush=True,
-            )
-            returncode, text, wall = run_cell(plan, run_dir, args)
-            row = summarize(plan, run_dir, returncode, wall, args)
-            if row is None:
-                failures.append(name)
-                tail = "\n".join(text.strip().splitlines()[-5:])
-                print(
-                    f"    FAILED (exit {returncode}); see {run_dir}/study_log.txt:\n{tail}",
-                    flush=True,
-                )
-                continue
-            append_row(csv_path, row)
-            if args.archive:
-                archive_cell(run_dir, os.path.join(args.archive, name))
-            finished += 1
-            elapsed = time.time() - started
-            eta = elapsed / finished * (len(todo) - index - 1)
-            result = "diverged" if row["diverged"] == "yes" else f"box AP {row['box_ap']}"
-            print(
-                f"    {result}, {row['images_per_s']} images/s, {wall / 60:.1f} min; ETA of the rest {eta / 60:.0f} min",
-                flush=True,
-            )
-        finally:
-            os.remove(lock)
-    if failures:
-        print(
-            f"{len(failures)} cell(s) failed and will be retried on the next run: {', '.join(failures)}"
-        )
-        return 1
-    return 0
+    return run_todo(
+        plans, csv_path, args,
+        run=lambda plan, run_dir, args: run_cell(plan, run_dir, args),
+        summarize=lambda *a: summarize(*a),
+        describe=lambda row: ("diverged" if row["diverged"] == "yes" else f"box AP {row['box_ap']}")
+        + f", {row['images_per_s']} images/s",
+    )  # fmt: skip
 

@@ -12,19 +12,10 @@ import argparse
 import os
 import signal
 import sys
-import time
 from typing import List, Optional
 
 from largedet.engine.run_summary import read_run_summary
-from largedet.study.runner import (
-    _interrupt_on_sigterm,
-    append_row,
-    archive_cell,
-    claim,
-    read_done,
-    read_metrics,
-    train,
-)
+from largedet.study.runner import _interrupt_on_sigterm, read_done, read_metrics, run_todo, train
 
 from .study import (
     VIDEO_CSV_FIELDS,
@@ -127,38 +118,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                   f"lr {p.lr:<8.4g} iterations {p.iterations:5d} warmup {p.warmup:4d} "
                   f"T {p.pmd_period or '-'}{' steps ' + str(p.steps) if p.steps else ''}")  # fmt: skip
         return 0
-    failures = []
-    todo = [p for p in plans if p.cell.name not in done]
-    started, finished = time.time(), 0
-    for index, plan in enumerate(todo):
-        name = plan.cell.name
-        if name in read_done(csv_path):
-            continue
-        run_dir = os.path.join(args.output_dir, name)
-        os.makedirs(run_dir, exist_ok=True)
-        lock = os.path.join(run_dir, "study.lock")
-        if not claim(lock):
-            print(f"[{index + 1}/{len(todo)}] {name}: running in another study process, skipped")
-            continue
-        try:
-            print(f"[{index + 1}/{len(todo)}] {name}: {plan.iterations} iterations at LR {plan.lr:.4g} ...", flush=True)
-            returncode, text, wall = run_cell(plan, run_dir, args)
-            row = summarize_video_cell(plan, run_dir, returncode, wall, args)
-            if row is None:
-                failures.append(name)
-                tail = "\n".join(text.strip().splitlines()[-5:])
-                print(f"    FAILED (exit {returncode}); see {run_dir}/study_log.txt:\n{tail}", flush=True)
-                continue
-            append_row(csv_path, row, VIDEO_CSV_FIELDS)
-            if args.archive:
-                archive_cell(run_dir, os.path.join(args.archive, name))
-            finished += 1
-            eta = (time.time() - started) / finished * (len(todo) - index - 1)
-            result = "diverged" if row["diverged"] == "yes" else f"top-1 {row['top1']}%"
-            print(f"    {result}, {wall / 60:.1f} min; ETA of the rest {eta / 60:.0f} min", flush=True)
-        finally:
-            os.remove(lock)
-    if failures:
-        print(f"{len(failures)} cell(s) failed and will be retried on the next run: {', '.join(failures)}")
-        return 1
-    return 0
+    return run_todo(
+        plans, csv_path, args,
+        run=lambda plan, run_dir, args: run_cell(plan, run_dir, args),
+        summarize=summarize_video_cell,
+        describe=lambda row: "diverged" if row["diverged"] == "yes" else f"top-1 {row['top1']}%",
+        fields=VIDEO_CSV_FIELDS,
+    )  # fmt: skip
