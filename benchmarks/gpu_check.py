@@ -24,7 +24,8 @@ The steps (``--list`` prints their commands):
 
     cuda-tests             pytest -m cuda tests/cuda: AMP with accumulation, the optimizers'
                            CUDA paths, SyncBN in an NCCL group, sub-batch BN, R-CNN training
-    optimizer-step         benchmarks/optimizer_step.py: PMD-LAMB vs fused AdamW (<= 1.1x)
+    optimizer-step         benchmarks/optimizer_step.py: PMD-LAMB, eager and compiled, vs fused
+                           AdamW (<= 1.1x)
     train-throughput-bf16  benchmarks/train_throughput.py, R50-FPN at 800x1067, AMP bfloat16,
                            SGD vs PMD-LAMB, K=1 vs K=8, profiled
     train-throughput-fp16  the same with AMP float16 (gradient scaler)
@@ -194,7 +195,12 @@ def summarize_pytest(f: Figures) -> str:
 _OPTIMIZER_ROW = re.compile(
     r"^(?P<name>\S.*?)\s+(?P<ms>\d+\.\d)\s+(?P<ratio>\d+\.\d+)x\s+(?P<paired>\d+\.\d+)x\s"
 )
-_FUSED = re.compile(r"vs AdamW\(fused=True\): median (?P<med>[\d.]+)x, paired (?P<paired>[\d.]+)x")
+_FUSED = re.compile(
+    r"^(?P<name>PMD-LAMB \((?:multi-tensor|compiled)\)) vs AdamW\(fused=True\): "
+    r"median (?P<med>[\d.]+)x, paired (?P<paired>[\d.]+)x",
+    re.M,
+)
+_FIRST_STEP = re.compile(r"^first step, compilation included \(s\): (?P<rows>.+)$", re.M)
 
 
 def parse_optimizer_step(output: str, out: str) -> Figures:
@@ -209,10 +215,16 @@ def parse_optimizer_step(output: str, out: str) -> Figures:
     params = re.search(r": ([\d.]+)M trainable parameters", output)
     if params:
         figures["trainable_parameters_m"] = float(params[1])
-    fused = _FUSED.search(output)
-    if fused:
-        figures["pmd_lamb_vs_fused_adamw"] = float(fused["med"])
-        figures["pmd_lamb_vs_fused_adamw_paired"] = float(fused["paired"])
+    for fused in _FUSED.finditer(output):
+        key = "pmd_lamb_compiled" if "compiled" in fused["name"] else "pmd_lamb"
+        figures[f"{key}_vs_fused_adamw"] = float(fused["med"])
+        figures[f"{key}_vs_fused_adamw_paired"] = float(fused["paired"])
+    first = _FIRST_STEP.search(output)
+    if first:
+        figures["first_step_s"] = {
+            name: float(value)
+            for name, value in re.findall(r"(\S.*?) ([\d.]+)(?:, |$)", first["rows"])
+        }
     return figures
 
 
@@ -224,9 +236,15 @@ def summarize_optimizer_step(f: Figures) -> str:
     others = ", ".join(
         f"{name} {value / fused:.2f}x" for name, value in ms.items() if name != "AdamW(fused=True)"
     )
+    compiled = ""
+    if "pmd_lamb_compiled_vs_fused_adamw" in f:
+        compiled = (
+            f"; compiled {f['pmd_lamb_compiled_vs_fused_adamw']:.2f}x (first step "
+            f"{f.get('first_step_s', {}).get('PMD-LAMB (compiled)', float('nan')):.1f} s)"
+        )
     return (
         f"PMD-LAMB {f['pmd_lamb_vs_fused_adamw']:.2f}x fused AdamW (paired "
-        f"{f['pmd_lamb_vs_fused_adamw_paired']:.2f}x; target <= 1.1x); fused AdamW "
+        f"{f['pmd_lamb_vs_fused_adamw_paired']:.2f}x; target <= 1.1x){compiled}; fused AdamW "
         f"{fused:.1f} ms; against it (medians): {others}"
     )
 

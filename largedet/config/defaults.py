@@ -10,7 +10,7 @@ steps, scaled LR) are never stored here; they are computed and logged at start.
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
-from ..optim import MOMENT_DECAYS
+from ..optim import COMPILED_STEP_MODES, MOMENT_DECAYS
 from ..solver.lr_scheduler import LSR_RULES
 from .keys import (
     clamp,
@@ -90,6 +90,10 @@ def _add_solver_config(cfg: CN) -> None:
     # Multi-tensor (torch._foreach_*) optimizer step: true (fast) or false (a loop
     # over parameter tensors; the same numbers for LAMB, PMD_LAMB and LARS).
     cfg.SOLVER.FOREACH = True
+    # The compiled step of LAMB, PMD_LAMB and LARS (torch.compile: generated kernels,
+    # tensor by tensor; docs/pmd_lamb.md, "The compiled step"): "auto" (where it was
+    # measured faster: on the CPU, tensors of 32,768 elements or more), "always" or "never".
+    declare(cfg, "SOLVER.COMPILED_STEP", "auto", one_of(COMPILED_STEP_MODES))
     # Whether LAMB, PMD_LAMB and LARS apply their layer-wise trust ratio to the
     # parameters of normalization layers (BatchNorm, SyncBN, GroupNorm, LayerNorm, ...);
     # false: trust ratio 1 for them. Their weight decay is SOLVER.WEIGHT_DECAY_NORM.

@@ -5,18 +5,21 @@ They depend on torch only; the Detectron2 wiring (``SOLVER.OPTIMIZER`` and the
 optimizer registry) lives in :mod:`largedet.solver`.
 """
 
+from ._base import COMPILED_STEP_MODES, compiled_min_numel
 from .agvm import AGVM, PART_KEY, PRECONDITIONERS, gradient_variance, modulation
 from .lars import LARS
 from .pmd_lamb import LAMB, MOMENT_DECAYS, PMDLAMB, moment_decay
 
 __all__ = [
     "AGVM",
+    "COMPILED_STEP_MODES",
     "LAMB",
     "LARS",
     "MOMENT_DECAYS",
     "PART_KEY",
     "PMDLAMB",
     "PRECONDITIONERS",
+    "compiled_min_numel",
     "gradient_variance",
     "moment_decay",
     "modulation",

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import torch
 from torch import Tensor
 
+from . import _compiled
 from ._base import (
     LOW_PRECISION_DTYPES,
     LayerwiseOptimizer,
@@ -51,12 +52,22 @@ class LARS(LayerwiseOptimizer):
         eta: trust coefficient ``eta``, > 0.
         adapt: apply the layer-wise trust ratio; with False, ``trust = 1``.
         foreach: multi-tensor path if True or None (default), per-tensor path if False.
+        fused: the compiled step (:mod:`largedet.optim._compiled`) for every tensor if
+            True; with None (default), for the tensors where it was measured faster
+            (:func:`largedet.optim._base.compiled_min_numel`); the eager step if False.
+            ``foreach`` chooses the eager path of the other tensors.
 
     State per parameter: ``step`` (int) and ``momentum_buffer`` (``buf_t``, shaped like
     the parameter, float32 or better).
     """
 
-    _class_defaults = {"weight_decay": 0.0, "eta": 0.001, "adapt": True, "foreach": None}
+    _class_defaults = {
+        "weight_decay": 0.0,
+        "eta": 0.001,
+        "adapt": True,
+        "foreach": None,
+        "fused": None,
+    }
 
     def __init__(
         self,
@@ -67,6 +78,7 @@ class LARS(LayerwiseOptimizer):
         eta: float = 0.001,
         adapt: bool = True,
         foreach: Optional[bool] = None,
+        fused: Optional[bool] = None,
     ) -> None:
         defaults = dict(
             lr=lr,
@@ -75,6 +87,7 @@ class LARS(LayerwiseOptimizer):
             eta=eta,
             adapt=adapt,
             foreach=foreach,
+            fused=fused,
         )
         super().__init__(params, defaults)
 
@@ -84,6 +97,7 @@ class LARS(LayerwiseOptimizer):
                 raise ValueError(f"Invalid {name}: {group[name]!r} (must be >= 0)")
         if not group["eta"] > 0.0:
             raise ValueError(f"Invalid eta: {group['eta']!r} (must be > 0)")
+        self._validate_switches(group)
 
     def _prepare(self, group: Dict[str, Any]) -> _Inputs:
         inputs = _Inputs()
@@ -111,7 +125,13 @@ class LARS(LayerwiseOptimizer):
             inputs = self._prepare(group)
             if not inputs.params:
                 continue
-            update = _lars_per_tensor if group["foreach"] is False else _lars_foreach
+            update = self._update_path(
+                group,
+                inputs.params,
+                compiled=_lars_compiled,
+                per_tensor=_lars_per_tensor,
+                multi_tensor=_lars_foreach,
+            )
             update(
                 inputs,
                 lr=group["lr"],
@@ -121,6 +141,32 @@ class LARS(LayerwiseOptimizer):
                 adapt=group["adapt"],
             )
         return loss
+
+
+def _lars_compiled(
+    inputs: _Inputs,
+    *,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    eta: float,
+    adapt: bool,
+    min_numel: int = 0,
+    foreach: bool = True,
+) -> None:
+    """Compiled path (:func:`largedet.optim._compiled.lars_tensor`, one kernel per tensor)
+    for the tensors of at least ``min_numel`` elements. The others, a tensor that is not
+    dense in memory, and every tensor after a failed compilation take the eager path
+    (multi-tensor where ``foreach``, else per-tensor)."""
+    columns = [list(c) for c in zip(inputs.params, inputs.grads, inputs.momentum_buffers)]
+    numbers = [[lr, momentum, weight_decay, eta, float(adapt)]] * len(columns)
+    eager = _compiled.update_tensors("lars", columns, numbers, min_numel)
+    if eager:
+        subset = _Inputs(*([getattr(inputs, f)[i] for i in eager]
+                           for f in ("params", "grads", "momentum_buffers")))  # fmt: skip
+        update = _lars_foreach if foreach else _lars_per_tensor
+        update(subset, lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta,
+               adapt=adapt)  # fmt: skip
 
 
 def _lars_per_tensor(

@@ -38,6 +38,7 @@ which needs fewer passes over memory than updating ``m_t`` and dividing it again
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -48,6 +49,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import _compiled
 from ._base import (
     LOW_PRECISION_DTYPES,
     LayerwiseOptimizer,
@@ -107,6 +109,11 @@ class PMDLAMB(LayerwiseOptimizer):
         adapt: apply the layer-wise trust ratio; with False, ``trust = 1``.
         foreach: multi-tensor (``torch._foreach_*``) path if True or None (default),
             per-tensor path if False. Both give the same numbers.
+        fused: the compiled step (:mod:`largedet.optim._compiled`: generated kernels,
+            tensor by tensor, equal to the eager step within float32 rounding) for every
+            tensor if True; with None (default), for the tensors where it was measured
+            faster (:func:`largedet.optim._base.compiled_min_numel`); the eager step if
+            False. ``foreach`` chooses the eager path of the other tensors.
 
     State per parameter: ``step`` (int ``t``, so that the period phase survives a
     checkpoint), ``exp_avg`` (``m_t / a_t``) and ``exp_avg_sq`` (``v_t / b_t``), shaped
@@ -122,6 +129,7 @@ class PMDLAMB(LayerwiseOptimizer):
         "max_trust_ratio": 10.0,
         "adapt": True,
         "foreach": None,
+        "fused": None,
         "clock": None,
     }
 
@@ -137,6 +145,7 @@ class PMDLAMB(LayerwiseOptimizer):
         max_trust_ratio: Optional[float] = 10.0,
         adapt: bool = True,
         foreach: Optional[bool] = None,
+        fused: Optional[bool] = None,
     ) -> None:
         defaults = dict(
             lr=lr,
@@ -148,6 +157,7 @@ class PMDLAMB(LayerwiseOptimizer):
             max_trust_ratio=max_trust_ratio,
             adapt=adapt,
             foreach=foreach,
+            fused=fused,
             clock=None,
         )
         super().__init__(params, defaults)
@@ -170,6 +180,7 @@ class PMDLAMB(LayerwiseOptimizer):
         mtr = group["max_trust_ratio"]
         if mtr is not None and not mtr > 0.0:
             raise ValueError(f"Invalid max_trust_ratio: {mtr!r} (must be > 0 or None)")
+        self._validate_switches(group)
 
     def _prepare(self, group: Dict[str, Any]) -> _Inputs:
         """Collects the group's tensors, creates missing state, advances t, a_t, b_t."""
@@ -216,10 +227,13 @@ class PMDLAMB(LayerwiseOptimizer):
             inputs = self._prepare(group)
             if not inputs.params:
                 continue
-            if group["foreach"] is False:
-                update = _pmd_lamb_per_tensor
-            else:
-                update = functools.partial(_pmd_lamb_foreach, scratch=self.scratch)
+            update = self._update_path(
+                group,
+                inputs.params,
+                compiled=_pmd_lamb_compiled,
+                per_tensor=_pmd_lamb_per_tensor,
+                multi_tensor=functools.partial(_pmd_lamb_foreach, scratch=self.scratch),
+            )
             update(
                 inputs,
                 lr=group["lr"],
@@ -251,6 +265,7 @@ class LAMB(PMDLAMB):
         max_trust_ratio: Optional[float] = 10.0,
         adapt: bool = True,
         foreach: Optional[bool] = None,
+        fused: Optional[bool] = None,
     ) -> None:
         super().__init__(
             params,
@@ -263,7 +278,42 @@ class LAMB(PMDLAMB):
             max_trust_ratio=max_trust_ratio,
             adapt=adapt,
             foreach=foreach,
+            fused=fused,
         )
+
+
+def _subset(inputs: _Inputs, indices: List[int]) -> _Inputs:
+    return _Inputs(
+        *([getattr(inputs, f.name)[i] for i in indices] for f in dataclasses.fields(_Inputs))
+    )
+
+
+def _pmd_lamb_compiled(
+    inputs: _Inputs,
+    *,
+    lr: float,
+    eps: float,
+    weight_decay: float,
+    adapt: bool,
+    max_trust_ratio: Optional[float],
+    min_numel: int = 0,
+    foreach: bool = True,
+) -> None:
+    """Compiled path (:func:`largedet.optim._compiled.pmd_lamb_moments` and
+    :func:`~largedet.optim._compiled.pmd_lamb_apply`, tensor by tensor) for the tensors of
+    at least ``min_numel`` elements. The others, a tensor that is not dense in memory, and
+    every tensor after a failed compilation take the eager path (multi-tensor where
+    ``foreach``, else per-tensor)."""
+    clamp = _compiled.trust_clamp(max_trust_ratio)
+    tensors = (inputs.params, inputs.grads, inputs.exp_avgs, inputs.exp_avg_sqs)
+    columns = [list(column) for column in zip(*tensors)]
+    weights = zip(inputs.avg_weights, inputs.sq_keeps, inputs.sq_weights)
+    numbers = [[*w, lr, eps, weight_decay, clamp, float(adapt)] for w in weights]
+    eager = _compiled.update_tensors("pmd_lamb", columns, numbers, min_numel)
+    if eager:
+        update = _pmd_lamb_foreach if foreach else _pmd_lamb_per_tensor
+        update(_subset(inputs, eager), lr=lr, eps=eps, weight_decay=weight_decay, adapt=adapt,
+               max_trust_ratio=max_trust_ratio)  # fmt: skip
 
 
 def _pmd_lamb_per_tensor(

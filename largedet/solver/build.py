@@ -206,12 +206,19 @@ def get_optimizer_params(
 
 
 def log_param_groups(name: str, optimizer: torch.optim.Optimizer) -> None:
-    """Log each param group of ``optimizer`` (built as ``name``): its tensor count and its
-    ``lr``, ``weight_decay``, ``adapt`` and AGVM part."""
+    """Log each param group of ``optimizer`` (built as ``name``): its tensor count, its
+    ``lr``, ``weight_decay``, ``adapt`` and AGVM part, and for largedet's optimizers how
+    many of its tensors the compiled step updates."""
     for i, group in enumerate(optimizer.param_groups):
         keys = ("lr", "weight_decay", "adapt", optim.PART_KEY)
         hyper = {k: v for k, v in group.items() if k in keys}
-        logger.info("%s param group %d: %d tensors, %s", name, i, len(group["params"]), hyper)
+        params = group["params"]
+        path = ""
+        if "fused" in group and isinstance(optimizer, (optim.PMDLAMB, optim.LARS)):
+            least = optim.compiled_min_numel(group["fused"], group.get("foreach"), params)
+            compiled = 0 if least is None else sum(p.numel() >= least for p in params)
+            path = f"; compiled step for {compiled} of them"
+        logger.info("%s param group %d: %d tensors, %s%s", name, i, len(params), hyper, path)
 
 
 def build_optimizer(
@@ -315,6 +322,7 @@ def _lamb_args(cfg: CfgNode) -> Dict[str, Any]:
         weight_decay=cfg.SOLVER.WEIGHT_DECAY,
         max_trust_ratio=cfg.SOLVER.LAMB.MAX_TRUST_RATIO,
         foreach=cfg.SOLVER.FOREACH,
+        fused=optim.COMPILED_STEP_MODES[cfg.SOLVER.COMPILED_STEP],
     )
 
 
@@ -345,4 +353,5 @@ def LARS(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa
         weight_decay=cfg.SOLVER.WEIGHT_DECAY,
         eta=cfg.SOLVER.LARS.ETA,
         foreach=cfg.SOLVER.FOREACH,
+        fused=optim.COMPILED_STEP_MODES[cfg.SOLVER.COMPILED_STEP],
     )

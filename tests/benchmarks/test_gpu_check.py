@@ -18,7 +18,7 @@ STEPS = [
     "video-throughput",
     "multigrid",
 ]
-CUDA_TESTS = 17  # the tests under tests/cuda, all skipped without a GPU
+CUDA_TESTS = 20  # the tests under tests/cuda, all skipped without a GPU
 
 
 def dry_run(tmp_path, *extra):
@@ -52,8 +52,11 @@ def test_dry_run_records_every_step_and_a_rerun_skips_them(tmp_path):
     assert (tests["passed"], tests["failed"], tests["errors"]) == (0, 0, 0)
     assert tests["skipped"] == CUDA_TESTS
     optimizers = figures["optimizer-step"]["step_ms"]
-    assert {"PMD-LAMB (multi-tensor)", "LAMB", "LARS", "AdamW(foreach=True)"} <= set(optimizers)
+    assert {"PMD-LAMB (multi-tensor)", "PMD-LAMB (compiled)", "LAMB", "LARS",
+            "AdamW(foreach=True)"} <= set(optimizers)  # fmt: skip
     assert all(ms > 0 for ms in optimizers.values())
+    first_step = figures["optimizer-step"]["first_step_s"]
+    assert set(first_step) == {"PMD-LAMB (compiled)", "LAMB (compiled)", "LARS (compiled)"}
     for amp in ("bf16", "fp16"):
         train = figures[f"train-throughput-{amp}"]
         assert set(train["images_per_s"]) == {"sgd", "pmdlamb", "pmdlamb_k8"}

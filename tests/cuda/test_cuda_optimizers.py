@@ -136,7 +136,7 @@ def reference(case):
     return [r.w for r in refs]
 
 
-def run_on_cuda(case, foreach):
+def run_on_cuda(case, foreach, fused=False):
     cls, hp, _, plain = CASES[case]
     params = [torch.nn.Parameter(w.cuda()) for w in initial_weights()]
     assert not params[1].is_contiguous()
@@ -144,7 +144,7 @@ def run_on_cuda(case, foreach):
         {"params": [params[i] for i in ADAPTIVE]},
         {"params": [params[i] for i in PLAIN], **plain},
     ]
-    opt = cls(groups, foreach=foreach, **hp)
+    opt = cls(groups, foreach=foreach, fused=fused, **hp)
     for grads in gradients():
         for p, g in zip(params, grads):
             p.grad = g.cuda()
@@ -180,3 +180,19 @@ def test_foreach_per_tensor_and_float64_reference_agree_on_cuda(case):
     # the weights moved: each by well over the tolerance (the zero tensor included)
     for p, w in zip(fast, initial_weights()):
         assert (p.detach().cpu().double() - w.double()).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_step_agrees_with_the_float64_reference_on_cuda(case):
+    """fused=True on CUDA: Triton kernels from largedet.optim._compiled, the strided
+    parameter on the eager path, the same state layout as the eager step's."""
+    compiled, opt_compiled = run_on_cuda(case, foreach=None, fused=True)
+    eager, opt_eager = run_on_cuda(case, foreach=True)
+    assert_weights_close(compiled, reference(case))
+    assert_weights_close(compiled, [p.detach() for p in eager])
+    for a, b in zip(compiled, eager):
+        for key, value in opt_eager.state[b].items():
+            other = opt_compiled.state[a][key]
+            assert type(other) is type(value), key
+            if isinstance(value, torch.Tensor):
+                assert (other.dtype, other.shape, other.is_cuda) == (value.dtype, value.shape, True)
