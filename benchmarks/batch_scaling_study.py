@@ -4,7 +4,7 @@
 Trains the same detector on the same data through ``tools/train_net.py`` (one subprocess
 per cell, gradient accumulation where the batch exceeds one pass), evaluates box AP and
 appends one CSV row per cell. The grids, cells, per-cell plan and CSV columns are in
-:mod:`largedet.study.grid` (the runner: :mod:`largedet.study.runner`).
+:mod:`largedet_study.grid` (the runner: :mod:`largedet_study.runner`).
 
     python benchmarks/batch_scaling_study.py --dry-run       # the plan: cells, LR, iterations
     # the steps-matched CPU grid (about 45 min per cell on one core), two processes at once
@@ -26,7 +26,7 @@ other failure is reported and retried the next time the script runs.
 
 import sys
 
-from largedet.study.runner import main
+from largedet_study.runner import main
 
 if __name__ == "__main__":
     sys.exit(main())

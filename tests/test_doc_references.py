@@ -15,6 +15,8 @@ VIDEO = os.path.join(ROOT, "projects", "video")
 ROLE = re.compile(r":(mod|func|class|data|meth|attr|exc):`~?([A-Za-z_][\w.]*)`")
 # (folder, the package name it holds, or None for scripts)
 SOURCES = (("largedet", "largedet"), (os.path.join("projects", "video", "largedet_video"), "largedet_video"),
+           (os.path.join("benchmarks", "largedet_study"), "largedet_study"),
+           (os.path.join("projects", "video", "benchmarks", "video_study"), "video_study"),
            ("tools", None), ("benchmarks", None), (os.path.join("projects", "video", "benchmarks"), None))  # fmt: skip
 
 
@@ -69,11 +71,13 @@ def _resolve(target: str, namespace, source: str = "") -> bool:
 
 
 def _references():
+    seen = set()
     for folder, package in SOURCES:
         for root, _, files in os.walk(os.path.join(ROOT, folder)):
             for name in sorted(files):
-                if name.endswith(".py"):
+                if name.endswith(".py") and os.path.join(root, name) not in seen:
                     path = os.path.join(root, name)
+                    seen.add(path)
                     with open(path) as f:
                         text = f.read()
                     for m in ROLE.finditer(text):
@@ -93,7 +97,7 @@ def test_every_docstring_reference_resolves():
 
 
 def test_the_check_finds_a_broken_reference():
-    import largedet.study.grid as grid
+    import largedet_study.grid as grid
 
     assert _resolve("largedet.solver.lr_scheduler.LSR_RULES", grid)
     assert _resolve("Cell.name", grid) and _resolve("plan_cell", grid)

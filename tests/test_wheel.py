@@ -78,6 +78,12 @@ def test_the_wheel_holds_largedet_and_its_configs(installed_wheel):
     assert out[3].endswith("largedet/model_zoo/configs/video/tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml")
     for command in ("largedet-train", "largedet-video-train", "largedet-coco-eval"):
         assert "usage:" in _run([venv / "bin" / command, "--help"], cwd=work, env=env).stdout
+    # the studies are experiments beside their runners, not the library: not in the wheel
+    packages = {p.name for p in site.iterdir()}
+    assert {"largedet", "largedet_video"} <= packages
+    assert not {"largedet_study", "video_study"} & packages
+    assert not (site / "largedet" / "study").exists()
+    assert not list((site / "largedet_video").glob("study*"))
 
 
 def test_the_video_default_config_passes_its_check_from_the_wheel(installed_wheel):

@@ -20,7 +20,9 @@ import argparse
 import os
 import sys
 
-from largedet.study.plotting import (
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
+from largedet_study.plotting import (  # noqa: E402
     load_run,
     load_study,
     epoch_curve,

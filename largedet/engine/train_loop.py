@@ -11,7 +11,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 import torch.distributed as dist
-from detectron2.engine import SimpleTrainer
+from detectron2.engine import SimpleTrainer, TrainerBase
 from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
 from torch import Tensor
@@ -80,8 +80,12 @@ class AccumulationTrainer(SimpleTrainer):
         amp_dtype: Optional[torch.dtype] = None,
         grad_scaler: Optional[torch.amp.GradScaler] = None,
         agvm: Optional[AGVM] = None,
+        hooks_owner: Optional[TrainerBase] = None,
     ):
         super().__init__(model, data_loader, optimizer)
+        # the trainer whose hooks see after_backward: largedet's Trainer wraps this one (as
+        # Detectron2's DefaultTrainer wraps SimpleTrainer) and its hooks are registered on it
+        self.hooks_owner = hooks_owner
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
         if amp_dtype not in (None, torch.float16, torch.bfloat16):
@@ -108,6 +112,14 @@ class AccumulationTrainer(SimpleTrainer):
         # the step's gradient-norm clip (SOLVER.WARMUP_CLIP; the trainer sets it per step):
         # None for no clipping
         self.clip_max_norm: Optional[float] = None
+
+    def after_backward(self) -> None:
+        """The ``after_backward`` of the hooks: those of :attr:`hooks_owner` where it is set
+        (the trainer that wraps this one), else this trainer's own."""
+        if self.hooks_owner is not None:
+            self.hooks_owner.after_backward()
+        else:
+            super().after_backward()
 
     def request_stop(self, signum: int) -> None:
         """Ask every rank to stop after the step in whose metrics all-gather this rank's

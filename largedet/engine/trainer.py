@@ -163,6 +163,7 @@ class Trainer(DefaultTrainer):
             self.batch.accumulation,
             amp_dtype=self.amp_dtype(cfg),
             agvm=agvm,
+            hooks_owner=weakref.proxy(self),
         )
         self.max_iter = self.run_length(cfg)
         self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.schedule, self.max_iter)

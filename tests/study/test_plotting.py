@@ -1,4 +1,4 @@
-"""largedet.study.plotting and tools/plot_metrics.py: study CSV and metrics.json to figures."""
+"""largedet_study.plotting and tools/plot_metrics.py: study CSV and metrics.json to figures."""
 
 import csv
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from largedet.study.plotting import load_run, load_study, study_table
+from largedet_study.plotting import load_run, load_study, study_table
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 FIELDS = [
@@ -59,7 +59,7 @@ def test_study_table_is_the_main_grid_only(tmp_path):
 
 
 def test_study_table_averages_a_cells_seeds(tmp_path):
-    from largedet.study.plotting import mean_ap, seed_replicas
+    from largedet_study.plotting import mean_ap, seed_replicas
 
     seeded = STUDY + [
         {"cell": "sgd-bs16-s1", "optimizer": "sgd", "batch": 16, "box_ap": "50.3", "diverged": "no", "agvm": "no"},
@@ -83,7 +83,7 @@ def test_study_table_averages_a_cells_seeds(tmp_path):
 
 
 def test_one_decimal_rounds_the_csv_values_as_written():
-    from largedet.study.plotting import one_decimal
+    from largedet_study.plotting import one_decimal
 
     # 75.35 is 75.3499... in binary, which plain formatting rounds down
     assert f"{75.35:.1f}" == "75.3" and one_decimal(75.35) == "75.4"
@@ -155,7 +155,7 @@ def test_plot_metrics_cli_writes_figures_and_the_table(tmp_path):
 
 
 def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
-    from largedet.study.plotting import plot_cells_at_batch
+    from largedet_study.plotting import plot_cells_at_batch
 
     fields = FIELDS + ["holdout_ap"]
     rows = [
@@ -187,7 +187,7 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
 
     # a larger evaluation replaces the study's own figures on both splits; a cell it lacks
     # is left out (not shown with the smaller splits' figures), a diverged one stays
-    from largedet.study.plotting import with_reevaluation
+    from largedet_study.plotting import with_reevaluation
 
     larger = tmp_path / "eval.csv"
     larger.write_text("cell,images,holdout_ap,box_ap\npmd_lamb-bs1024,2000,72.9,73.0\n"
@@ -231,7 +231,7 @@ def _curve_rows():
 
 
 def test_epoch_curve_keeps_the_batch_and_epoch_cells_only_and_brackets_parity(tmp_path):
-    from largedet.study.plotting import epoch_curve, parity_bracket, plot_ap_vs_epochs
+    from largedet_study.plotting import epoch_curve, parity_bracket, plot_ap_vs_epochs
 
     points, baseline = epoch_curve(_curve_rows())
     assert baseline == [(74.0, 75.0), (74.2, 74.6)]
@@ -247,7 +247,7 @@ def test_epoch_curve_keeps_the_batch_and_epoch_cells_only_and_brackets_parity(tm
 
 
 def test_epoch_curve_draws_a_second_recipe_apart_and_brackets_its_parity(tmp_path):
-    from largedet.study.plotting import epoch_curve, parity_bracket, plot_ap_vs_epochs
+    from largedet_study.plotting import epoch_curve, parity_bracket, plot_ap_vs_epochs
 
     row = {"optimizer": "pmd_lamb", "diverged": "no", "batch": 1024}
     tuned = [
@@ -272,7 +272,7 @@ def test_epoch_curve_draws_a_second_recipe_apart_and_brackets_its_parity(tmp_pat
 
 
 def test_regime_gaps_subtract_each_grids_own_baseline(tmp_path):
-    from largedet.study.plotting import plot_regimes, regime_gaps, regime_table
+    from largedet_study.plotting import plot_regimes, regime_gaps, regime_table
 
     row = {"optimizer": "pmd_lamb", "diverged": "no"}
     small = [  # 1536 images, 200 epochs: the baseline sgd-bs16-wu2
@@ -317,7 +317,7 @@ def _recorded(monkeypatch, method):
 
 
 def test_a_one_point_run_draws_a_dot_in_the_loss_plot(tmp_path, monkeypatch):
-    from largedet.study.plotting import RunCurves, plot_curves
+    from largedet_study.plotting import RunCurves, plot_curves
 
     calls = _recorded(monkeypatch, "plot")
     run = RunCurves("one", global_batch=8, num_train=80, iterations=[0], loss=[1.5], lr=[0.01])
@@ -330,7 +330,7 @@ def test_a_one_point_run_draws_a_dot_in_the_loss_plot(tmp_path, monkeypatch):
 
 
 def test_the_throughput_chart_says_what_red_means(tmp_path, monkeypatch):
-    from largedet.study.plotting import plot_throughput
+    from largedet_study.plotting import plot_throughput
 
     calls = _recorded(monkeypatch, "legend")
     rows = [{"cell": "sgd-bs16", "batch": 16, "images_per_s": 10.0, "diverged": "no"},

@@ -1,4 +1,4 @@
-"""largedet.study.reevaluate (batch_scaling_study.py --eval-images): which cells are
+"""largedet_study.reevaluate (batch_scaling_study.py --eval-images): which cells are
 evaluated again, with which command, what the CSV gets, and resumption."""
 
 import csv
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from largedet.study import reevaluate, runner
+from largedet_study import reevaluate, runner
 
 # a stand-in for tools/train_net.py --eval-only: records its arguments, writes the results
 # (OUTPUT_DIR/eval_results.json) with an AP that depends on the weights' folder, or fails

@@ -1,4 +1,4 @@
-"""largedet.study (benchmarks/batch_scaling_study.py): the grids, the plan of each cell, its
+"""largedet_study (benchmarks/batch_scaling_study.py): the grids, the plan of each cell, its
 CSV row, resumption."""
 
 import csv
@@ -15,8 +15,8 @@ from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
 from largedet.solver.batch import batch_plan
 from largedet.solver import lr_scaling
-from largedet.study import grid as schema
-from largedet.study import runner
+from largedet_study import grid as schema
+from largedet_study import runner
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -484,7 +484,8 @@ def test_a_terminated_study_stops_its_training_process(tmp_path):
     fake.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(120)\n")
     driver = (
         "import sys, types\n"
-        "from largedet.study import runner\n"
+        f"sys.path.insert(0, {os.path.join(ROOT, 'benchmarks')!r})\n"
+        "from largedet_study import runner\n"
         f"runner.TRAIN_COMMAND = (sys.executable, {str(fake)!r})\n"
         "runner.signal.signal(runner.signal.SIGTERM, runner._interrupt_on_sigterm)\n"
         "args = types.SimpleNamespace(grid_obj=runner.build_grid('steps'), num_gpus=1, threads=1)\n"

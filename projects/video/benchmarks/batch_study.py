@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The video batch-scaling study: TSM top-1 against the global batch, SGD with the linear
 rule and PMD-LAMB, every batch the same epochs (a miniature of "Training Kinetics in 15
-Minutes"; the grid is in ``largedet_video.study``).
+Minutes"; the grid is in ``video_study.grid``).
 
     python projects/video/benchmarks/batch_study.py --dry-run     # cells, LR, steps, batch/N
     # two processes at once (about 30 min per cell on one core), resumable
@@ -16,9 +16,10 @@ Cells already in the CSV are skipped; an interrupted cell resumes from its last 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the detection study's runner (largedet_study) is in the repository's benchmarks/
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "benchmarks"))
 
-from largedet_video.study_runner import main  # noqa: E402
+from video_study.runner import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

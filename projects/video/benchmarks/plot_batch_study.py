@@ -9,10 +9,11 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the detection study's runner (largedet_study) is in the repository's benchmarks/
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "benchmarks"))
 
-from largedet_video.study import NUM_TRAIN  # noqa: E402
-from largedet_video.study_plot import load_video_study, plot_top1_vs_batch, video_table  # noqa: E402
+from video_study.grid import NUM_TRAIN  # noqa: E402
+from video_study.plotting import load_video_study, plot_top1_vs_batch, video_table  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,16 @@
 # which refuses a stdlib distutils that another library imported earlier in the session.
 import setuptools  # noqa: F401,E402
 
+import os
+import sys
+
 import pytest
+
+# The studies' packages live beside their runners, not in the library.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects", "video", "benchmarks")):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,8 @@ from detectron2.config import get_cfg
 from largedet.solver import lr_scaling
 from largedet.solver.batch import batch_plan
 from largedet_video import add_video_config
-from largedet_video import study, study_runner
+from video_study import grid as study
+from video_study import runner as study_runner
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
 
@@ -125,7 +126,7 @@ def test_study_runs_each_cell_once_and_retries_failures(tmp_path, monkeypatch, c
 
 
 def test_table_and_figure_of_the_video_study(tmp_path):
-    from largedet_video.study_plot import curves, load_video_study, plot_top1_vs_batch, video_table
+    from video_study.plotting import curves, load_video_study, plot_top1_vs_batch, video_table
 
     path = str(tmp_path / "s.csv")
     rows = [("sgd-bs16", 16, "80.0", "no"), ("sgd-bs16-s1", 16, "82.0", "no"), ("sgd-bs256", 256, "79.5", "no"),

@@ -1,7 +1,7 @@
 """The video batch-scaling study's schema: its grid, cells, per-cell plan and CSV columns.
 
 ``projects/video/benchmarks/batch_study.py`` runs the cells (one ``projects/video/train.py``
-per cell, with the detection study's runner, :mod:`largedet.study.runner`) and draws the
+per cell, with the detection study's runner, :mod:`largedet_study.runner`) and draws the
 CSV. The grid is a miniature of "Training Kinetics in 15 Minutes" (Lin, Gan, Han 2019:
 TSM-R50 at 12,288 clips per step = 5.1% of Kinetics-400's 240,000 clips, 100 epochs, SGD
 with the linear rule, 5 warm-up epochs, cosine decay, weight decay 1e-4 and none on BN
@@ -27,11 +27,15 @@ its own first 5 epochs.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from largedet.study.grid import OptimizerRecipe, REFERENCE_BATCH, scaled_lr
+from largedet_study.grid import OptimizerRecipe, REFERENCE_BATCH, scaled_lr
 
+
+#: the checkout (projects/video/benchmarks/video_study/ -> four levels up)
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 __all__ = [
     "EPOCHS",
     "NUM_TRAIN",
@@ -214,17 +218,15 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
 def _multigrid_steps(grid: VideoGrid, overrides: List[str], world: int) -> Tuple[int, int]:
     """(optimizer steps, steps of the first ``grid.warmup_epochs`` epochs) of the multigrid
     plan the overrides make on ``grid``'s config."""
-    import os
 
     from detectron2.config import get_cfg
 
-    from .config import add_video_config
-    from .multigrid import build_multigrid_plan
+    from largedet_video.config import add_video_config
+    from largedet_video.multigrid import build_multigrid_plan
 
     cfg = get_cfg()
     add_video_config(cfg)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    cfg.merge_from_file(os.path.join(root, grid.config))
+    cfg.merge_from_file(os.path.join(ROOT, grid.config))
     cfg.merge_from_list(list(overrides))
     plan = build_multigrid_plan(cfg, grid.num_train, world)
     return plan.max_iter, plan.first_step_of_epoch(math.ceil(grid.warmup_epochs))

@@ -1,7 +1,7 @@
 """The batch-scaling study's schema: its grids, cells, per-cell plan and CSV columns.
 
 ``benchmarks/batch_scaling_study.py`` runs the cells (one ``tools/train_net.py`` per cell)
-and :mod:`largedet.study.plotting` draws the CSV it writes; both take the names and
+and :mod:`largedet_study.plotting` draws the CSV it writes; both take the names and
 columns from here. Two CPU grids on the shapes data at 64 px:
 
 * ``steps`` (steps-matched): 200 epochs of 1536 images for every batch, so batch 1024
@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..solver.lr_scheduler import LSR_RULES
+from largedet.solver.lr_scheduler import LSR_RULES
 
 __all__ = [
     "CSV_FIELDS",

@@ -3,7 +3,7 @@ largedet.engine.train_net``, i.e. ``tools/train_net.py``) per cell, a CSV row
 per finished cell; resumable, several processes at once (a lock file per cell).
 
 ``benchmarks/batch_scaling_study.py`` is its command line; the grids and the per-cell
-plan are in :mod:`largedet.study.grid`.
+plan are in :mod:`largedet_study.grid`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..engine.run_summary import read_run_summary
+from largedet.engine.run_summary import read_run_summary
 from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, final_ap, plan_cell
 from .reevaluate import read_csv_rows, reevaluate_cells, todo_cells
 

@@ -20,7 +20,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Sequence
 
-from ..engine.run_summary import EVAL_RESULTS_FILE, read_eval_results
+from largedet.engine.run_summary import EVAL_RESULTS_FILE, read_eval_results
 from .grid import HOLDOUT_SET
 
 REPORT_SET = "shapes_val"

@@ -2,8 +2,8 @@
 a CSV row per finished cell; resumable, several processes at once (a lock file per cell).
 
 The command line is ``projects/video/benchmarks/batch_study.py``; the grid and the plan
-of each cell are in :mod:`largedet_video.study`. Claiming, CSV appends, the training
-subprocess and its wall clock are the detection study's (:mod:`largedet.study.runner`).
+of each cell are in :mod:`video_study.grid`. Claiming, CSV appends, the training
+subprocess and its wall clock are the detection study's (:mod:`largedet_study.runner`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import sys
 from typing import List, Optional
 
 from largedet.engine.run_summary import read_run_summary
-from largedet.study.runner import _interrupt_on_sigterm, read_done, read_metrics, run_todo, train
+from largedet_study.runner import _interrupt_on_sigterm, read_done, read_metrics, run_todo, train
 
-from .study import (
+from .grid import (
+    ROOT,
     VIDEO_CSV_FIELDS,
     VIDEO_GRID_NAMES,
     VideoPlan,
@@ -28,8 +29,6 @@ from .study import (
 
 __all__ = ["main", "run_cell", "summarize_video_cell"]
 
-#: the checkout (projects/video/largedet_video/ -> three levels up)
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 #: how a cell's training process is started
 VIDEO_TRAIN_COMMAND = (sys.executable, os.path.join(ROOT, "projects", "video", "train.py"))
 
