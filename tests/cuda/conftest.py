@@ -3,8 +3,8 @@
 
 They run for the first time on a GPU machine, inside the GPU check
 (``benchmarks/gpu_check.py``), so each states its tolerances and what they allow for.
-The engine tests' tiny detector (``tests/engine/engine_testing.py``) is put on the import
-path, as pytest does for its own test folder; the video package (``largedet_video``) imports
+The tests' tiny detector (``tests/engine_testing.py``) imports from ``tests/``, which pytest
+puts on the import path for the conftest there; the video package (``largedet_video``) imports
 as installed with largedet, or from the GPU check's PYTHONPATH.
 """
 
@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-ENGINE_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engine")
-if ENGINE_TESTS not in sys.path:
-    sys.path.insert(0, ENGINE_TESTS)
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
 
 import largedet  # noqa: E402,F401
 

@@ -2,7 +2,7 @@
 same Faster R-CNN (ResNet-18 with BN and nothing frozen, a 64-channel FPN, a 256-wide box
 head, anchors of 8-128 px, 3 classes), the same data (the generated shapes set, 128x128
 images, horizontal flips) and evaluation. Built from the same arguments it is the same
-network as the yaml's, parameter for parameter (tests/engine/test_lazy.py).
+network as the yaml's, parameter for parameter (tests/config/test_lazy.py).
 
 Leaf configs import ``model``, ``dataloader`` and ``datasets`` from here and add
 ``optimizer``, ``lr_multiplier`` and ``train`` (see faster_rcnn_R18_FPN_pmdlamb_bs1024.py).
