@@ -491,7 +491,7 @@ def _add_openimages_config(cfg: CN) -> None:
 
 
 def _add_logging_config(cfg: CN) -> None:
-    # --- Weights & Biases (largedet.utils.wandb_writer) --------------------------
+    # --- Weights & Biases (largedet.engine.writers.WandbWriter) --------------------------
     cfg.WANDB = CN()
     # Also log the training scalars to Weights & Biases: everything metrics.json
     # gets (losses, lr, time, evaluation results, agvm/...), with the iteration as

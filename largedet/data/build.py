@@ -24,7 +24,7 @@ numbers alone, whatever the number of loader workers:
 An image that cannot be read (:class:`~largedet.data.unreadable.SkipUnreadable`) is
 logged with the file and the reason; in training the next image of its aspect-ratio
 group takes its place (the stream position stays the same) and it is counted in
-``data/skipped_images`` (:class:`SkippedImagesHook`); in evaluation
+``data/skipped_images`` (:class:`largedet.engine.hooks.SkippedImagesHook`); in evaluation
 (:func:`build_test_loader`) it is left out and counted.
 """
 
@@ -57,7 +57,6 @@ from detectron2.data.build import (
     worker_init_reset_seed,
 )
 from detectron2.data.samplers import TrainingSampler
-from detectron2.engine import HookBase
 from detectron2.utils import comm
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
@@ -68,7 +67,6 @@ __all__ = [
     "DetectionTrainLoader",
     "ResumableLoader",
     "ResumableTrainingSampler",
-    "SkippedImagesHook",
     "SkippingTestLoader",
     "TrainBatches",
     "aspect_ratio_groups",
@@ -442,24 +440,6 @@ class DetectionTrainLoader(ResumableLoader):
                     "%d unreadable training images replaced so far on this rank", self.num_skipped
                 )
             yield batch
-
-
-class SkippedImagesHook(HookBase):
-    """Records ``data/skipped_images``, the unreadable training images replaced so far
-    on all ranks together (since the processes started), in the event storage (and so in
-    metrics.json and TensorBoard) at the steps the writers write: every ``period``
-    steps and the last."""
-
-    def __init__(self, loader: DetectionTrainLoader, period: int):
-        self._loader = loader
-        self._period = period
-
-    def after_step(self):
-        it = self.trainer.iter
-        if (it + 1) % self._period and it != self.trainer.max_iter - 1:
-            return
-        total = sum(comm.all_gather(self._loader.num_skipped))
-        self.trainer.storage.put_scalar("data/skipped_images", total, smoothing_hint=False)
 
 
 def _max_consecutive_skips(cfg: CfgNode) -> int:

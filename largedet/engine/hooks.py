@@ -8,7 +8,7 @@ import os
 import re
 import statistics
 from collections import deque
-from typing import Deque
+from typing import TYPE_CHECKING, Deque
 
 import numpy as np
 from detectron2.engine import HookBase
@@ -19,7 +19,16 @@ from detectron2.utils.env import seed_all_rng
 from ..checkpoint import FoundCheckpoint, NoCompleteCheckpointError
 from ..solver.lr_scheduler import rescale_schedule
 
-__all__ = ["DivergenceGuard", "PruningPeriodicCheckpointer", "ReseedEveryIter", "step_seed"]
+if TYPE_CHECKING:
+    from ..data.build import DetectionTrainLoader
+
+__all__ = [
+    "DivergenceGuard",
+    "PruningPeriodicCheckpointer",
+    "ReseedEveryIter",
+    "SkippedImagesHook",
+    "step_seed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -213,3 +222,22 @@ class PruningPeriodicCheckpointer(PeriodicCheckpointer):
         if deleted:
             logger.info("Checkpoints kept: the newest %d; deleted %s", self.keep, ", ".join(deleted))
         return deleted
+
+
+class SkippedImagesHook(HookBase):
+    """Records ``data/skipped_images`` (:class:`~largedet.data.build.DetectionTrainLoader`
+    counts them), the unreadable training images replaced so far
+    on all ranks together (since the processes started), in the event storage (and so in
+    metrics.json and TensorBoard) at the steps the writers write: every ``period``
+    steps and the last."""
+
+    def __init__(self, loader: "DetectionTrainLoader", period: int):
+        self._loader = loader
+        self._period = period
+
+    def after_step(self):
+        it = self.trainer.iter
+        if (it + 1) % self._period and it != self.trainer.max_iter - 1:
+            return
+        total = sum(comm.all_gather(self._loader.num_skipped))
+        self.trainer.storage.put_scalar("data/skipped_images", total, smoothing_hint=False)

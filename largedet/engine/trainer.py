@@ -73,7 +73,6 @@ from ..config.validate import TRAINING_RULES, check_values
 from ..data.build import (
     DetectionTrainLoader,
     ResumableLoader,
-    SkippedImagesHook,
     build_test_loader,
     build_train_loader,
 )
@@ -90,16 +89,16 @@ from ..solver import (
 )
 from ..solver.lr_scheduler import LRScaling
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule, check_agvm_estimates
-from ..utils.wandb_writer import build_wandb_writers
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .writers import (
     ImageClockPrinter,
+    build_wandb_writers,
     StopOnFullDiskJSONWriter,
     StopOnFullDiskTensorboardXWriter,
     default_writers_stopping_on_full_disk,
     raise_if_a_log_found_no_space,
 )
-from .hooks import DivergenceGuard, PruningPeriodicCheckpointer, ReseedEveryIter
+from .hooks import DivergenceGuard, PruningPeriodicCheckpointer, ReseedEveryIter, SkippedImagesHook
 from .preemption import Preempted, PreemptionHook
 from .run_summary import RunSummaryHook
 from .launch import shut_down_distributed

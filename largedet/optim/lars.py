@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import torch
 from torch import Tensor
 
-from . import _compiled
+from ._compiled import update_tensors
 from ._base import (
     LOW_PRECISION_DTYPES,
     LayerwiseOptimizer,
@@ -160,7 +160,7 @@ def _lars_compiled(
     (multi-tensor where ``foreach``, else per-tensor)."""
     columns = [list(c) for c in zip(inputs.params, inputs.grads, inputs.momentum_buffers)]
     numbers = [[lr, momentum, weight_decay, eta, float(adapt)]] * len(columns)
-    eager = _compiled.update_tensors("lars", columns, numbers, min_numel)
+    eager = update_tensors("lars", columns, numbers, min_numel)
     if eager:
         subset = _Inputs(*([getattr(inputs, f)[i] for i in eager]
                            for f in ("params", "grads", "momentum_buffers")))  # fmt: skip

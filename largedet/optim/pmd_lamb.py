@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _compiled
+from ._compiled import trust_clamp, update_tensors
 from ._base import (
     LOW_PRECISION_DTYPES,
     LayerwiseOptimizer,
@@ -304,12 +304,12 @@ def _pmd_lamb_compiled(
     at least ``min_numel`` elements. The others, a tensor that is not dense in memory, and
     every tensor after a failed compilation take the eager path (multi-tensor where
     ``foreach``, else per-tensor)."""
-    clamp = _compiled.trust_clamp(max_trust_ratio)
+    clamp = trust_clamp(max_trust_ratio)
     tensors = (inputs.params, inputs.grads, inputs.exp_avgs, inputs.exp_avg_sqs)
     columns = [list(column) for column in zip(*tensors)]
     weights = zip(inputs.avg_weights, inputs.sq_keeps, inputs.sq_weights)
     numbers = [[*w, lr, eps, weight_decay, clamp, float(adapt)] for w in weights]
-    eager = _compiled.update_tensors("pmd_lamb", columns, numbers, min_numel)
+    eager = update_tensors("pmd_lamb", columns, numbers, min_numel)
     if eager:
         update = _pmd_lamb_foreach if foreach else _pmd_lamb_per_tensor
         update(_subset(inputs, eager), lr=lr, eps=eps, weight_decay=weight_decay, adapt=adapt,

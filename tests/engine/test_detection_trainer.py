@@ -201,7 +201,7 @@ def test_run_length_sets_the_loop_the_schedule_and_the_writers(tiny_shapes, tmp_
     from engine_testing import tiny_cfg
 
     from largedet.engine.writers import StopOnFullDiskJSONWriter, StopOnFullDiskTensorboardXWriter
-    from largedet.utils.wandb_writer import WandbWriter
+    from largedet.engine.writers import WandbWriter
 
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))

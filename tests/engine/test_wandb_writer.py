@@ -18,7 +18,7 @@ from detectron2.engine import SimpleTrainer, default_writers, hooks
 from detectron2.utils.events import EventStorage, JSONWriter
 
 from largedet.config import add_largedet_config
-from largedet.utils.wandb_writer import WandbWriter, build_wandb_writers
+from largedet.engine.writers import WandbWriter, build_wandb_writers
 
 
 def _cfg(output_dir, **wandb):
