@@ -235,24 +235,41 @@ class LayerwiseOptimizer(Optimizer):
     def _validate_group(self, group: Dict[str, Any]) -> None:
         raise NotImplementedError
 
-    @staticmethod
-    def _update_path(
-        group: Dict[str, Any],
-        params: Sequence[Tensor],
-        *,
-        compiled: Callable[..., None],
-        per_tensor: Callable[..., None],
-        multi_tensor: Callable[..., None],
-    ) -> Callable[..., None]:
-        """The update function a group's step takes: the compiled one (with the smallest
-        tensor it takes and the eager path of the others) where :func:`compiled_min_numel`
-        says so, else the per-tensor one for ``foreach=False``, else the multi-tensor one."""
-        min_numel = compiled_min_numel(group["fused"], group["foreach"], params)
-        if min_numel is not None:
-            return functools.partial(
-                compiled, min_numel=min_numel, foreach=group["foreach"] is not False
-            )
-        return per_tensor if group["foreach"] is False else multi_tensor
+    def _prepare(self, group: Dict[str, Any]) -> Any:
+        """The group's tensors that have gradients (``.params`` and the rest the update
+        functions read), with missing state created and the step counted."""
+        raise NotImplementedError
+
+    def _update_paths(self) -> Dict[str, Callable[..., None]]:
+        """The update functions: ``compiled``, ``per_tensor`` and ``multi_tensor``."""
+        raise NotImplementedError
+
+    def _step_args(self, group: Dict[str, Any]) -> Dict[str, Any]:
+        """The group's hyperparameters as the update functions take them."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """One update of every parameter that has a gradient; returns ``closure()`` if given.
+
+        Per group: the compiled update (with the smallest tensor it takes and the eager
+        path of the others) where :func:`compiled_min_numel` says so, else the per-tensor
+        one for ``foreach=False``, else the multi-tensor one."""
+        loss = self._run_closure(closure)
+        paths = self._update_paths()
+        for group in self.param_groups:
+            inputs = self._prepare(group)
+            if not inputs.params:
+                continue
+            min_numel = compiled_min_numel(group["fused"], group["foreach"], inputs.params)
+            if min_numel is not None:
+                update = functools.partial(
+                    paths["compiled"], min_numel=min_numel, foreach=group["foreach"] is not False
+                )
+            else:
+                update = paths["per_tensor" if group["foreach"] is False else "multi_tensor"]
+            update(inputs, **self._step_args(group))
+        return loss
 
     @staticmethod
     def _validate_switches(group: Dict[str, Any]) -> None:

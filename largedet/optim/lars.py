@@ -117,30 +117,15 @@ class LARS(LayerwiseOptimizer):
             inputs.momentum_buffers.append(state["momentum_buffer"])
         return inputs
 
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """One update of every parameter that has a gradient; returns ``closure()`` if given."""
-        loss = self._run_closure(closure)
-        for group in self.param_groups:
-            inputs = self._prepare(group)
-            if not inputs.params:
-                continue
-            update = self._update_path(
-                group,
-                inputs.params,
-                compiled=_lars_compiled,
-                per_tensor=_lars_per_tensor,
-                multi_tensor=_lars_foreach,
-            )
-            update(
-                inputs,
-                lr=group["lr"],
-                momentum=group["momentum"],
-                weight_decay=group["weight_decay"],
-                eta=group["eta"],
-                adapt=group["adapt"],
-            )
-        return loss
+    def _update_paths(self) -> Dict[str, Callable[..., None]]:
+        return {
+            "compiled": _lars_compiled,
+            "per_tensor": _lars_per_tensor,
+            "multi_tensor": _lars_foreach,
+        }
+
+    def _step_args(self, group: Dict[str, Any]) -> Dict[str, Any]:
+        return {k: group[k] for k in ("lr", "momentum", "weight_decay", "eta", "adapt")}
 
 
 def _lars_compiled(

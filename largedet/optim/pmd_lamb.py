@@ -219,30 +219,15 @@ class PMDLAMB(LayerwiseOptimizer):
             inputs.sq_weights.append((1.0 - beta2) / b)
         return inputs
 
-    @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
-        """One update of every parameter that has a gradient; returns ``closure()`` if given."""
-        loss = self._run_closure(closure)
-        for group in self.param_groups:
-            inputs = self._prepare(group)
-            if not inputs.params:
-                continue
-            update = self._update_path(
-                group,
-                inputs.params,
-                compiled=_pmd_lamb_compiled,
-                per_tensor=_pmd_lamb_per_tensor,
-                multi_tensor=functools.partial(_pmd_lamb_foreach, scratch=self.scratch),
-            )
-            update(
-                inputs,
-                lr=group["lr"],
-                eps=group["eps"],
-                weight_decay=group["weight_decay"],
-                adapt=group["adapt"],
-                max_trust_ratio=group["max_trust_ratio"],
-            )
-        return loss
+    def _update_paths(self) -> Dict[str, Callable[..., None]]:
+        return {
+            "compiled": _pmd_lamb_compiled,
+            "per_tensor": _pmd_lamb_per_tensor,
+            "multi_tensor": functools.partial(_pmd_lamb_foreach, scratch=self.scratch),
+        }
+
+    def _step_args(self, group: Dict[str, Any]) -> Dict[str, Any]:
+        return {k: group[k] for k in ("lr", "eps", "weight_decay", "adapt", "max_trust_ratio")}
 
 
 class LAMB(PMDLAMB):
