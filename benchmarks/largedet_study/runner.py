@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from largedet.engine.run_summary import read_run_summary
@@ -63,24 +64,50 @@ def read_metrics(path: str) -> List[dict]:
     return rows
 
 
-def summarize(plan: Plan, run_dir: str, returncode: int, wall: float, args) -> Optional[dict]:
-    """The CSV row of a finished run, or None when it failed for a reason other than
-    divergence. How the run ended and its speed come from its ``run_summary.json``."""
+@dataclass(frozen=True)
+class FinishedRun:
+    """What a cell's row reads from its run directory."""
+
+    metrics: List[dict]
+    diverged: bool
+    #: the last record's ``total_loss`` ("" when none was written)
+    final_loss: str
+    #: the last invocation's images (clips) per second, as Detectron2's "Overall training
+    #: speed" reports it ("" when unknown)
+    speed: str
+
+
+def finished_run(run_dir: str, returncode: int) -> Optional[FinishedRun]:
+    """The metrics and ending of a run, or None when it failed for a reason other than
+    divergence. How the run ended and its speed come from its ``run_summary.json``: the
+    divergence guard (largedet.engine.DivergenceGuard) and Detectron2's own non-finite
+    checks (loss; RPN proposals) raise FloatingPointError, status "diverged"."""
     metrics = read_metrics(os.path.join(run_dir, "metrics.json"))
     summary = read_run_summary(run_dir) or {}
-    # the divergence guard (largedet.engine.DivergenceGuard) and Detectron2's own
-    # non-finite checks (loss; RPN proposals) raise FloatingPointError: status "diverged"
     diverged = returncode != 0 and summary.get("status") == "diverged"
     if returncode != 0 and not diverged:
         return None
+    losses = [m["total_loss"] for m in metrics if "total_loss" in m]
+    speed = ((summary.get("invocations") or [{}])[-1]).get("images_per_s") or ""
+    return FinishedRun(
+        metrics=metrics,
+        diverged=diverged,
+        final_loss=f"{losses[-1]:.4f}" if losses else "",
+        speed=f"{speed:.2f}" if speed != "" else "",
+    )
+
+
+def summarize(plan: Plan, run_dir: str, returncode: int, wall: float, args) -> Optional[dict]:
+    """The CSV row of a finished run, or None when it failed for a reason other than
+    divergence (:func:`finished_run`) or wrote no AP."""
+    run = finished_run(run_dir, returncode)
+    if run is None:
+        return None
+    metrics, diverged = run.metrics, run.diverged
     ap = final_ap(metrics, args.grid_obj.report_set)
     holdout = final_ap(metrics, HOLDOUT_SET, only_named=True)
     if not diverged and ap["AP"] == "":
         return None
-    losses = [m["total_loss"] for m in metrics if "total_loss" in m]
-    # the last invocation's, as Detectron2's "Overall training speed" reports it
-    invocations = summary.get("invocations") or [{}]
-    images_per_s = invocations[-1].get("images_per_s") or ""
     per_device = int(plan.overrides[plan.overrides.index("SOLVER.IMS_PER_DEVICE") + 1])
     return {
         "cell": plan.cell.name,
@@ -97,12 +124,12 @@ def summarize(plan: Plan, run_dir: str, returncode: int, wall: float, args) -> O
         "pmd_decay": plan.cell.pmd_decay if plan.pmd_period else "",
         "agvm": "yes" if plan.cell.agvm else "no",
         "wall_clock_s": f"{wall:.1f}",
-        "images_per_s": f"{images_per_s:.2f}" if images_per_s != "" else "",
+        "images_per_s": run.speed,
         "box_ap": "" if diverged else ap["AP"],
         "ap50": "" if diverged else ap["AP50"],
         "ap75": "" if diverged else ap["AP75"],
         "diverged": "yes" if diverged else "no",
-        "final_loss": f"{losses[-1]:.4f}" if losses else "",
+        "final_loss": run.final_loss,
         "device": args.device_label,
         "threads": args.threads,
         "output_dir": os.path.relpath(run_dir, ROOT),

@@ -14,8 +14,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from largedet.engine.run_summary import read_run_summary
-from largedet_study.runner import _interrupt_on_sigterm, read_done, read_metrics, run_todo, train
+from largedet_study.runner import _interrupt_on_sigterm, finished_run, read_done, run_todo, train
 
 from .grid import (
     ROOT,
@@ -40,18 +39,15 @@ def run_cell(plan: VideoPlan, run_dir: str, args):
 
 def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: float, args) -> Optional[dict]:
     """The CSV row of a finished run, or None when it failed for a reason other than
-    divergence."""
-    metrics = read_metrics(os.path.join(run_dir, "metrics.json"))
-    summary = read_run_summary(run_dir) or {}
-    diverged = returncode != 0 and summary.get("status") == "diverged"
-    if returncode != 0 and not diverged:
+    divergence (the detection study's :func:`largedet_study.runner.finished_run`) or wrote
+    no top-1."""
+    run = finished_run(run_dir, returncode)
+    if run is None:
         return None
-    top1 = final_top1(metrics, args.grid_obj.report_set)
+    diverged = run.diverged
+    top1 = final_top1(run.metrics, args.grid_obj.report_set)
     if not diverged and top1 == "":
         return None
-    losses = [m["total_loss"] for m in metrics if "total_loss" in m]
-    invocations = summary.get("invocations") or [{}]
-    speed = invocations[-1].get("images_per_s") or ""
     grid = args.grid_obj
     return {
         "cell": plan.cell.name,
@@ -70,9 +66,9 @@ def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: f
         "seed": "" if plan.cell.seed is None else plan.cell.seed,
         "top1": "" if diverged else top1,
         "diverged": "yes" if diverged else "no",
-        "final_loss": f"{losses[-1]:.4f}" if losses else "",
+        "final_loss": run.final_loss,
         "wall_clock_s": f"{wall:.1f}",
-        "clips_per_s": f"{speed:.2f}" if speed != "" else "",
+        "clips_per_s": run.speed,
         "device": args.device_label,
         "threads": args.threads,
         "output_dir": os.path.relpath(run_dir, ROOT),
