@@ -185,16 +185,25 @@ class AccumulationTrainer(SimpleTrainer):
         if not math.isfinite(self.last_grad_norm):
             self._skip_step()
             return
-        if self.clip_max_norm is not None:
-            _clip([g for g in grads if g is not None], grad_norm, self.clip_max_norm)
+        max_norm = self._clip_norm()
+        if max_norm is not None:
+            _clip([g for g in grads if g is not None], grad_norm, max_norm)
         if self.agvm is None:
             self._optimizer_step()
             return
         if estimate:
             self._agvm_update(estimates)
-        self.agvm.clip_gradients(self.iter)
         with self.agvm.modulated_lr():
             self._optimizer_step()
+
+    def _clip_norm(self) -> Optional[float]:
+        """The step's one gradient-norm clip: the smaller of ``clip_max_norm``
+        (``SOLVER.WARMUP_CLIP``) and AGVM's around the end of warm-up, None for neither."""
+        norms = [self.clip_max_norm]
+        if self.agvm is not None:
+            norms.append(self.agvm.clip_norm_at(self.iter))
+        norms = [n for n in norms if n is not None]
+        return min(norms) if norms else None
 
     def _skip_step(self) -> None:
         """Leave the weights, the optimizer's state and AGVM's ``mu`` as they are: the

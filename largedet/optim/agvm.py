@@ -154,8 +154,8 @@ class AGVM:
         clip_iters: ``(first, end)`` iterations of that window.
 
     Use per optimizer step: when :meth:`estimates_at` (iteration) is true, hand the two
-    estimates to :meth:`update`; then :meth:`clip_gradients` and
-    ``with agvm.modulated_lr(): optimizer.step()``.
+    estimates to :meth:`update`; then clip the gradient's total norm to :meth:`clip_norm_at`
+    (iteration) where it is not None, and ``with agvm.modulated_lr(): optimizer.step()``.
     """
 
     def __init__(
@@ -273,13 +273,11 @@ class AGVM:
         first, end = self.clip_iters
         return self.clip_max_norm > 0 and first <= iteration < end
 
-    def clip_gradients(self, iteration: int) -> Optional[float]:
-        """Clip the total gradient norm at ``iteration`` when it falls in the clip window;
-        returns the norm before clipping (None outside the window)."""
-        if not self.clips_at(iteration):
-            return None
-        params = [p for p in self.params if p.grad is not None]
-        return float(torch.nn.utils.clip_grad_norm_(params, self.clip_max_norm))
+    def clip_norm_at(self, iteration: int) -> Optional[float]:
+        """The total gradient norm to clip to at ``iteration`` (``clip_max_norm`` inside the
+        clip window, None outside). The training loop clips, once per step with any other
+        clip of the step, on the device (:class:`largedet.engine.train_loop.AccumulationTrainer`)."""
+        return self.clip_max_norm if self.clips_at(iteration) else None
 
     @contextlib.contextmanager
     def modulated_lr(self) -> Iterator[None]:

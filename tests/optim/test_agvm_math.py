@@ -181,13 +181,51 @@ def test_modulated_lr_multiplies_each_part_and_restores_the_schedulers_lr():
 def test_clipping_only_inside_the_window():
     model, optimizer = two_part_optimizer()
     agvm = AGVM(optimizer, clip_max_norm=1.0, clip_iters=(4, 6))
-    for p in agvm.params:
-        p.grad = torch.full_like(p, 3.0)
-    total = math.sqrt(sum(p.numel() for p in agvm.params)) * 3.0
-    assert agvm.clip_gradients(3) is None
-    assert agvm.clip_gradients(4) == pytest.approx(total)
-    assert math.sqrt(sum(float(p.grad.norm() ** 2) for p in agvm.params)) == pytest.approx(1.0)
-    assert agvm.clip_gradients(6) is None
+    assert [agvm.clip_norm_at(i) for i in range(3, 7)] == [None, 1.0, 1.0, None]
+    assert AGVM(optimizer, clip_iters=(4, 6)).clip_norm_at(4) is None  # clip_max_norm 0: off
+
+
+class _Linear(nn.Module):
+    """conv + head as in two_part_optimizer; the loss is linear in the weights, so its
+    gradient is the batch itself, large enough to be clipped."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.head = nn.Conv2d(2, 3, 3).double(), nn.Linear(3, 2).double()
+
+    def forward(self, data):
+        return {"loss": sum((p * data).sum() for p in self.parameters())}
+
+
+@pytest.mark.parametrize("warmup_clip, expected", [(None, 1.0), (0.25, 0.25), (4.0, 1.0)])
+def test_the_loop_clips_once_to_the_smaller_of_agvm_and_warmup_clip(warmup_clip, expected):
+    """Inside AGVM's window the step's gradient is clipped once, on the device, to the
+    smaller of AGVM's norm and SOLVER.WARMUP_CLIP's; outside it to WARMUP_CLIP's alone."""
+    from detectron2.utils.events import EventStorage
+
+    from largedet.engine.train_loop import AccumulationTrainer
+
+    model = _Linear()
+    groups = [
+        {"params": [model.conv.weight], PART_KEY: "backbone"},
+        {"params": [model.conv.bias], PART_KEY: "backbone"},
+        {"params": list(model.head.parameters()), PART_KEY: "head"},
+    ]
+    optimizer = torch.optim.SGD(groups, lr=0.0)  # the weights stay: only the gradient counts
+    agvm = AGVM(optimizer, period=1000, start_iter=1000, clip_max_norm=1.0, clip_iters=(1, 2))
+    data = iter([torch.tensor(3.0, dtype=torch.float64)] * 8)
+    trainer = AccumulationTrainer(model, data, optimizer, 2, agvm=agvm)
+    trainer.clip_max_norm = warmup_clip
+    norms = []
+    with EventStorage(0) as storage:
+        for it in range(2):
+            trainer.iter = storage.iter = it
+            trainer.run_step()
+            norms.append(math.sqrt(sum(float(p.grad.norm() ** 2) for p in model.parameters())))
+    unclipped = 3.0 * math.sqrt(sum(p.numel() for p in model.parameters()))
+    first = unclipped if warmup_clip is None else min(unclipped, warmup_clip)
+    assert norms[0] == pytest.approx(first)
+    assert norms[1] == pytest.approx(expected, rel=1e-5)
 
 
 def test_state_dict_round_trip():
