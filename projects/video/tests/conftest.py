@@ -12,7 +12,9 @@ import pytest
 
 # The studies' packages live beside their runners, not in the library.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects", "video", "benchmarks")):
+# and the helpers shared with largedet's tests (tests/launch_testing.py)
+for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects", "video", "benchmarks"),
+                os.path.join(_ROOT, "tests")):
     if _folder not in sys.path:
         sys.path.insert(0, _folder)
 

@@ -3,11 +3,8 @@ any worker starts (largedet's checks plus the video project's own keys and files
 
 import glob
 import os
-import re
-import subprocess
-import sys
-import time
 
+import launch_testing
 import pytest
 from detectron2.config import get_cfg
 from largedet.config.validate import TRAINING_RULES, check_values, merge_checked
@@ -19,35 +16,12 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
 
 
-def error_lines(stderr):
-    """``stderr`` without Python's warnings: a ``file:line: XWarning: ...`` line and the
-    source line under it (torch deprecations printed when fvcore is imported)."""
-    lines, after_warning = [], False
-    for line in stderr.splitlines():
-        if re.match(r"\S+:\d+: \w*Warning: ", line):
-            after_warning = True
-        elif not (after_warning and line.startswith("  ")):
-            after_warning = False
-            lines.append(line)
-    return lines
-
-
 def run_rejected(args, tmp_path):
     """Run train.py with ``args``; it must stop with one ``error:`` line and exit 2, with no
     model built and no video generated. Returns that line."""
     datasets = tmp_path / "datasets"
     env = dict(os.environ, LARGEDET_DATASETS=str(datasets), OMP_NUM_THREADS="1")
-    start = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, TRAIN_PY, *args], capture_output=True, text=True, env=env, timeout=300
-    )
-    lines = error_lines(proc.stderr)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and proc.stdout == ""
-    assert time.monotonic() - start < 120  # imports only
-    assert not datasets.exists()  # the moving-shapes videos were not generated
-    return lines[0]
+    return launch_testing.run_rejected(TRAIN_PY, args, env, [datasets])
 
 
 @pytest.mark.parametrize(
