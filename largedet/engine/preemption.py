@@ -73,7 +73,7 @@ class PreemptionHook(HookBase):
         self._training_done = False  # after the last step: a signal stops at once
 
     def _handle(self, signum, frame) -> None:
-        self.trainer._trainer.request_stop(signum)
+        self.trainer.request_stop(signum)
         if self._training_done:
             self._stop_after_training([signum])
 
@@ -96,8 +96,7 @@ class PreemptionHook(HookBase):
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def after_step(self):
-        loop = self.trainer._trainer
-        if not loop.stop_agreed:
+        if not self.trainer.stop_agreed:
             return
         iteration = self.trainer.iter
         checkpointer = self.trainer.checkpointer
@@ -105,7 +104,7 @@ class PreemptionHook(HookBase):
         path = os.path.join(checkpointer.save_dir, name + ".pth")
         if comm.is_main_process():
             checkpointer.save(name, iteration=iteration)
-            signals = ", ".join(sorted({signal.Signals(s).name for s in loop.stop_signals if s}))
+            signals = ", ".join(sorted({signal.Signals(s).name for s in self.trainer.stop_signals if s}))
             logger.warning(
                 "pre-empted at iteration %d (%s): checkpoint %s; --resume continues at iteration %d",
                 iteration, signals, path, iteration + 1,
@@ -118,7 +117,7 @@ class PreemptionHook(HookBase):
             return  # no handlers, or training did not finish
         # before the evaluation hook's after_train: from here a signal abandons it
         self._training_done = True
-        signum = self.trainer._trainer.stop_requested
+        signum = self.trainer.stop_requested
         if signum:  # it came after the last step's all-gather
             self._stop_after_training([signum])
 

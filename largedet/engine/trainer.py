@@ -44,7 +44,7 @@ import logging
 import os
 import time
 import weakref
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from detectron2.config import get_cfg
@@ -416,6 +416,29 @@ class Trainer(DefaultTrainer):
     def grad_scaler(self) -> Optional[torch.amp.GradScaler]:
         """The fp16 gradient scaler (None in full precision and bfloat16)."""
         return self._trainer.grad_scaler
+
+    # --- stopping: the hooks' public channel ---------------------------------------------
+
+    def request_stop(self, signum: int) -> None:
+        """Ask every rank to stop: the request travels with the next step's metrics
+        all-gather, after which :attr:`stop_agreed` is true on every rank. Safe to call
+        from a signal handler (:class:`~largedet.engine.preemption.PreemptionHook` does)."""
+        self._trainer.request_stop(signum)
+
+    @property
+    def stop_requested(self) -> int:
+        """The signal this rank was asked to stop by (0: none)."""
+        return self._trainer.stop_requested
+
+    @property
+    def stop_agreed(self) -> bool:
+        """Whether some rank's stop request was seen at the last step, by every rank."""
+        return self._trainer.stop_agreed
+
+    @property
+    def stop_signals(self) -> List[int]:
+        """Each rank's stop request at the last step (0: none), as the all-gather saw them."""
+        return self._trainer.stop_signals
 
     def resume_or_load(self, resume=True):
         """``DefaultTrainer.resume_or_load`` with :class:`AtomicCheckpointer`'s resume: from
