@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from largedet.solver.lr_scheduler import LSR_RULES
+from largedet.solver.lr_scheduler import scaled_lr as lsr_scaled_lr
 
 __all__ = [
     "CSV_FIELDS",
@@ -524,8 +524,9 @@ class Plan:
 
 
 def scaled_lr(recipe: OptimizerRecipe, batch: int) -> float:
-    """The recipe's reference LR at batch 16 scaled to ``batch`` by its rule."""
-    return recipe.reference_lr * LSR_RULES[recipe.rule](batch / REFERENCE_BATCH)
+    """The recipe's reference LR at batch 16 scaled to ``batch`` by its rule (the trainer's
+    formula, :func:`largedet.solver.lr_scheduler.scaled_lr`)."""
+    return lsr_scaled_lr(recipe.reference_lr, REFERENCE_BATCH, batch, recipe.rule)
 
 
 def plan_cell(

@@ -58,7 +58,7 @@ from ..data.build import build_test_loader, build_train_loader
 from ..layers import resolve_sync_batchnorm
 from ..solver import log_param_groups, lr_scaling, optimizer_param_groups
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
-from ..solver.lr_scheduler import LSR_RULES, ImageClockLRMultiplier
+from ..solver.lr_scheduler import ImageClockLRMultiplier, scaled_lr
 from .launch import planned_world_size
 from .trainer import Trainer
 
@@ -148,8 +148,10 @@ def build_lazy_lr_scheduler(
         solver.RESCALE_INTERVAL,
     )
     if schedule is not None and schedule.ramped:
-        rule, full = LSR_RULES[solver.LSR.RULE], schedule.full_batch
-        return ImageClockLRMultiplier(optimizer, multiplier, schedule, lambda b: rule(b / full))
+        rule, full = solver.LSR.RULE, schedule.full_batch
+        return ImageClockLRMultiplier(
+            optimizer, multiplier, schedule, lambda b: scaled_lr(1.0, full, b, rule)
+        )
     return LRMultiplier(optimizer, multiplier=multiplier, max_iter=solver.MAX_ITER)
 
 

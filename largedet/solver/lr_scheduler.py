@@ -51,6 +51,7 @@ __all__ = [
     "lr_multiplier",
     "lr_scaling",
     "rescale_schedule",
+    "scaled_lr",
     "with_scaled_lr",
 ]
 
@@ -61,6 +62,14 @@ LR_SCHEDULES = ("WarmupMultiStepLR", "WarmupCosineLR", "WarmupStepWithFixedGamma
 
 #: SOLVER.LSR.RULE -> the factor applied to REFERENCE_LR, as a function of B / REFERENCE_BATCH.
 LSR_RULES = {"linear": lambda ratio: ratio, "sqrt": math.sqrt}
+
+
+def scaled_lr(reference_lr: float, reference_batch: int, batch: int, rule: str) -> float:
+    """The linear scaling rule's LR at ``batch``: ``reference_lr`` (right at
+    ``reference_batch``) times ``batch / reference_batch`` ("linear") or its square root
+    ("sqrt"). The one formula: the trainer's peak LR (:func:`lr_scaling`), the LR of each
+    step of a batch ramp and the study's cells all read it."""
+    return reference_lr * LSR_RULES[rule](batch / reference_batch)
 
 
 @dataclass(frozen=True)
@@ -97,9 +106,8 @@ def lr_scaling(cfg: CfgNode) -> LRScaling:
             "SOLVER.LSR needs REFERENCE_BATCH >= 1 and REFERENCE_LR > 0, got "
             f"{lsr.REFERENCE_BATCH} and {lsr.REFERENCE_LR}"
         )
-    factor = LSR_RULES[lsr.RULE](solver.IMS_PER_BATCH / lsr.REFERENCE_BATCH)
     return LRScaling(
-        lr=lsr.REFERENCE_LR * factor,
+        lr=scaled_lr(lsr.REFERENCE_LR, lsr.REFERENCE_BATCH, solver.IMS_PER_BATCH, lsr.RULE),
         rule=lsr.RULE,
         global_batch=solver.IMS_PER_BATCH,
         reference_lr=float(lsr.REFERENCE_LR),
@@ -222,9 +230,10 @@ def build_lr_scheduler(
     """
     peak_lr = lr_scaling(cfg).lr
     if schedule is not None and schedule.ramped:
-        rule = LSR_RULES[cfg.SOLVER.LSR.RULE]
-        full = schedule.full_batch
+        rule, full = cfg.SOLVER.LSR.RULE, schedule.full_batch
         multiplier = lr_multiplier(cfg, cfg.SOLVER.MAX_ITER, peak_lr)
-        return ImageClockLRMultiplier(optimizer, multiplier, schedule, lambda b: rule(b / full))
+        return ImageClockLRMultiplier(
+            optimizer, multiplier, schedule, lambda b: scaled_lr(1.0, full, b, rule)
+        )
     max_iter = cfg.SOLVER.MAX_ITER if max_iter is None else max_iter
     return LRMultiplier(optimizer, multiplier=lr_multiplier(cfg, max_iter, peak_lr), max_iter=max_iter)
