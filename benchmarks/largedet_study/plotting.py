@@ -279,7 +279,7 @@ def plot_ap_vs_epochs(rows: Sequence[dict], path: str, title: str = "") -> str:
         if values:
             mean = sum(values) / len(values)
             ax.axhspan(min(values), max(values), color="0.8", alpha=0.6,
-                       label=f"SGD batch 16, 1.0x ({len(values)} seeds)")  # fmt: skip
+                       label=f"SGD batch 16, 1.0x ({len(values)} seed{'s' if len(values) != 1 else ''})")  # fmt: skip
             ax.axhline(mean, color="0.4", lw=1)
             ax.axhline(mean - 1.0, color="0.4", lw=1, ls="--", label="baseline - 1 AP")
         for batch, recipe in sorted({(p.batch, p.recipe) for p in points}):

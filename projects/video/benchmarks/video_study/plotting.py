@@ -92,7 +92,7 @@ def plot_top1_vs_batch(rows: Sequence[dict], path: str, num_train: int, title: s
     if baseline:
         mean = sum(baseline) / len(baseline)
         ax.axhspan(min(baseline), max(baseline), color="0.8", alpha=0.6,
-                   label=f"SGD batch 16 ({len(baseline)} seeds)")  # fmt: skip
+                   label=f"SGD batch 16 ({len(baseline)} seed{'s' if len(baseline) != 1 else ''})")  # fmt: skip
         ax.axhline(mean - 1.0, color="0.4", lw=1, ls="--", label="baseline - 1 top-1")
     for opt, points in lines.items():
         ok = [(b, m) for b, m, *_ in points if m is not None]
