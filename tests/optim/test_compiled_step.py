@@ -5,10 +5,10 @@ recompiling as the LR and the decay factor change, and falling back to the eager
 when compilation fails."""
 
 import io
-import logging
 
 import pytest
 import test_lars
+from engine_testing import largedet_log
 import torch
 from test_pmd_lamb import make_setup, noises_for, run_reference, step_with_grads
 
@@ -178,12 +178,12 @@ def test_failed_compilation_falls_back_with_one_line(monkeypatch, caplog):
         return fail
 
     monkeypatch.setattr(_compiled, "_compiled", broken)
-    with caplog.at_level(logging.WARNING, logger="largedet.optim._compiled"):
+    with largedet_log(caplog):
         fused, opt_fused = run_float32(PMDLAMB, 4, True, **KW[PMDLAMB])
     eager, opt_eager = run_float32(PMDLAMB, 4, False, **KW[PMDLAMB])
     for a, b in zip(fused, eager):
         assert torch.equal(a, b)  # the eager multi-tensor step, exactly
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in caplog.records if r.name == "largedet.optim._compiled"]
     assert lines == [
         "Compiled optimizer step unavailable (RuntimeError: no C++ compiler): "
         "taking the eager multi-tensor step"
@@ -263,7 +263,7 @@ def test_solver_compiled_step_key(mode, fused, caplog):
     cfg.SOLVER.OPTIMIZER = "PMD_LAMB"
     cfg.SOLVER.COMPILED_STEP = mode
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Linear(256, 2))
-    with caplog.at_level(logging.INFO, logger="largedet.solver.build"):
+    with largedet_log(caplog):
         opt = build_optimizer(cfg, model)
     assert all(g["fused"] is fused for g in opt.param_groups)
     # the 256 x 256 weight (65,536 elements) is the one large tensor
