@@ -73,3 +73,23 @@ def test_multigrid_configs_plan():
     assert (plan.schedule.max_epoch, plan.max_iter, plan.base_max_iter) == (24, 230, 800)
     base = load(os.path.join(CONFIG_DIR, "tsm_r18w32_8f_moving_shapes_adamw_steps_bs16.yaml"))
     assert not multigrid_enabled(base)
+
+
+def test_kinetics_config_cites_study_rows_that_exist():
+    """Every study row the Kinetics config's comments name is a row: "video: <cell>" of the
+    video batch study's CSV, a bare <cell> of the detection study's steps-matched CSV."""
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(CONFIG_DIR)))
+    with open(os.path.join(CONFIG_DIR, "kinetics400_tsm_r50_8f.yaml")) as f:
+        text = f.read()
+    rows = {}
+    for name, path in (("video", "projects/video/benchmarks/results/batch_study.csv"),
+                       ("steps", "benchmarks/results/batch_scaling_steps.csv")):  # fmt: skip
+        with open(os.path.join(root, path)) as f:
+            rows[name] = {line.split(",", 1)[0] for line in f}
+    cell = r"((?:sgd|lamb|pmd_lamb|adamw)-bs\d+[\w.-]*)"
+    video = set(re.findall(r"video: " + cell, text))
+    steps = set(re.findall(r"(?<!video: )\b" + cell, text)) - video
+    assert video and video <= rows["video"], video - rows["video"]
+    assert steps and steps <= rows["steps"], steps - rows["steps"]
