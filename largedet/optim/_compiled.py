@@ -128,9 +128,11 @@ def pmd_lamb_tensor(w: Tensor, g: Tensor, m: Tensor, v: Tensor, s: Tensor) -> No
 
 #: On the CPU, PMD-LAMB tensors up to this many elements take :func:`pmd_lamb_tensor` (one
 #: call), larger ones :func:`pmd_lamb_moments` then :func:`pmd_lamb_apply` (two calls, no
-#: temporary). Measured on a 2-core Xeon: one graph takes 0.71x the time of two at 65,536
-#: elements and 0.90x at 2,359,296, but 1.96x at 12,845,056, where glibc gives each call's
-#: 51 MB temporary fresh pages from the kernel (its mmap threshold tops out at 32 MB).
+#: temporary). ``python benchmarks/compiled_step_sizes.py`` on a 2-core Xeon, quiet,
+#: 2026-11-26: one graph takes 0.64x the time of two at 65,536 elements, 0.81x at 2,359,296
+#: and 0.81x at 12,845,056. The limit came from an earlier measurement beside two training
+#: jobs, where one graph took 1.96x at 12,845,056 (glibc gives each call's 51 MB temporary
+#: fresh pages: its mmap threshold tops out at 32 MB); on a quiet machine it does not pay.
 SINGLE_GRAPH_MAX_NUMEL = 1 << 22
 
 
