@@ -1,6 +1,6 @@
 """Time COCO box and mask evaluation at COCO val2017 scale: pycocotools against faster-coco-eval.
 
-The data are generated (:func:`largedet.evaluation.coco.synthetic_coco_instances`, seeded):
+The data are generated (`benchmarks/synthetic_coco.py`, seeded):
 at the default 5,000 images, COCO val2017's shape (about 37,000 objects with polygon masks,
 about 1% crowd regions as uncompressed RLE, frequent COCO image sizes) and 100 detections per
 image with boxes and RLE masks, as a Mask R-CNN's results on val2017. Each run evaluates as
@@ -30,7 +30,8 @@ import time
 
 import numpy as np
 
-from largedet.evaluation.coco import METRIC_NAMES, coco_eval_impl, synthetic_coco_instances
+from largedet.evaluation.coco import METRIC_NAMES, coco_eval_impl
+from synthetic_coco import synthetic_coco_instances
 
 logger = logging.getLogger("benchmarks.coco_eval_speed")
 

@@ -156,6 +156,39 @@ class StopAt(HookBase):
             raise KeyboardInterrupt(f"killed before iteration {self.at}")
 
 
+def straight_and_killed(make_cfg, tmp_path, stop_at: int, last_checkpoint: str):
+    """The kill-and-resume scenario: a run trained straight through (``tmp_path/straight``),
+    and the same run (``tmp_path/killed``) killed before step ``stop_at``, whose last
+    checkpoint must be ``last_checkpoint``, then built again in another process state
+    (``seed_all_rng(1)``: everything must come from the checkpoint) and resumed, not yet
+    trained. ``make_cfg(output_dir)``: the run's config. Returns ``(straight, resumed,
+    initial)``, ``initial`` the straight run's weights before training."""
+    import pytest
+    from detectron2.utils.env import seed_all_rng
+
+    from largedet.engine import Trainer
+
+    seed_all_rng(0)
+    straight = Trainer(make_cfg(tmp_path / "straight"))
+    initial = weights(straight.model)
+    straight.resume_or_load(resume=False)
+    straight.train()
+
+    out = tmp_path / "killed"
+    seed_all_rng(0)
+    first = Trainer(make_cfg(out))
+    first.register_hooks([StopAt(stop_at)])
+    first.resume_or_load(resume=False)
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    assert (out / "last_checkpoint").read_text() == last_checkpoint
+
+    seed_all_rng(1)
+    resumed = Trainer(make_cfg(out))
+    resumed.resume_or_load(resume=True)
+    return straight, resumed, initial
+
+
 @contextlib.contextmanager
 def largedet_log(caplog):
     """Within the block, largedet's INFO and higher log records reach ``caplog`` (its logger

@@ -15,7 +15,8 @@ from .grid import (
     cell_kind,
     final_ap,
     plan_cell,
-    scaled_lr,
+    cell_config,
+    cell_run_plan,
 )
 
 __all__ = [
@@ -32,5 +33,6 @@ __all__ = [
     "cell_kind",
     "final_ap",
     "plan_cell",
-    "scaled_lr",
+    "cell_config",
+    "cell_run_plan",
 ]

@@ -27,10 +27,17 @@ How each cell is set (see :func:`plan_cell`):
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from largedet.solver.lr_scheduler import scaled_lr as lsr_scaled_lr
+from detectron2.config import CfgNode, get_cfg
+
+from largedet.config import add_largedet_config
+from largedet.solver.plan import RunPlan, run_plan
+
+#: the checkout (benchmarks/largedet_study/ -> two levels up)
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 __all__ = [
     "CSV_FIELDS",
@@ -45,8 +52,9 @@ __all__ = [
     "build_grid",
     "cell_kind",
     "final_ap",
+    "cell_config",
+    "cell_run_plan",
     "plan_cell",
-    "scaled_lr",
 ]
 
 
@@ -523,10 +531,20 @@ class Plan:
     overrides: List[str] = field(default_factory=list)
 
 
-def scaled_lr(recipe: OptimizerRecipe, batch: int) -> float:
-    """The recipe's reference LR at batch 16 scaled to ``batch`` by its rule (the trainer's
-    formula, :func:`largedet.solver.lr_scheduler.scaled_lr`)."""
-    return lsr_scaled_lr(recipe.reference_lr, REFERENCE_BATCH, batch, recipe.rule)
+def cell_config(config: str, overrides: Sequence[str], new_config: Callable[[], CfgNode] = None) -> CfgNode:
+    """The config a cell trains with: ``config`` (a path in the checkout) with the cell's
+    ``overrides``, on the keys of ``new_config()`` (default: Detectron2's and largedet's)."""
+    cfg = new_config() if new_config is not None else add_largedet_config(get_cfg())
+    cfg.merge_from_file(os.path.join(ROOT, config))
+    cfg.merge_from_list(list(overrides))
+    return cfg
+
+
+def cell_run_plan(config: str, overrides: Sequence[str], world: int, dataset_size: int,
+                  new_config: Callable[[], CfgNode] = None) -> RunPlan:  # fmt: skip
+    """The trainer's run plan (:func:`largedet.solver.plan.run_plan`) of a cell's config on
+    ``world`` processes: the cell's LR and batch arithmetic are the trainer's, not a copy."""
+    return run_plan(cell_config(config, overrides, new_config), world, dataset_size)
 
 
 def plan_cell(
@@ -555,7 +573,6 @@ def plan_cell(
     steps = None
     if cell.lr_schedule == "step":
         steps = (round(iterations * 3 / 4), round(iterations * 11 / 12))
-    lr = scaled_lr(recipe, cell.batch) * cell.lr_factor
     per_device = min(grid.ims_per_device, cell.batch // world)
     period = None
     if recipe.name == "PMD_LAMB":
@@ -603,6 +620,7 @@ def plan_cell(
             overrides += ["SOLVER.AGVM.PERIOD", str(cell.agvm_period)]
         if cell.agvm_momentum is not None:
             overrides += ["SOLVER.AGVM.MOMENTUM", repr(cell.agvm_momentum)]
+    lr = cell_run_plan(grid.config, overrides, world, grid.num_train).lr.lr
     return Plan(cell, iterations, warmup, steps, lr, period, overrides)
 
 

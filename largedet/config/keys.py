@@ -21,6 +21,8 @@ from ..solver.lr_scheduler import LR_SCHEDULES
 
 __all__ = [
     "DETECTRON2_KEYS",
+    "LARGEDET_KEYS",
+    "KeyRegistry",
     "Rule",
     "declare",
     "declared_rules",
@@ -115,8 +117,26 @@ def when_wsd(cfg: CfgNode) -> bool:
 
 # --- the declarations ------------------------------------------------------------------
 
-_RULES: Dict[str, Rule] = {}
-_TRAIN_KEYS: Dict[str, str] = {}
+class KeyRegistry:
+    """One project's declared keys: each key's value rule and LazyConfig name, recorded once
+    by :func:`declare` (a project with keys of its own, such as the video project, keeps its
+    own registry, so that largedet's checks never ask for keys a plain config lacks)."""
+
+    def __init__(self) -> None:
+        self.rules: Dict[str, Rule] = {}
+        self.train_keys: Dict[str, str] = {}
+
+    def add_rule(self, rule: Rule) -> None:
+        """Record a rule for a key declared elsewhere (a Detectron2 key that this project
+        restricts), once."""
+        self.rules.setdefault(rule.key, rule)
+
+    def declared_rules(self) -> Tuple[Rule, ...]:
+        return tuple(self.rules.values())
+
+
+#: largedet's own keys (:func:`~largedet.config.defaults.add_largedet_config`)
+LARGEDET_KEYS = KeyRegistry()
 
 
 def declare(
@@ -127,19 +147,24 @@ def declare(
     *,
     when: Optional[Callable[[CfgNode], bool]] = None,
     lazy: Optional[str] = None,
+    registry: KeyRegistry = LARGEDET_KEYS,
 ) -> None:
-    """Set ``key`` of ``cfg`` to ``default`` and record, once, what the key is: its value
-    ``rule`` (``(need, test)``, checked before launch where ``when(cfg)``, default always)
-    and its LazyConfig name ``train.<lazy>``."""
+    """Set ``key`` of ``cfg`` to ``default`` and record, once, in ``registry`` (largedet's
+    by default) what the key is: its value ``rule`` (``(need, test)``, checked before launch
+    where ``when(cfg)``, default always) and its LazyConfig name ``train.<lazy>``."""
     *parents, last = key.split(".")
     node = cfg
     for part in parents:
         node = node[part]
     setattr(node, last, default)
     if rule is not None:
-        _RULES.setdefault(key, Rule(key, *rule, **({"applies": when} if when else {})))
+        registry.add_rule(Rule(key, *rule, **({"applies": when} if when else {})))
     if lazy is not None:
-        _TRAIN_KEYS.setdefault(lazy, key)
+        registry.train_keys.setdefault(lazy, key)
+
+
+def when_clip_gradients(cfg) -> bool:
+    return bool(cfg.SOLVER.CLIP_GRADIENTS.ENABLED)
 
 
 def _detectron2(key, rule=None, lazy=None, when=None) -> Tuple[str, Optional[Rule], Optional[str]]:
@@ -164,9 +189,16 @@ DETECTRON2_KEYS: Tuple[Tuple[str, Optional[Rule], Optional[str]], ...] = (
     _detectron2("SOLVER.RESCALE_INTERVAL", lazy="warmup.rescale_interval"),
     _detectron2("SOLVER.AMP.ENABLED", lazy="amp.enabled"),
     _detectron2("SOLVER.CLIP_GRADIENTS.ENABLED", lazy="clip_gradients.enabled"),
-    _detectron2("SOLVER.CLIP_GRADIENTS.CLIP_TYPE", lazy="clip_gradients.clip_type"),
-    _detectron2("SOLVER.CLIP_GRADIENTS.CLIP_VALUE", lazy="clip_gradients.clip_value"),
-    _detectron2("SOLVER.CLIP_GRADIENTS.NORM_TYPE", lazy="clip_gradients.norm_type"),
+    _detectron2(
+        "SOLVER.CLIP_GRADIENTS.CLIP_TYPE",
+        one_of(("value", "norm", "full_model")),
+        "clip_gradients.clip_type",
+        when_clip_gradients,
+    ),
+    _detectron2("SOLVER.CLIP_GRADIENTS.CLIP_VALUE", ("a number > 0", positive), "clip_gradients.clip_value",
+                when_clip_gradients),  # fmt: skip
+    _detectron2("SOLVER.CLIP_GRADIENTS.NORM_TYPE", ("a number > 0 (inf: the largest element)", positive),
+                "clip_gradients.norm_type", when_clip_gradients),  # fmt: skip
     _detectron2("SOLVER.CHECKPOINT_PERIOD", ("an integer >= 1", int_at_least(1)), "checkpointer.period"),
     _detectron2("TEST.EVAL_PERIOD", lazy="eval_period"),
     _detectron2("SOLVER.WEIGHT_DECAY", ("a number >= 0", non_negative)),
@@ -185,11 +217,11 @@ def declared_rules() -> Tuple[Rule, ...]:
     """Every declared rule: Detectron2's keys', then largedet's in declaration order (the
     keys of :func:`~largedet.config.defaults.add_largedet_config` are declared when it
     first runs, which importing :mod:`largedet.config.defaults` does)."""
-    return tuple(rule for _, rule, _ in DETECTRON2_KEYS if rule is not None) + tuple(_RULES.values())
+    return tuple(rule for _, rule, _ in DETECTRON2_KEYS if rule is not None) + LARGEDET_KEYS.declared_rules()
 
 
 def declared_train_keys() -> Dict[str, str]:
     """``train.<name>`` of a LazyConfig -> the yacs key it is: Detectron2's, then largedet's."""
     names = {lazy: key for key, _, lazy in DETECTRON2_KEYS if lazy is not None}
-    names.update(_TRAIN_KEYS)
+    names.update(LARGEDET_KEYS.train_keys)
     return names

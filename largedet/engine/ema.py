@@ -40,13 +40,8 @@ logger = logging.getLogger(__name__)
 
 
 def per_step_decay(decay: float, batch: int, reference_batch: int) -> float:
-    """``decay ** (batch / reference_batch)``; ``decay`` itself when ``reference_batch`` is 0."""
-    if not 0.0 <= decay < 1.0:
-        raise ValueError(f"MODEL_EMA.DECAY must be in [0, 1), got {decay}")
-    if reference_batch < 0 or batch < 1:
-        raise ValueError(
-            f"MODEL_EMA.REFERENCE_BATCH must be >= 0 and the batch >= 1, got {reference_batch} and {batch}"
-        )
+    """``decay ** (batch / reference_batch)``; ``decay`` itself when ``reference_batch`` is 0.
+    ``MODEL_EMA.DECAY`` and ``REFERENCE_BATCH`` are checked against their declared rules."""
     return decay if reference_batch == 0 else decay ** (batch / reference_batch)
 
 

@@ -48,7 +48,6 @@ import torch
 from detectron2.config import CfgNode, instantiate
 from detectron2.evaluation import inference_on_dataset, print_csv_format
 from detectron2.solver import LRMultiplier, WarmupParamScheduler
-from detectron2.solver.build import maybe_add_gradient_clipping
 from detectron2.utils import comm
 from omegaconf import DictConfig
 
@@ -57,8 +56,9 @@ from ..config.validate import check_values
 from ..data.build import build_test_loader, build_train_loader
 from ..layers import resolve_sync_batchnorm
 from ..solver import log_param_groups, lr_scaling, optimizer_param_groups
-from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
-from ..solver.lr_scheduler import ImageClockLRMultiplier, scaled_lr
+from ..solver.batch import BatchPlan, batch_plan
+from ..solver.lr_scheduler import ImageClockLRMultiplier
+from ..solver.plan import RunPlan
 from .launch import planned_world_size
 from .trainer import Trainer
 
@@ -99,18 +99,21 @@ def build_lazy_model(cfg: DictConfig, device: str) -> torch.nn.Module:
 
 
 def build_lazy_optimizer(
-    cfg: DictConfig, model: torch.nn.Module, run: Optional[CfgNode] = None
+    cfg: DictConfig,
+    model: torch.nn.Module,
+    run: Optional[CfgNode] = None,
+    plan: Optional[RunPlan] = None,
 ) -> torch.optim.Optimizer:
-    """``cfg.optimizer`` for ``model`` at the peak LR of ``run`` (:func:`run_config`):
-    ``optimizer.lr``, or the LSR's when ``train.lsr.enabled``. ``params.model`` is set to
-    ``model``; with ``train.agvm.enabled`` the param groups (which must come from
-    :func:`~largedet.solver.optimizer_param_groups`) are split by the AGVM parts. Detectron2's
-    gradient clipping (``train.clip_gradients``) wraps it when enabled. ``cfg`` is not
-    modified."""
+    """``cfg.optimizer`` for ``model`` at the peak LR of the run plan ``plan`` (without one,
+    of ``run``, :func:`run_config`): ``optimizer.lr``, or the LSR's when
+    ``train.lsr.enabled``. ``params.model`` is set to ``model``; with ``train.agvm.enabled``
+    the param groups (which must come from :func:`~largedet.solver.optimizer_param_groups`)
+    are split by the AGVM parts. The gradients are clipped by the training loop
+    (``train.clip_gradients`` is the run plan's). ``cfg`` is not modified."""
     run = run_config(cfg) if run is None else run
     root = copy.deepcopy(cfg)
     optimizer_cfg = root.optimizer
-    optimizer_cfg.lr = lr_scaling(run).lr
+    optimizer_cfg.lr = (plan.lr if plan is not None else lr_scaling(run)).lr
     params = optimizer_cfg.get("params")
     if isinstance(params, DictConfig) and "_target_" in params:
         params.model = model
@@ -123,20 +126,20 @@ def build_lazy_optimizer(
         params.parts = [list(pair) for pair in run.SOLVER.AGVM.GROUPS]
     optimizer = instantiate(optimizer_cfg)
     log_param_groups(run.SOLVER.OPTIMIZER, optimizer)
-    return maybe_add_gradient_clipping(run, optimizer)
+    return optimizer
 
 
 def build_lazy_lr_scheduler(
     cfg: DictConfig,
     run: CfgNode,
     optimizer: torch.optim.Optimizer,
-    schedule: Optional[BatchSchedule] = None,
+    plan: Optional[RunPlan] = None,
 ) -> LRMultiplier:
     """``cfg.lr_multiplier``'s schedule (:func:`~largedet.config.lazy.lr_schedule`) after the
     warm-up of ``run`` (``train.warmup``, or a Detectron2 ``WarmupParamScheduler``'s), as one
     Detectron2 ``LRMultiplier`` over ``train.max_iter`` steps: the yacs path's
     ``WarmupParamScheduler`` around ``SOLVER.LR_SCHEDULER_NAME``'s schedule, with the
-    lazy schedule in its place. With a ``schedule`` that ramps the batch
+    lazy schedule in its place. With a run plan ``plan`` that ramps the batch
     (``train.batch_ramp``), the yacs path's :class:`~largedet.solver.lr_scheduler.ImageClockLRMultiplier`:
     the same multiplier followed in images, times the LSR rule's factor at each step's batch."""
     solver = run.SOLVER
@@ -147,11 +150,8 @@ def build_lazy_lr_scheduler(
         solver.WARMUP_METHOD,
         solver.RESCALE_INTERVAL,
     )
-    if schedule is not None and schedule.ramped:
-        rule, full = solver.LSR.RULE, schedule.full_batch
-        return ImageClockLRMultiplier(
-            optimizer, multiplier, schedule, lambda b: scaled_lr(1.0, full, b, rule)
-        )
+    if plan is not None and plan.schedule.ramped:
+        return ImageClockLRMultiplier(optimizer, multiplier, plan)
     return LRMultiplier(optimizer, multiplier=multiplier, max_iter=solver.MAX_ITER)
 
 
@@ -228,17 +228,17 @@ class LazyTrainer(Trainer):
         return build_lazy_model(cls._lazy(), cfg.MODEL.DEVICE)
 
     @classmethod
-    def build_optimizer(cls, cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
-        return build_lazy_optimizer(cls._lazy(), model, cfg)
+    def build_optimizer(cls, cfg: CfgNode, model: torch.nn.Module, plan=None) -> torch.optim.Optimizer:
+        return build_lazy_optimizer(cls._lazy(), model, cfg, plan)
 
     @classmethod
     def build_lr_scheduler(
-        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer, schedule=None, max_iter=None
+        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer, plan=None, max_iter=None
     ):
         """``lr_multiplier`` after ``train.warmup`` over ``train.max_iter`` steps of the full
-        batch, followed in images with a batch ramp (``train.batch_ramp``, whose ``schedule``
+        batch, followed in images with a batch ramp (``train.batch_ramp``, in the run plan
         the trainer passes): :func:`build_lazy_lr_scheduler`."""
-        return build_lazy_lr_scheduler(cls._lazy(), cfg, optimizer, schedule)
+        return build_lazy_lr_scheduler(cls._lazy(), cfg, optimizer, plan)
 
     @classmethod
     def build_train_loader(cls, cfg: CfgNode):

@@ -120,11 +120,11 @@ def read_run_summary(output_dir: str) -> Optional[Dict[str, Any]]:
 
 
 class RunSummaryHook(HookBase):
-    """Writes :data:`SUMMARY_FILE` (see the module docstring) from the trainer's batch plan,
-    schedule and config; the invocation's end status is the trainer's ``end_status``."""
+    """Writes :data:`SUMMARY_FILE` (see the module docstring) from the trainer's run plan
+    (``trainer.plan``, :class:`~largedet.solver.plan.RunPlan`) and config; the invocation's
+    end status is the trainer's ``end_status``."""
 
-    def __init__(self, dataset_size: Optional[int] = None):
-        self._dataset_size = dataset_size
+    def __init__(self):
         self._start = 0.0
         self._start_iter = 0
         self._start_position = 0
@@ -132,9 +132,8 @@ class RunSummaryHook(HookBase):
 
     def _facts(self) -> Dict[str, Any]:
         t = self.trainer
-        cfg, batch, schedule = t.cfg, t.batch, t.schedule
-        scaling = t.lr_scaling  # the trainer's, computed once
-        images = schedule.images_before(schedule.total_steps)
+        plan = t.plan  # built once by the trainer
+        cfg, batch, schedule, scaling = t.cfg, plan.batch, plan.schedule, plan.lr
         return {
             "batch": {
                 "global_batch": batch.global_batch,
@@ -154,12 +153,13 @@ class RunSummaryHook(HookBase):
                 "reference_batch": scaling.reference_batch,
                 "schedule": cfg.SOLVER.LR_SCHEDULER_NAME,
             },
-            "warmup_iters": min(cfg.SOLVER.WARMUP_ITERS, cfg.SOLVER.MAX_ITER),
+            "warmup_iters": plan.warmup_iters,
+            "warmup_images": plan.warmup_images,
             "optimizer": cfg.SOLVER.OPTIMIZER,
             "iterations": t.max_iter,
-            "images": images,
-            "dataset_size": self._dataset_size,
-            "epochs": images / self._dataset_size if self._dataset_size else None,
+            "images": plan.images_trained,
+            "dataset_size": plan.dataset_size,
+            "epochs": plan.images_trained / plan.dataset_size if plan.dataset_size else None,
             "model_ema": t.ema.describe(batch.global_batch) if t.ema is not None else None,
         }
 

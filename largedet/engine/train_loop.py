@@ -6,6 +6,7 @@ import contextlib
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -20,10 +21,21 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..optim import AGVM
 from ..solver.batch import check_agvm_estimates
+from ..solver.plan import ParameterClip
 
-__all__ = ["AccumulationTrainer", "total_norm"]
+__all__ = ["AccumulationTrainer", "StepPlan", "total_norm"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one optimizer step of the run plan asks of the loop
+    (:meth:`AccumulationTrainer.run_planned_step`)."""
+
+    accumulation: int  # K: micro-batches per device
+    clip_max_norm: Optional[float] = None  # the step's total-norm bound (None: no clip)
+    clock: Optional[float] = None  # with a batch ramp: PMD's clock, steps of the full batch
 
 
 class AccumulationTrainer(SimpleTrainer):
@@ -53,8 +65,12 @@ class AccumulationTrainer(SimpleTrainer):
     by this trainer: all ranks in one all-reduce, plus the first half's). The gradient
     the optimizer sees is the usual one either way. Then, after the ``after_backward``
     hooks: AGVM's update of ``mu`` and its ``agvm/phi/<part>``, ``agvm/mu/<part>``
-    scalars, its gradient clipping around the end of warmup, and the optimizer step with
-    each group's LR times its part's ``mu``.
+    scalars and the optimizer step with each group's LR times its part's ``mu``.
+
+    Gradient clipping, the one path of a run's: the step's total L2 norm to
+    ``clip_max_norm`` (the run plan's bound for the step: ``SOLVER.WARMUP_CLIP``, AGVM's
+    window, ``SOLVER.CLIP_GRADIENTS`` "full_model"), then ``parameter_clip``
+    (``SOLVER.CLIP_GRADIENTS`` "value" or "norm"), on the device, without a host sync.
 
     Non-finite gradients: after the ``after_backward`` hooks, the global L2 norm of the
     step's gradient (after unscaling) is computed by one fused reduction and read back
@@ -81,6 +97,7 @@ class AccumulationTrainer(SimpleTrainer):
         grad_scaler: Optional[torch.amp.GradScaler] = None,
         agvm: Optional[AGVM] = None,
         hooks_owner: Optional[TrainerBase] = None,
+        parameter_clip: Optional[ParameterClip] = None,
     ):
         super().__init__(model, data_loader, optimizer)
         # the trainer whose hooks see after_backward: largedet's Trainer wraps this one (as
@@ -109,9 +126,10 @@ class AccumulationTrainer(SimpleTrainer):
         self._stop_signal = 0
         self.stop_agreed = False
         self.stop_signals: List[int] = []
-        # the step's gradient-norm clip (SOLVER.WARMUP_CLIP; the trainer sets it per step):
-        # None for no clipping
+        # the step's total-norm clip (the run plan's, set per step by run_planned_step):
+        # None for no clipping; the per-parameter clip of every step
         self.clip_max_norm: Optional[float] = None
+        self.parameter_clip = parameter_clip
 
     def after_backward(self) -> None:
         """The ``after_backward`` of the hooks: those of :attr:`hooks_owner` where it is set
@@ -140,6 +158,19 @@ class AccumulationTrainer(SimpleTrainer):
         if last or not isinstance(self.model, DistributedDataParallel):
             return contextlib.nullcontext()
         return self.model.no_sync()
+
+    def run_planned_step(self, iteration: int, step: StepPlan) -> None:
+        """Run optimizer step ``iteration`` as ``step`` asks: its K, its total-norm clip and,
+        where given, the clock of the optimizer groups that follow one (PMD-LAMB's period
+        in images under a batch ramp)."""
+        self.iter = iteration
+        self.accumulation_steps = step.accumulation
+        self.clip_max_norm = step.clip_max_norm
+        if step.clock is not None:
+            for group in self.optimizer.param_groups:
+                if "clock" in group:
+                    group["clock"] = step.clock
+        self.run_step()
 
     def run_step(self) -> None:
         assert self.model.training, "[AccumulationTrainer] model was changed to eval mode!"
@@ -185,9 +216,11 @@ class AccumulationTrainer(SimpleTrainer):
         if not math.isfinite(self.last_grad_norm):
             self._skip_step()
             return
-        max_norm = self._clip_norm()
-        if max_norm is not None:
-            _clip([g for g in grads if g is not None], grad_norm, max_norm)
+        present = [g for g in grads if g is not None]
+        if self.clip_max_norm is not None and present:
+            _clip(present, grad_norm, self.clip_max_norm)
+        if self.parameter_clip is not None and present:
+            clip_each_parameter(present, self.parameter_clip)
         if self.agvm is None:
             self._optimizer_step()
             return
@@ -195,15 +228,6 @@ class AccumulationTrainer(SimpleTrainer):
             self._agvm_update(estimates)
         with self.agvm.modulated_lr():
             self._optimizer_step()
-
-    def _clip_norm(self) -> Optional[float]:
-        """The step's one gradient-norm clip: the smaller of ``clip_max_norm``
-        (``SOLVER.WARMUP_CLIP``) and AGVM's around the end of warm-up, None for neither."""
-        norms = [self.clip_max_norm]
-        if self.agvm is not None:
-            norms.append(self.agvm.clip_norm_at(self.iter))
-        norms = [n for n in norms if n is not None]
-        return min(norms) if norms else None
 
     def _skip_step(self) -> None:
         """Leave the weights, the optimizer's state and AGVM's ``mu`` as they are: the
@@ -371,6 +395,20 @@ def _clip(grads: List[Tensor], norm: Tensor, max_norm: float) -> None:
     on the device: no host sync."""
     coefficient = (max_norm / (norm + 1e-6)).clamp(max=1.0)
     torch._foreach_mul_(grads, coefficient.to(grads[0].device))
+
+
+def clip_each_parameter(grads: List[Tensor], clip: ParameterClip) -> None:
+    """Detectron2's per-parameter clipping on the device, without a host sync: each element
+    clamped to ``[-value, value]`` ("value"), or each tensor scaled by
+    ``min(1, value / (its norm_type-norm + 1e-6))`` ("norm", as ``clip_grad_norm_`` of one
+    tensor)."""
+    if clip.kind == "value":
+        torch._foreach_clamp_min_(grads, -clip.value)
+        torch._foreach_clamp_max_(grads, clip.value)
+        return
+    norms = torch._foreach_norm(grads, clip.norm_type)
+    coefficients = [(clip.value / (n + 1e-6)).clamp(max=1.0) for n in norms]
+    torch._foreach_mul_(grads, coefficients)
 
 
 def _copy(grad: Optional[Tensor]) -> Optional[Tensor]:

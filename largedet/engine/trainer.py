@@ -84,11 +84,11 @@ from ..solver import (
     build_agvm,
     build_lr_scheduler,
     build_optimizer,
-    lr_scaling,
     with_scaled_lr,
 )
 from ..solver.lr_scheduler import LRScaling
-from ..solver.batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule, check_agvm_estimates
+from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
+from ..solver.plan import RunPlan, run_plan
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .writers import (
     ImageClockPrinter,
@@ -102,54 +102,64 @@ from .hooks import DivergenceGuard, PruningPeriodicCheckpointer, ReseedEveryIter
 from .preemption import Preempted, PreemptionHook
 from .run_summary import RunSummaryHook
 from .launch import shut_down_distributed
-from .train_loop import AccumulationTrainer
+from .train_loop import AccumulationTrainer, StepPlan
 
-__all__ = ["Trainer", "describe_run"]
+__all__ = ["Trainer", "describe_run", "describe_warmup"]
 
 logger = logging.getLogger(__name__)
 
 
-class Trainer(DefaultTrainer):
+class Trainer(TrainerBase):
     """Trains and evaluates a Detectron2 model with largedet's batch arithmetic, optimizers,
     LR rule, Sync-BN, checkpoints and hooks. Used as ``DefaultTrainer``::
 
         trainer = Trainer(cfg)
         trainer.resume_or_load(resume=args.resume)
         results = trainer.train()
+
+    The contract. It is a Detectron2 ``TrainerBase`` (hooks, ``iter``, ``storage``) with
+    ``DefaultTrainer``'s interface, not a ``DefaultTrainer`` subclass: ``DefaultTrainer``
+    fixes its inner trainer, its checkpointer, its length and its loop, which are what
+    largedet changes. Kept from ``DefaultTrainer``: the builder classmethods with its
+    parameters (``build_model(cfg)``, ``build_optimizer(cfg, model)``,
+    ``build_lr_scheduler(cfg, optimizer)``, ``build_train_loader(cfg)``,
+    ``build_test_loader(cfg, name)``, ``build_evaluator(cfg, name)``; largedet's extra
+    parameters come after, with defaults), ``test(cfg, model, evaluators)`` (Detectron2's own,
+    on this class's builders), ``resume_or_load``, ``build_hooks``, ``build_writers``, the
+    ``model``, ``optimizer`` and ``data_loader`` of the inner trainer, and the state dict's
+    ``_trainer`` entry. Added: the run plan (:attr:`plan`), the inner
+    :class:`~largedet.engine.train_loop.AccumulationTrainer` driven one
+    :class:`~largedet.engine.train_loop.StepPlan` per step, and the hooks' stop request
+    (:meth:`request_stop`).
     """
 
+    # the inner trainer's, as DefaultTrainer exposes them
+    model = property(lambda self: self._trainer.model)
+    optimizer = property(lambda self: self._trainer.optimizer)
+    data_loader = property(lambda self: self._trainer.data_loader)
+
     def __init__(self, cfg):
-        # Not DefaultTrainer.__init__, which hard-codes its inner trainer (SimpleTrainer or
-        # AMPTrainer), its checkpointer, SOLVER.MAX_ITER as the length and
-        # auto_scale_workers: the same attributes are set here (model, optimizer and data
-        # loader through _trainer, scheduler, checkpointer, start_iter, max_iter, cfg) by
-        # the same overridable builders, called with DefaultTrainer's arguments.
-        TrainerBase.__init__(self)
+        # DefaultTrainer's attributes (model, optimizer and data loader through _trainer,
+        # scheduler, checkpointer, start_iter, max_iter, cfg), built by the same overridable
+        # builders with DefaultTrainer's arguments
+        super().__init__()
         for name in ("detectron2", "largedet"):
             if not logging.getLogger(name).isEnabledFor(logging.INFO):
                 setup_logger(name=name)
         # each key's declared rule (largedet.config.keys), as checked before launch, for a
         # config that did not come through a training script
         check_values(cfg, self.value_rules())
-        self.batch: BatchPlan = batch_plan(cfg, comm.get_world_size())
-        #: the peak LR and where it comes from, computed once (:func:`~largedet.solver.lr_scaling`)
-        self.lr_scaling: LRScaling = lr_scaling(cfg)
-        if cfg.SOLVER.AGVM.ENABLED:
-            check_agvm_estimates(self.batch.accumulation, self.batch.world_size)
 
         model = self.build_model(cfg)
-        optimizer = self.build_optimizer(cfg, model)
-        agvm = build_agvm(cfg, optimizer)
         data_loader = self.build_train_loader(cfg)
         if not isinstance(data_loader, ResumableLoader):
             logger.warning(
                 "The training loader is not a ResumableLoader: its position is not restored on resume"
             )
-
-        self.schedule: BatchSchedule = self.build_batch_schedule(cfg, data_loader)
-        if cfg.SOLVER.AGVM.ENABLED:
-            for stage in self.schedule.stages:
-                check_agvm_estimates(stage.accumulation, self.batch.world_size)
+        #: the run's derived numbers, computed once (:func:`~largedet.solver.plan.run_plan`)
+        self.plan: RunPlan = self.build_run_plan(cfg, data_loader)
+        optimizer = self.build_optimizer(cfg, model, self.plan)
+        agvm = build_agvm(cfg, optimizer)
 
         cpu = next(model.parameters()).device.type != "cuda"
         model = create_ddp_model(
@@ -163,9 +173,10 @@ class Trainer(DefaultTrainer):
             amp_dtype=self.amp_dtype(cfg),
             agvm=agvm,
             hooks_owner=weakref.proxy(self),
+            parameter_clip=self.plan.parameter_clip,
         )
         self.max_iter = self.run_length(cfg)
-        self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.schedule, self.max_iter)
+        self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.plan, self.max_iter)
         self.ema: Optional[ModelEMA] = ModelEMA.from_config(cfg, model)
         extra = {} if self.ema is None else {"model_ema": self.ema}
         self.checkpointer = AtomicCheckpointer(
@@ -182,18 +193,13 @@ class Trainer(DefaultTrainer):
         self._rolled_back = False  # set by roll_back, read by after_step
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
-            size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
             block = describe_run(
                 cfg,
-                self.lr_scaling,
-                self.batch,
+                self.plan,
                 type(optimizer).__name__,
-                size,
                 _agvm_parts(optimizer, agvm),
                 schedule=self.describe_schedule(cfg),
             )
-            if self.schedule.ramped:
-                block += f"\n  {self.schedule.describe(size)}"
             if os.path.isdir(cfg.OUTPUT_DIR):  # weights and up to two moments per weight
                 weights_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
                 warn_if_low_space(cfg.OUTPUT_DIR, 3 * weights_bytes, "a checkpoint")
@@ -201,6 +207,21 @@ class Trainer(DefaultTrainer):
                 block += f"\n  {self.ema.describe(self.batch.global_batch)}; evaluation on {cfg.MODEL_EMA.EVAL!r}"
             logger.info(block)
             _warn_unused_lsr_keys(cfg)
+
+    @property
+    def batch(self) -> BatchPlan:
+        """The batch plan: global batch, devices, micro-batch, K (:attr:`plan`'s)."""
+        return self.plan.batch
+
+    @property
+    def lr_scaling(self) -> LRScaling:
+        """The peak LR and where it comes from (:attr:`plan`'s)."""
+        return self.plan.lr
+
+    @property
+    def schedule(self) -> BatchSchedule:
+        """The global batch of every step, the batch ramp's stages (:attr:`plan`'s)."""
+        return self.plan.schedule
 
     @classmethod
     def value_rules(cls) -> tuple:
@@ -229,14 +250,13 @@ class Trainer(DefaultTrainer):
         Called in ``__init__`` before the scheduler and the hooks are built."""
         return self.schedule.total_steps
 
-    def build_batch_schedule(self, cfg, data_loader) -> BatchSchedule:
-        """The global batch of every step: ``SOLVER.IMS_PER_BATCH`` after the stages of
-        ``SOLVER.BATCH_RAMP`` (in epochs of the training loader's dataset)."""
-        ramp = cfg.SOLVER.BATCH_RAMP
+    def build_run_plan(self, cfg, data_loader) -> RunPlan:
+        """The run plan (:func:`~largedet.solver.plan.run_plan`) on this job's processes, for
+        the training loader's dataset (whose size a batch ramp's epochs need)."""
         size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
-        if ramp.BATCHES and size is None:
+        if cfg.SOLVER.BATCH_RAMP.BATCHES and size is None:
             raise ValueError("SOLVER.BATCH_RAMP needs a ResumableLoader (its dataset size)")
-        return batch_schedule(self.batch, cfg.SOLVER.MAX_ITER, ramp.BATCHES, ramp.EPOCHS, size)
+        return run_plan(cfg, comm.get_world_size(), size)
 
     # --- builders -----------------------------------------------------------------------
 
@@ -248,31 +268,40 @@ class Trainer(DefaultTrainer):
         return model
 
     @classmethod
-    def build_optimizer(cls, cfg, model):
-        """``largedet.solver.build_optimizer`` (``SOLVER.OPTIMIZER``) at the peak LR of ``SOLVER.LSR``."""
-        return build_optimizer(with_scaled_lr(cfg), model, accumulates=True)
+    def build_optimizer(cls, cfg, model, plan: Optional[RunPlan] = None):
+        """``largedet.solver.build_optimizer`` (``SOLVER.OPTIMIZER``) at the peak LR of the run
+        plan ``plan`` (called as Detectron2's ``build_optimizer(cfg, model)``: of
+        ``SOLVER.LSR``). Gradients are clipped by the training loop, not by a wrapper."""
+        return build_optimizer(with_scaled_lr(cfg, plan.lr if plan else None), model, accumulates=True)
 
     @classmethod
     def build_lr_scheduler(
-        cls, cfg, optimizer, schedule: Optional[BatchSchedule] = None, max_iter: Optional[int] = None
+        cls, cfg, optimizer, plan: Optional[RunPlan] = None, max_iter: Optional[int] = None
     ):
         """Detectron2's warmup + schedule around the peak LR (``largedet.solver.build_lr_scheduler``)
         over ``max_iter`` steps (default ``SOLVER.MAX_ITER``; the trainer passes
-        :meth:`run_length`'s). ``schedule``: the run's global batch of every step
-        (:meth:`build_batch_schedule`), which a batch ramp (``SOLVER.BATCH_RAMP``) needs: the
-        LR then follows the ramp's images and batches. Called as Detectron2's
-        ``build_lr_scheduler(cfg, optimizer)`` it is the schedule of a run without a ramp."""
-        if schedule is None and cfg.SOLVER.BATCH_RAMP.BATCHES:
+        :meth:`run_length`'s). ``plan``: the run plan (:meth:`build_run_plan`), which a batch
+        ramp (``SOLVER.BATCH_RAMP``) needs: the LR then follows the ramp's images and
+        batches. Called as Detectron2's ``build_lr_scheduler(cfg, optimizer)`` it is the
+        schedule of a run without a ramp."""
+        if plan is None and cfg.SOLVER.BATCH_RAMP.BATCHES:
             raise ValueError(
-                "SOLVER.BATCH_RAMP: build_lr_scheduler needs the run's batch schedule "
-                "(Trainer.build_batch_schedule), whose steps depend on the dataset size"
+                "SOLVER.BATCH_RAMP: build_lr_scheduler needs the run plan "
+                "(Trainer.build_run_plan), whose steps depend on the dataset size"
             )
-        return build_lr_scheduler(cfg, optimizer, max_iter, schedule=schedule)
+        return build_lr_scheduler(cfg, optimizer, max_iter, plan=plan)
 
     @classmethod
     def build_train_loader(cls, cfg):
         """Detectron2's training loader with ``IMS_PER_DEVICE`` images per batch, resumable."""
         return build_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
+
+    @classmethod
+    def test(cls, cfg, model, evaluators=None):
+        """Evaluate ``model`` on each of ``cfg.DATASETS.TEST``: Detectron2's
+        ``DefaultTrainer.test``, with this class's :meth:`build_test_loader` and
+        :meth:`build_evaluator`."""
+        return DefaultTrainer.test.__func__(cls, cfg, model, evaluators)
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
@@ -314,9 +343,7 @@ class Trainer(DefaultTrainer):
         if isinstance(self._trainer.data_loader, DetectionTrainLoader):
             ours.append(SkippedImagesHook(self._trainer.data_loader, self.cfg.LOG_PERIOD))
         hooks[1:1] = ours
-        loader = self._trainer.data_loader
-        size = loader.dataset_size if isinstance(loader, ResumableLoader) else None
-        hooks.append(RunSummaryHook(size))
+        hooks.append(RunSummaryHook())
         return hooks
 
     def _detectron2_hooks(self) -> list:
@@ -326,6 +353,11 @@ class Trainer(DefaultTrainer):
         cfg.defrost()
         cfg.DATALOADER.NUM_WORKERS = 0  # PreciseBN's own loader, as Detectron2 builds it
         precise_bn = cfg.TEST.PRECISE_BN.ENABLED and get_bn_modules(self.model)
+        # The order is Detectron2's and matters: the timer first (it times the other hooks
+        # out of the step); the LR steps before anything reads it; precise BN before the
+        # checkpointer, so that checkpoints hold the recomputed statistics; the checkpointer
+        # before the evaluation, so that a failed evaluation loses no trained step; the
+        # writers last, so that they write the evaluation's results of the same step.
         hooks = [
             d2_hooks.IterationTimer(),
             d2_hooks.LRScheduler(),
@@ -368,17 +400,6 @@ class Trainer(DefaultTrainer):
             yield
         finally:
             self.evaluation_s += time.perf_counter() - start
-
-    def clip_at(self, iteration: int) -> Optional[float]:
-        """The gradient-norm bound of step ``iteration`` (``SOLVER.WARMUP_CLIP``), or None."""
-        clip = self.cfg.SOLVER.WARMUP_CLIP
-        if clip.MAX_NORM <= 0:
-            return None
-        before, after = clip.ITERS
-        end_of_warmup = self.cfg.SOLVER.WARMUP_ITERS
-        if end_of_warmup - before <= self.schedule.clock(iteration) < end_of_warmup + after:
-            return clip.MAX_NORM
-        return None
 
     def batch_at(self, iteration: int) -> int:
         """The global batch of optimizer step ``iteration`` (0-based)."""
@@ -470,17 +491,19 @@ class Trainer(DefaultTrainer):
         super().before_train()
 
     def run_step(self):
-        stage = self.schedule.stage_at(self.iter)
-        self._trainer.iter = self.iter
-        self._trainer.accumulation_steps = stage.accumulation
-        self._trainer.clip_max_norm = self.clip_at(self.iter)
-        if self.schedule.ramped:  # PMD-LAMB's period follows the images (its groups' clock)
-            clock = self.schedule.clock(self.iter)
-            for group in self.optimizer.param_groups:
-                if "clock" in group:
-                    group["clock"] = clock
-        self._trainer.run_step()
-        self.data_position += stage.batch
+        """One optimizer step of the plan's: its K, total-norm clip and, with a batch ramp,
+        PMD's clock (:class:`~largedet.engine.train_loop.StepPlan`)."""
+        self._trainer.run_planned_step(self.iter, self.step_plan(self.iter))
+        self.data_position += self.plan.batch_at(self.iter)
+
+    def step_plan(self, iteration: int) -> StepPlan:
+        """What step ``iteration`` of :attr:`plan` asks of the training loop."""
+        plan = self.plan
+        return StepPlan(
+            accumulation=plan.accumulation_at(iteration),
+            clip_max_norm=plan.clip_at(iteration),
+            clock=plan.clock(iteration) if plan.schedule.ramped else None,
+        )
 
     def train(self):
         """Train, then return the last evaluation results (``{}`` when none ran).
@@ -595,7 +618,7 @@ class Trainer(DefaultTrainer):
         extra = self.checkpointer.load_found(
             found, checkpointables=[] if self.ema is None else ["model_ema"]
         )
-        super().load_state_dict(extra["trainer"])  # DefaultTrainer's: not the data position
+        self._load_loop_state(extra["trainer"])  # not the data position
         self._rolled_back = True
 
     @property
@@ -604,7 +627,8 @@ class Trainer(DefaultTrainer):
         return self._trainer.agvm
 
     def state_dict(self):
-        ret = super().state_dict()
+        ret = super().state_dict()  # the hooks'
+        ret["_trainer"] = self._trainer.state_dict()  # the optimizer, gradient scaler, AGVM
         ret["data"] = {
             "seed": self.data_seed,
             "position": self.data_position,
@@ -613,8 +637,13 @@ class Trainer(DefaultTrainer):
         }
         return ret
 
-    def load_state_dict(self, state_dict):
+    def _load_loop_state(self, state_dict) -> None:
+        # the iteration, the hooks' state and the inner trainer's (DefaultTrainer's entries)
         super().load_state_dict(state_dict)
+        self._trainer.load_state_dict(state_dict["_trainer"])
+
+    def load_state_dict(self, state_dict):
+        self._load_loop_state(state_dict)
         data = state_dict.get("data")
         loader = self._trainer.data_loader
         if data is None or not isinstance(loader, ResumableLoader):
@@ -681,31 +710,21 @@ def _warn_unused_lsr_keys(cfg) -> None:
 
 def describe_run(
     cfg,
-    scaling: LRScaling,
-    batch: BatchPlan,
+    plan: RunPlan,
     optimizer_name: str,
-    dataset_size: Optional[int] = None,
     agvm_parts: Optional[str] = None,
     schedule: Optional[str] = None,
 ) -> str:
-    """The block of derived numbers logged at the start of training, for the peak LR
-    ``scaling`` (:func:`~largedet.solver.lr_scaling` of ``cfg``). ``agvm_parts``: the
+    """The block of derived numbers logged at the start of training, all read from the run
+    plan ``plan`` (:func:`~largedet.solver.plan.run_plan` of ``cfg``). ``agvm_parts``: the
     AGVM parts with their parameter counts (default: the part names of the config);
     ``schedule``: what replaces the lines of the ``SOLVER`` schedule (warm-up, LR steps,
     iterations and epochs), for a trainer that runs another one."""
-    solver = cfg.SOLVER
-    images = solver.MAX_ITER * batch.global_batch
+    solver, batch, scaling = cfg.SOLVER, plan.batch, plan.lr
     epochs = (
-        f"{images / dataset_size:.2f} epochs of {dataset_size} images"
-        if dataset_size
+        f"{plan.epochs:.2f} epochs of {plan.dataset_size} images"
+        if plan.dataset_size
         else "epochs unknown"
-    )
-    warmup_iters = min(solver.WARMUP_ITERS, solver.MAX_ITER)  # Detectron2 clips it too
-    warmup = (
-        f"{solver.WARMUP_METHOD} warmup over {warmup_iters} iterations from "
-        f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * scaling.lr:g}"
-        if warmup_iters
-        else "no warmup"
     )
     if amp_dtype(cfg) is not None:
         amp = f"AMP {solver.AMP.PRECISION}"
@@ -724,31 +743,50 @@ def describe_run(
         f"  optimizer {optimizer_name} (SOLVER.OPTIMIZER {solver.OPTIMIZER}); {scaling.describe()}",
     ]
     if schedule is None:
-        if solver.LR_SCHEDULER_NAME == "WarmupStableDecayLR":
-            shape = (
-                f"WarmupStableDecayLR: the peak LR until {solver.WSD.DECAY_START:g} of the run, "
-                f"then linear to {solver.BASE_LR_END:g}"
-            )
-        elif solver.LR_SCHEDULER_NAME == "WarmupCosineLR":
-            shape = f"WarmupCosineLR: cosine from the peak LR to {solver.BASE_LR_END:g} at the run's end"
-        elif solver.LR_SCHEDULER_NAME == "WarmupStepWithFixedGammaLR":
-            shape = (
-                f"WarmupStepWithFixedGammaLR: x {solver.GAMMA:g} at {solver.NUM_DECAYS} evenly "
-                "spaced steps"
-            )
-        elif solver.STEPS:  # WarmupMultiStepLR, a LazyConfig's schedule with milestones
-            shape = f"{solver.LR_SCHEDULER_NAME} with steps {tuple(solver.STEPS)}"
-        else:
-            shape = solver.LR_SCHEDULER_NAME
-        lines.append(f"  {warmup}; {shape}")
+        lines.append(f"  {describe_warmup(cfg, plan.warmup_iters, scaling.lr, plan.warmup_images)}; "
+                     f"{_describe_shape(solver)}")  # fmt: skip
         lines.append(
-            f"  {solver.MAX_ITER} iterations x {batch.global_batch} = {images} images = {epochs}"
+            f"  {plan.max_iter} iterations x {batch.global_batch} = {plan.total_images} images = {epochs}"
         )
     else:
         lines.extend("  " + line for line in schedule.splitlines())
+    if plan.schedule.ramped:
+        lines.append("  " + plan.schedule.describe(plan.dataset_size))
+    clipping = plan.describe_clipping()
+    if clipping:
+        lines.append("  " + clipping)
     if solver.AGVM.ENABLED:
         lines.append("  " + _describe_agvm(cfg, batch, agvm_parts))
     return "\n".join(lines)
+
+
+def describe_warmup(cfg, warmup_iters: int, peak_lr: float, warmup_images: Optional[int] = None) -> str:
+    """The warm-up's part of the start-of-run block: ``warmup_iters`` steps of the full batch
+    (``warmup_images`` images) from ``WARMUP_FACTOR x peak_lr``."""
+    solver = cfg.SOLVER
+    if not warmup_iters:
+        return "no warmup"
+    images = f" ({warmup_images} images)" if warmup_images else ""
+    return (
+        f"{solver.WARMUP_METHOD} warmup over {warmup_iters} iterations{images} from "
+        f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * peak_lr:g}"
+    )
+
+
+def _describe_shape(solver) -> str:
+    name = solver.LR_SCHEDULER_NAME
+    if name == "WarmupStableDecayLR":
+        return (
+            f"WarmupStableDecayLR: the peak LR until {solver.WSD.DECAY_START:g} of the run, "
+            f"then linear to {solver.BASE_LR_END:g}"
+        )
+    if name == "WarmupCosineLR":
+        return f"WarmupCosineLR: cosine from the peak LR to {solver.BASE_LR_END:g} at the run's end"
+    if name == "WarmupStepWithFixedGammaLR":
+        return f"WarmupStepWithFixedGammaLR: x {solver.GAMMA:g} at {solver.NUM_DECAYS} evenly spaced steps"
+    if solver.STEPS:  # WarmupMultiStepLR, a LazyConfig's schedule with milestones
+        return f"{name} with steps {tuple(solver.STEPS)}"
+    return name
 
 
 def _agvm_parts(optimizer, agvm) -> Optional[str]:
@@ -775,14 +813,8 @@ def _describe_agvm(cfg, batch: BatchPlan, parts: Optional[str]) -> str:
         halves = f"processes {_span(0, h - 1)} vs {_span(h, w - 1)}"
     if parts is None:
         parts = ", ".join(dict.fromkeys(name for name, _ in agvm.GROUPS))
-    clip = (
-        f"; gradient norm clipped to {agvm.CLIP_MAX_NORM:g} from {agvm.CLIP_ITERS[0]} steps "
-        f"before to {agvm.CLIP_ITERS[1]} after the end of warmup"
-        if agvm.CLIP_MAX_NORM > 0
-        else ""
-    )
     return (
         f"AGVM: parts {parts} aligned with {agvm.REFERENCE}; phi every {agvm.PERIOD} steps from "
         f"iteration {agvm_start_iter(cfg)} on {halves}; clamp {tuple(agvm.CLAMP)}, "
-        f"momentum {agvm.MOMENTUM:g}{clip}"
+        f"momentum {agvm.MOMENTUM:g}"
     )

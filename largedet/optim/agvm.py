@@ -148,14 +148,12 @@ class AGVM:
             before it (usually the end of the LR warmup).
         clamp: ``(lo, hi)`` with ``0 < lo <= 1 <= hi``, bounds of ``phi_ref / phi``.
         momentum: ``m`` of the moving average of ``mu``, in [0, 1).
-        clip_max_norm: when > 0, the total gradient L2 norm (all parameters) is clipped to
-            it at the iterations in ``[clip_iters[0], clip_iters[1])``, the window around the
-            end of warmup where the LR peaks and ``mu`` starts to move.
-        clip_iters: ``(first, end)`` iterations of that window.
 
     Use per optimizer step: when :meth:`estimates_at` (iteration) is true, hand the two
-    estimates to :meth:`update`; then clip the gradient's total norm to :meth:`clip_norm_at`
-    (iteration) where it is not None, and ``with agvm.modulated_lr(): optimizer.step()``.
+    estimates to :meth:`update`; then ``with agvm.modulated_lr(): optimizer.step()``. The
+    gradient clipping of AGVM's recipe around the end of warm-up (``SOLVER.AGVM.CLIP_*``) is
+    the run plan's, applied by the training loop with any other clip
+    (:func:`largedet.solver.plan.clip_rules`).
     """
 
     def __init__(
@@ -167,8 +165,6 @@ class AGVM:
         start_iter: int = 0,
         clamp: Tuple[float, float] = (0.5, 10.0),
         momentum: float = 0.97,
-        clip_max_norm: float = 0.0,
-        clip_iters: Tuple[int, int] = (0, 0),
     ):
         if period < 1 or start_iter < 0:
             raise ValueError(
@@ -179,8 +175,6 @@ class AGVM:
             raise ValueError(f"AGVM clamp must satisfy 0 < lo <= 1 <= hi, got {tuple(clamp)}")
         if not 0 <= momentum < 1:
             raise ValueError(f"AGVM momentum must be in [0, 1), got {momentum}")
-        if clip_max_norm < 0:
-            raise ValueError(f"AGVM clip_max_norm must be >= 0 (0: off), got {clip_max_norm}")
         unnamed = [i for i, g in enumerate(optimizer.param_groups) if PART_KEY not in g]
         if unnamed:
             raise ValueError(
@@ -197,8 +191,6 @@ class AGVM:
         self.start_iter = start_iter
         self.clamp = (float(lo), float(hi))
         self.momentum = momentum
-        self.clip_max_norm = clip_max_norm
-        self.clip_iters = tuple(clip_iters)
         self.mu: Dict[str, float] = {name: 1.0 for name in self.parts}
         self.phi: Dict[str, float] = {}  # the last estimate
         self.num_estimates = 0
@@ -268,16 +260,6 @@ class AGVM:
             if math.isfinite(mu_hat):
                 self.mu[name] = self.momentum * self.mu[name] + (1.0 - self.momentum) * mu_hat
         self.num_estimates += 1
-
-    def clips_at(self, iteration: int) -> bool:
-        first, end = self.clip_iters
-        return self.clip_max_norm > 0 and first <= iteration < end
-
-    def clip_norm_at(self, iteration: int) -> Optional[float]:
-        """The total gradient norm to clip to at ``iteration`` (``clip_max_norm`` inside the
-        clip window, None outside). The training loop clips, once per step with any other
-        clip of the step, on the device (:class:`largedet.engine.train_loop.AccumulationTrainer`)."""
-        return self.clip_max_norm if self.clips_at(iteration) else None
 
     @contextlib.contextmanager
     def modulated_lr(self) -> Iterator[None]:

@@ -12,11 +12,13 @@ from .build import (
     optimizer_param_groups,
 )
 from .lr_scheduler import LRScaling, build_lr_scheduler, lr_scaling, with_scaled_lr
+from .plan import RunPlan, run_plan
 
 __all__ = [
     "NORM_MODULE_TYPES",
     "OPTIMIZER_REGISTRY",
     "LRScaling",
+    "RunPlan",
     "agvm_start_iter",
     "build_agvm",
     "build_lr_scheduler",
@@ -26,5 +28,6 @@ __all__ = [
     "lr_scaling",
     "model_parts",
     "optimizer_param_groups",
+    "run_plan",
     "with_scaled_lr",
 ]

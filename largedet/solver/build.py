@@ -11,8 +11,9 @@ are "SGD", "AdamW", "LAMB", "PMD_LAMB" and "LARS". A builder is a function
     def RAdam(cfg, model):
         return torch.optim.RAdam(get_optimizer_params(cfg, model), lr=cfg.SOLVER.BASE_LR)
 
-and sets ``SOLVER.OPTIMIZER: "RAdam"``. :func:`build_optimizer` then adds Detectron2's
-gradient clipping (``SOLVER.CLIP_GRADIENTS``) around whichever optimizer was built.
+and sets ``SOLVER.OPTIMIZER: "RAdam"``. Under largedet's trainer the gradients are clipped
+by the training loop (``SOLVER.CLIP_GRADIENTS`` too, :mod:`largedet.solver.plan`); for a
+Detectron2 trainer :func:`build_optimizer` adds Detectron2's clipping wrapper.
 
 With ``SOLVER.AGVM.ENABLED`` the parameter groups of :func:`get_optimizer_params` are
 also split by model part (:func:`model_parts`, ``SOLVER.AGVM.GROUPS``), each group naming
@@ -224,20 +225,22 @@ def log_param_groups(name: str, optimizer: torch.optim.Optimizer) -> None:
 def build_optimizer(
     cfg: CfgNode, model: torch.nn.Module, *, accumulates: bool = False
 ) -> torch.optim.Optimizer:
-    """The optimizer named by ``cfg.SOLVER.OPTIMIZER``, with Detectron2's gradient clipping
-    (``cfg.SOLVER.CLIP_GRADIENTS``) when enabled.
+    """The optimizer named by ``cfg.SOLVER.OPTIMIZER``.
 
-    ``accumulates``: the caller's trainer splits each step into ``SOLVER.IMS_PER_DEVICE``
-    micro-batches (largedet's :class:`~largedet.engine.Trainer` passes True). Otherwise,
-    where ``SOLVER.IMS_PER_DEVICE`` asks for a per-device batch other than
-    ``IMS_PER_BATCH / world size`` (what a Detectron2 ``DefaultTrainer`` loads per step),
-    one warning says that the key is not applied."""
+    ``accumulates``: the caller's trainer is largedet's training loop
+    (:class:`~largedet.engine.Trainer` passes True), which splits each step into
+    ``SOLVER.IMS_PER_DEVICE`` micro-batches and clips the gradients as the run plan says
+    (``SOLVER.CLIP_GRADIENTS`` among them): the optimizer is returned as built. Otherwise (a
+    Detectron2 trainer) Detectron2's gradient clipping wraps it when
+    ``SOLVER.CLIP_GRADIENTS.ENABLED``, and where ``SOLVER.IMS_PER_DEVICE`` asks for a
+    per-device batch other than ``IMS_PER_BATCH / world size`` (what a Detectron2
+    ``DefaultTrainer`` loads per step), one warning says that the key is not applied."""
     if not accumulates:
         _warn_unapplied_ims_per_device(cfg)
     name = cfg.SOLVER.OPTIMIZER
     optimizer = OPTIMIZER_REGISTRY.get(name)(cfg, model)
     log_param_groups(name, optimizer)
-    return maybe_add_gradient_clipping(cfg, optimizer)
+    return optimizer if accumulates else maybe_add_gradient_clipping(cfg, optimizer)
 
 
 def _warn_unapplied_ims_per_device(cfg: CfgNode) -> None:
@@ -268,22 +271,13 @@ def build_agvm(cfg: CfgNode, optimizer: torch.optim.Optimizer) -> Optional[optim
     agvm = cfg.SOLVER.AGVM
     if not agvm.ENABLED:
         return None
-    start = agvm_start_iter(cfg)
-    if start < 0:
-        raise ValueError(f"SOLVER.AGVM.START_ITER must be >= 0 or -1 (warmup end), got {start}")
-    before, after = agvm.CLIP_ITERS
-    if before < 0 or after < 0:
-        raise ValueError(f"SOLVER.AGVM.CLIP_ITERS must be two integers >= 0, got {agvm.CLIP_ITERS}")
-    warmup = cfg.SOLVER.WARMUP_ITERS
-    return optim.AGVM(
+    return optim.AGVM(  # the values: their declared rules, checked before
         optimizer,
         reference=agvm.REFERENCE,
         period=agvm.PERIOD,
-        start_iter=start,
+        start_iter=agvm_start_iter(cfg),
         clamp=tuple(agvm.CLAMP),
         momentum=agvm.MOMENTUM,
-        clip_max_norm=agvm.CLIP_MAX_NORM,
-        clip_iters=(max(warmup - before, 0), warmup + after),
     )
 
 

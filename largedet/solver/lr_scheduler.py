@@ -9,8 +9,10 @@ reference LR known to work (``SOLVER.LSR``), and training starts with a warmup f
 Who computes and who writes the LR, once each:
 
 - :func:`lr_scaling` computes the peak LR from the config (``SOLVER.BASE_LR``, or with
-  ``SOLVER.LSR.ENABLED`` the rule's LR, which replaces it); the trainer calls it once and
-  hands the result (:class:`LRScaling`) to what needs it;
+  ``SOLVER.LSR.ENABLED`` the rule's LR, which replaces it); the run plan
+  (:func:`largedet.solver.plan.run_plan`) calls it once and carries the result
+  (:class:`LRScaling`) to what needs it: the optimizer's builder, the schedule, the log
+  block and the run summary;
 - :func:`with_scaled_lr` is the one place that writes it into a config: the transient copy
   that the optimizer registry's builders read (their contract is Detectron2's, ``(cfg,
   model)`` reading ``SOLVER.BASE_LR``); the parameter groups get it (biases times
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import torch
 from detectron2.config import CfgNode
@@ -54,6 +56,9 @@ __all__ = [
     "scaled_lr",
     "with_scaled_lr",
 ]
+
+if TYPE_CHECKING:  # the plan imports this module
+    from .plan import RunPlan
 
 logger = logging.getLogger(__name__)
 
@@ -94,18 +99,14 @@ class LRScaling:
 
 
 def lr_scaling(cfg: CfgNode) -> LRScaling:
-    """The peak LR that ``cfg`` asks for: ``SOLVER.BASE_LR``, or the LSR's when enabled."""
+    """The peak LR that ``cfg`` asks for: ``SOLVER.BASE_LR``, or the LSR's when enabled.
+    The values of ``SOLVER.LSR`` are checked where every key's are, against their declared
+    rules (:func:`largedet.config.validate.check_values`, before launch and when a trainer
+    is built)."""
     solver = cfg.SOLVER
     if not solver.LSR.ENABLED:
         return LRScaling(lr=float(solver.BASE_LR), rule="none", global_batch=solver.IMS_PER_BATCH)
     lsr = solver.LSR
-    if lsr.RULE not in LSR_RULES:
-        raise ValueError(f"SOLVER.LSR.RULE must be one of {sorted(LSR_RULES)}, got {lsr.RULE!r}")
-    if lsr.REFERENCE_BATCH < 1 or lsr.REFERENCE_LR <= 0:
-        raise ValueError(
-            "SOLVER.LSR needs REFERENCE_BATCH >= 1 and REFERENCE_LR > 0, got "
-            f"{lsr.REFERENCE_BATCH} and {lsr.REFERENCE_LR}"
-        )
     return LRScaling(
         lr=scaled_lr(lsr.REFERENCE_LR, lsr.REFERENCE_BATCH, solver.IMS_PER_BATCH, lsr.RULE),
         rule=lsr.RULE,
@@ -115,8 +116,9 @@ def lr_scaling(cfg: CfgNode) -> LRScaling:
     )
 
 
-def with_scaled_lr(cfg: CfgNode) -> CfgNode:
-    """A copy of ``cfg`` whose ``SOLVER.BASE_LR`` is the peak LR of :func:`lr_scaling`.
+def with_scaled_lr(cfg: CfgNode, scaling: Optional[LRScaling] = None) -> CfgNode:
+    """A copy of ``cfg`` whose ``SOLVER.BASE_LR`` is the peak LR ``scaling`` (the run plan's;
+    default :func:`lr_scaling` of ``cfg``).
 
     For the builders that read ``SOLVER.BASE_LR`` (``largedet.solver.build_optimizer``,
     Detectron2's LR schedules); the copy is handed to them and not kept. Returns ``cfg``
@@ -126,7 +128,7 @@ def with_scaled_lr(cfg: CfgNode) -> CfgNode:
         return cfg
     scaled = cfg.clone()
     scaled.defrost()
-    scaled.SOLVER.BASE_LR = lr_scaling(cfg).lr
+    scaled.SOLVER.BASE_LR = (scaling or lr_scaling(cfg)).lr
     scaled.freeze()
     return scaled
 
@@ -159,9 +161,7 @@ def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler
             base_value=1.0, gamma=solver.GAMMA, num_decays=solver.NUM_DECAYS, num_updates=max_iter
         )
     elif name == "WarmupStableDecayLR":
-        start = solver.WSD.DECAY_START
-        if not 0.0 < start < 1.0:
-            raise ValueError(f"SOLVER.WSD.DECAY_START must be in (0, 1), got {start}")
+        start = solver.WSD.DECAY_START  # in (0, 1): its declared rule
         shape = CompositeParamScheduler(
             [ConstantParamScheduler(1.0), LinearParamScheduler(1.0, end_value)],
             lengths=[start, 1.0 - start],
@@ -180,20 +180,21 @@ def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler
 
 class ImageClockLRMultiplier(LRMultiplier):
     """Detectron2's ``LRMultiplier`` for a run whose global batch changes (a batch ramp,
-    :class:`~largedet.solver.batch.BatchSchedule`): at optimizer step t the LR is each
-    group's peak LR x the schedule's multiplier at the run's progress in images
-    (``images_before(t) / total_images``) x ``batch_factor(batch_at(t))``, the scaling
-    rule's ratio to the full batch. ``last_epoch`` counts optimizer steps, as before."""
+    :class:`~largedet.solver.batch.BatchSchedule`, in the run plan ``plan``): at optimizer
+    step t the LR is each group's peak LR x the schedule's multiplier at the run's progress
+    in images (``images_before(t) / total_images``) x the scaling rule's ratio of step t's
+    batch to the full batch (:meth:`~largedet.solver.plan.RunPlan.lr_factor`).
+    ``last_epoch`` counts optimizer steps, as before."""
 
-    def __init__(self, optimizer, multiplier: ParamScheduler, schedule, batch_factor, last_iter: int = -1):
-        self._schedule = schedule
-        self._batch_factor = batch_factor
-        super().__init__(optimizer, multiplier, schedule.total_steps, last_iter)
+    def __init__(self, optimizer, multiplier: ParamScheduler, plan: "RunPlan", last_iter: int = -1):
+        self._plan = plan
+        super().__init__(optimizer, multiplier, plan.total_steps, last_iter)
 
     def factor(self, step: int) -> float:
         """What step ``step`` multiplies the peak LR by."""
-        where = min(self._schedule.images_before(step) / self._schedule.total_images, 1.0)
-        return self._multiplier(where) * self._batch_factor(self._schedule.batch_at(step))
+        schedule = self._plan.schedule
+        where = min(schedule.images_before(step) / schedule.total_images, 1.0)
+        return self._multiplier(where) * self._plan.lr_factor(schedule.batch_at(step))
 
     def get_lr(self) -> List[float]:
         factor = self.factor(self.last_epoch)
@@ -214,26 +215,23 @@ def build_lr_scheduler(
     cfg: CfgNode,
     optimizer: torch.optim.Optimizer,
     max_iter: int | None = None,
-    schedule=None,
+    plan: "RunPlan | None" = None,
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """The warm-up + schedule (:func:`lr_multiplier`) around the peak LR, as one Detectron2
     ``LRMultiplier`` over ``max_iter`` optimizer steps (default ``SOLVER.MAX_ITER``; the
     trainer gives its run length, :meth:`largedet.engine.Trainer.run_length`).
 
     It multiplies each parameter group's initial LR (which the optimizer got from
-    :func:`with_scaled_lr`) by the schedule at each step; ``SOLVER.BASE_LR_END`` is relative to the peak LR, which
-    it reads from :func:`lr_scaling` (it writes no config).
-    ``SOLVER.WARMUP_ITERS`` and ``SOLVER.STEPS`` are steps whatever the length. With a ``schedule``
-    (:class:`~largedet.solver.batch.BatchSchedule`) that ramps the batch, an
-    :class:`ImageClockLRMultiplier`: the schedule over ``SOLVER.MAX_ITER`` steps of the
-    full batch followed in images, times ``SOLVER.LSR.RULE``'s factor at each step's batch.
+    :func:`with_scaled_lr`) by the schedule at each step; ``SOLVER.BASE_LR_END`` is relative
+    to the peak LR, the run plan's (``plan``; without one, :func:`lr_scaling` of ``cfg``).
+    ``SOLVER.WARMUP_ITERS`` and ``SOLVER.STEPS`` are steps whatever the length. With a
+    ``plan`` whose batch ramps, an :class:`ImageClockLRMultiplier`: the schedule over
+    ``SOLVER.MAX_ITER`` steps of the full batch followed in images, times
+    ``SOLVER.LSR.RULE``'s factor at each step's batch.
     """
-    peak_lr = lr_scaling(cfg).lr
-    if schedule is not None and schedule.ramped:
-        rule, full = cfg.SOLVER.LSR.RULE, schedule.full_batch
+    peak_lr = (plan.lr if plan is not None else lr_scaling(cfg)).lr
+    if plan is not None and plan.schedule.ramped:
         multiplier = lr_multiplier(cfg, cfg.SOLVER.MAX_ITER, peak_lr)
-        return ImageClockLRMultiplier(
-            optimizer, multiplier, schedule, lambda b: scaled_lr(1.0, full, b, rule)
-        )
+        return ImageClockLRMultiplier(optimizer, multiplier, plan)
     max_iter = cfg.SOLVER.MAX_ITER if max_iter is None else max_iter
     return LRMultiplier(optimizer, multiplier=lr_multiplier(cfg, max_iter, peak_lr), max_iter=max_iter)

@@ -12,7 +12,7 @@ from largedet.config import add_largedet_config, amp_dtype
 from largedet.config import device as device_module
 from largedet.config.device import native_precision
 from largedet.engine import Trainer, check_args, describe_run, largedet_argument_parser, setup_cfg
-from largedet.solver import lr_scaling
+from largedet.solver import run_plan
 from largedet.solver.batch import BatchPlan
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -59,8 +59,7 @@ def test_native_only_autocasts_where_the_cpu_has_the_dtype(monkeypatch, flags, e
     cfg = amp_cfg(native_only=True)
     assert amp_dtype(cfg) is expected
     assert Trainer.amp_dtype(cfg) is expected  # what the trainer's loop autocasts to
-    plan = BatchPlan(8, 1, 8, 1)
-    block = describe_run(cfg, lr_scaling(cfg), plan, "SGD")
+    block = describe_run(cfg, run_plan(cfg, 1), "SGD")
     if expected is None:
         assert "full precision: cpu has no native bfloat16 (SOLVER.AMP.NATIVE_ONLY)" in block
     else:

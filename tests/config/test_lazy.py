@@ -19,9 +19,8 @@ from largedet.config import DeviceUnavailableError, add_largedet_config
 from largedet.config.lazy import TRAIN_KEYS, run_config, train_defaults
 from largedet.engine import Trainer, describe_run
 from largedet.engine.lazy import LazyTrainer, build_lazy_lr_scheduler, build_lazy_optimizer
-from largedet.solver.batch import batch_plan
 from largedet.optim import PART_KEY
-from largedet.solver import build_lr_scheduler, build_optimizer, lr_scaling, with_scaled_lr
+from largedet.solver import build_lr_scheduler, build_optimizer, run_plan, with_scaled_lr
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "shapes")
 LAZY = os.path.join(CONFIGS, "lazy", "faster_rcnn_R18_FPN_pmdlamb_bs1024.py")
@@ -94,8 +93,8 @@ def test_lazy_example_describes_the_same_run_as_its_yaml_twin():
     assert (run.DATASETS.TRAIN, run.DATASETS.TEST) == (yacs.DATASETS.TRAIN, yacs.DATASETS.TEST)
     # the same start-of-run block on 8 devices (K = 1024 / (8 x 16) = 8), up to the name of
     # the schedule
-    lazy_block = describe_run(run, lr_scaling(run), batch_plan(run, 8), "PMDLAMB", 1500)
-    yaml_block = describe_run(yacs, lr_scaling(yacs), batch_plan(yacs, 8), "PMDLAMB", 1500)
+    lazy_block = describe_run(run, run_plan(run, 8, 1500), "PMDLAMB")
+    yaml_block = describe_run(yacs, run_plan(yacs, 8, 1500), "PMDLAMB")
     assert lazy_block == yaml_block.replace("WarmupMultiStepLR", "MultiStepParamScheduler")
     assert "(SOLVER.OPTIMIZER PMD_LAMB)" in lazy_block  # the registered name, not the class's
     assert "8 accumulation step(s)" in lazy_block and "LR 0.04 = sqrt scaling rule" in lazy_block

@@ -20,8 +20,7 @@ from detectron2.solver import LRMultiplier
 from largedet.config.lazy import IGNORED_DETECTRON2_KEYS, ignored_keys, run_config, setup_lazy_config
 from largedet.engine import describe_run
 from largedet.engine.lazy import LazyTrainer, build_lazy_lr_scheduler
-from largedet.solver import lr_scaling
-from largedet.solver.batch import batch_plan
+from largedet.solver import run_plan
 
 MASK_RCNN = "COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.py"
 
@@ -49,7 +48,7 @@ def test_a_detectron2_model_zoo_config_is_read_as_detectron2_means_it():
     assert (solver.CHECKPOINT_PERIOD, run.TEST.EVAL_PERIOD, run.LOG_PERIOD) == (5000, 5000, 20)
     assert (run.DATASETS.TRAIN, run.DATASETS.TEST) == (("coco_2017_train",), ("coco_2017_val",))
     assert run.DATALOADER.NUM_WORKERS == 4 and run.OUTPUT_DIR == "./output"
-    block = describe_run(run, lr_scaling(run), batch_plan(run, 8), "SGD", None)
+    block = describe_run(run, run_plan(run, 8), "SGD")
     assert "global batch 16" in block and "linear warmup over 1000 iterations" in block
 
 

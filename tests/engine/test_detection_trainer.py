@@ -6,7 +6,7 @@ import os
 
 import pytest
 import torch
-from engine_testing import StopAt, tiny_cfg, weights
+from engine_testing import straight_and_killed, tiny_cfg, weights
 
 import largedet  # noqa: F401
 from detectron2.config import get_cfg
@@ -91,7 +91,7 @@ def test_lsr_and_warmup_reach_the_optimizer_through_the_lr_hook(tiny_shapes, tmp
         "world size 1; global batch 8 (SOLVER.IMS_PER_BATCH); 2 image(s) per device per pass; "
         "4 accumulation step(s)",
         "LR 0.04 = linear scaling rule: reference LR 0.01 at batch 2 x 8 / 2",
-        "linear warmup over 2 iterations from 0.5 x LR = 0.02",
+        "linear warmup over 2 iterations (16 images) from 0.5 x LR = 0.02",
         "5 iterations x 8 = 40 images = 1.67 epochs of 24 images",
         "optimizer SGD",
     ):
@@ -123,23 +123,9 @@ def test_resume_after_a_kill_reaches_the_same_weights(tiny_shapes, tmp_path):
         "SOLVER.WARMUP_ITERS", 2, "SOLVER.STEPS", "(3,)", "SOLVER.CHECKPOINT_PERIOD", 2,
         "RESEED_EVERY_ITER", True,
     ]  # fmt: skip
-    seed_all_rng(0)
-    straight = Trainer(shapes_rcnn_cfg(tmp_path / "straight", *opts))
-    straight.resume_or_load(resume=False)
-    straight.train()
-
-    out = tmp_path / "killed"
-    seed_all_rng(0)
-    first = Trainer(shapes_rcnn_cfg(out, *opts))
-    first.register_hooks([StopAt(3)])
-    first.resume_or_load(resume=False)
-    with pytest.raises(KeyboardInterrupt):
-        first.train()
-    assert (out / "last_checkpoint").read_text() == "model_0000001.pth"
-
-    seed_all_rng(1)  # a different process state: everything must come from the checkpoint
-    resumed = Trainer(shapes_rcnn_cfg(out, *opts))
-    resumed.resume_or_load(resume=True)
+    straight, resumed, _ = straight_and_killed(
+        lambda out: shapes_rcnn_cfg(out, *opts), tmp_path, stop_at=3, last_checkpoint="model_0000001.pth"
+    )
     assert resumed.start_iter == 2 and resumed.data_position == 2 * 4
     assert resumed.data_seed == straight.data_seed
     resumed.train()

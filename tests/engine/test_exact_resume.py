@@ -10,7 +10,7 @@ import torch
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.structures import BoxMode
 from detectron2.utils.env import seed_all_rng
-from engine_testing import NUM_CLASSES, StopAt, tiny_cfg, weights
+from engine_testing import NUM_CLASSES, straight_and_killed, tiny_cfg, weights
 from PIL import Image
 
 from largedet.engine import Trainer
@@ -124,24 +124,9 @@ def test_resume_with_workers_and_grouping_is_bit_exact(mixed_aspect, tmp_path):
     # checkpoint after step 2 is the last) and resumed.
     opts = ["SOLVER.IMS_PER_BATCH", 4, "SOLVER.IMS_PER_DEVICE", 2, "SOLVER.MAX_ITER", 6,
             "SOLVER.CHECKPOINT_PERIOD", 3]  # fmt: skip
-    seed_all_rng(0)
-    straight = Trainer(_cfg(tmp_path / "straight", *opts))
-    initial = weights(straight.model)
-    straight.resume_or_load(resume=False)
-    straight.train()
-
-    out = tmp_path / "killed"
-    seed_all_rng(0)
-    first = Trainer(_cfg(out, *opts))
-    first.register_hooks([StopAt(3)])
-    first.resume_or_load(resume=False)
-    with pytest.raises(KeyboardInterrupt):
-        first.train()
-    assert (out / "last_checkpoint").read_text() == "model_0000002.pth"
-
-    seed_all_rng(1)  # a different process state: everything must come from the checkpoint
-    resumed = Trainer(_cfg(out, *opts))
-    resumed.resume_or_load(resume=True)
+    straight, resumed, initial = straight_and_killed(
+        lambda out: _cfg(out, *opts), tmp_path, stop_at=3, last_checkpoint="model_0000002.pth"
+    )
     assert resumed.start_iter == 3 and resumed.data_position == 3 * 4
     resumed.train()
 

@@ -38,8 +38,16 @@ def test_per_step_decay_scales_with_the_batch():
     assert per_step_decay(0.9998, 1024, 16) == 0.9998**64
     assert per_step_decay(0.9, 16, 16) == 0.9
     assert per_step_decay(0.9, 1024, 0) == 0.9  # reference batch 0: the decay per step
-    with pytest.raises(ValueError, match="MODEL_EMA.DECAY"):
-        per_step_decay(1.0, 16, 16)
+    # a decay of 1 is refused once, by the key's declared rule (before launch, by the trainer)
+    from detectron2.config import get_cfg
+
+    from largedet.config import add_largedet_config
+    from largedet.config.validate import ConfigError, check_values
+
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_list(["MODEL_EMA.ENABLED", True, "MODEL_EMA.DECAY", 1.0])
+    with pytest.raises(ConfigError, match="MODEL_EMA.DECAY"):
+        check_values(cfg)
 
 
 @pytest.mark.parametrize("buffers", ["average", "copy"])

@@ -5,14 +5,13 @@ from detectron2.config import get_cfg
 
 from largedet.config import add_largedet_config
 from largedet.engine import describe_run
-from largedet.solver import lr_scaling
-from largedet.solver.batch import batch_plan
+from largedet.solver import run_plan
 
 
 def block(*opts):
     cfg = add_largedet_config(get_cfg())
     cfg.merge_from_list(["SOLVER.IMS_PER_BATCH", 16, "SOLVER.MAX_ITER", 100, *opts])
-    return describe_run(cfg, lr_scaling(cfg), batch_plan(cfg, 1), "SGD", 160)
+    return describe_run(cfg, run_plan(cfg, 1, 160), "SGD")
 
 
 def test_a_cosine_schedule_has_no_steps():

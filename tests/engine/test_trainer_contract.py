@@ -49,6 +49,19 @@ def test_builders_are_classmethods_with_detectron2s_parameters(name):
         assert all(p.default is not inspect.Parameter.empty for p in ours[len(d2):]), (cls, name)
 
 
+def test_the_trainer_is_a_trainerbase_with_defaulttrainers_interface():
+    """Not a DefaultTrainer subclass (whose __init__, loop and inner trainer it would replace),
+    but every public name of DefaultTrainer's is there, except its worker auto-scaling (the
+    run plan's K keeps the global batch on any number of devices instead)."""
+    from detectron2.engine import TrainerBase
+
+    public = {n for n in vars(DefaultTrainer) if not n.startswith("_")} - {"auto_scale_workers"}
+    for cls in trainer_classes():
+        assert issubclass(cls, TrainerBase) and not issubclass(cls, DefaultTrainer), cls
+        assert all(hasattr(cls, n) for n in public), (cls, sorted(n for n in public if not hasattr(cls, n)))
+    assert {"model", "optimizer", "data_loader"} <= public
+
+
 def test_build_lr_scheduler_called_as_detectron2_does_is_the_configs_schedule(tmp_path):
     # no warm-up, cosine over SOLVER.MAX_ITER = 10 steps from 0.1: 0.1 (1 + cos(pi i / 10)) / 2
     cfg = tiny_cfg(
@@ -66,10 +79,10 @@ def test_build_lr_scheduler_called_as_detectron2_does_is_the_configs_schedule(tm
     assert lrs == pytest.approx([0.1 * (1 + math.cos(math.pi * i / 10)) / 2 for i in range(10)], rel=1e-12)
 
 
-def test_build_lr_scheduler_of_a_batch_ramp_needs_the_runs_schedule(tmp_path):
+def test_build_lr_scheduler_of_a_batch_ramp_needs_the_run_plan(tmp_path):
     cfg = tiny_cfg(str(tmp_path), "SOLVER.BATCH_RAMP.BATCHES", (2,), "SOLVER.BATCH_RAMP.EPOCHS", (1.0,))
     optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="SOLVER.BATCH_RAMP: build_lr_scheduler needs the run's batch schedule"):
+    with pytest.raises(ValueError, match="SOLVER.BATCH_RAMP: build_lr_scheduler needs the run plan"):
         Trainer.build_lr_scheduler(cfg, optimizer)
 
 
@@ -82,11 +95,13 @@ def test_lazy_trainer_of_a_config_and_without_one():
 
 
 def test_the_trainer_computes_the_peak_lr_once_and_the_optimizer_and_schedule_hold_it(tiny_shapes, tmp_path, monkeypatch):
-    from largedet.engine import trainer as trainer_module
+    from largedet.solver import lr_scheduler, plan
 
+    # every module that could compute it: the run plan does, once; the builders read it
     calls = []
-    real = trainer_module.lr_scaling
-    monkeypatch.setattr(trainer_module, "lr_scaling", lambda cfg: calls.append(1) or real(cfg))
+    real = lr_scheduler.lr_scaling
+    for module in (lr_scheduler, plan):
+        monkeypatch.setattr(module, "lr_scaling", lambda cfg: calls.append(1) or real(cfg))
     cfg = tiny_cfg(
         str(tmp_path), "SOLVER.LSR.ENABLED", True, "SOLVER.LSR.RULE", "sqrt",
         "SOLVER.LSR.REFERENCE_BATCH", 1, "SOLVER.LSR.REFERENCE_LR", 0.01,

@@ -18,7 +18,8 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from largedet.evaluation.coco import coco_eval_impl, evaluate_coco_results, synthetic_coco_instances
+from largedet.evaluation.coco import coco_eval_impl, evaluate_coco_results
+from synthetic_coco import synthetic_coco_instances
 from largedet.evaluation.coco_evaluation import COCOEvaluator
 
 TOOL = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "coco_eval.py")

@@ -178,13 +178,6 @@ def test_modulated_lr_multiplies_each_part_and_restores_the_schedulers_lr():
     assert [g["lr"] for g in optimizer.param_groups] == [0.1, 0.05, 0.1]
 
 
-def test_clipping_only_inside_the_window():
-    model, optimizer = two_part_optimizer()
-    agvm = AGVM(optimizer, clip_max_norm=1.0, clip_iters=(4, 6))
-    assert [agvm.clip_norm_at(i) for i in range(3, 7)] == [None, 1.0, 1.0, None]
-    assert AGVM(optimizer, clip_iters=(4, 6)).clip_norm_at(4) is None  # clip_max_norm 0: off
-
-
 class _Linear(nn.Module):
     """conv + head as in two_part_optimizer; the loss is linear in the weights, so its
     gradient is the batch itself, large enough to be clipped."""
@@ -197,13 +190,25 @@ class _Linear(nn.Module):
         return {"loss": sum((p * data).sum() for p in self.parameters())}
 
 
-@pytest.mark.parametrize("warmup_clip, expected", [(None, 1.0), (0.25, 0.25), (4.0, 1.0)])
+@pytest.mark.parametrize("warmup_clip, expected", [(0.0, 1.0), (0.25, 0.25), (4.0, 1.0)])
 def test_the_loop_clips_once_to_the_smaller_of_agvm_and_warmup_clip(warmup_clip, expected):
-    """Inside AGVM's window the step's gradient is clipped once, on the device, to the
-    smaller of AGVM's norm and SOLVER.WARMUP_CLIP's; outside it to WARMUP_CLIP's alone."""
+    """Inside AGVM's window (step 1) the step's gradient is clipped once, on the device, to
+    the smaller of AGVM's norm and SOLVER.WARMUP_CLIP's; outside it (step 0) to
+    WARMUP_CLIP's alone: the run plan's bound of each step."""
+    from detectron2.config import get_cfg
     from detectron2.utils.events import EventStorage
 
-    from largedet.engine.train_loop import AccumulationTrainer
+    from largedet.config import add_largedet_config
+    from largedet.engine.train_loop import AccumulationTrainer, StepPlan
+    from largedet.solver import run_plan
+
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_list([
+        "SOLVER.IMS_PER_BATCH", 4, "SOLVER.IMS_PER_DEVICE", 2, "SOLVER.WARMUP_ITERS", 1,
+        "SOLVER.AGVM.ENABLED", True, "SOLVER.AGVM.CLIP_MAX_NORM", 1.0, "SOLVER.AGVM.CLIP_ITERS", (0, 1),
+        "SOLVER.WARMUP_CLIP.MAX_NORM", warmup_clip, "SOLVER.WARMUP_CLIP.ITERS", (1, 1),
+    ])  # fmt: skip
+    plan = run_plan(cfg, 1)
 
     model = _Linear()
     groups = [
@@ -212,18 +217,17 @@ def test_the_loop_clips_once_to_the_smaller_of_agvm_and_warmup_clip(warmup_clip,
         {"params": list(model.head.parameters()), PART_KEY: "head"},
     ]
     optimizer = torch.optim.SGD(groups, lr=0.0)  # the weights stay: only the gradient counts
-    agvm = AGVM(optimizer, period=1000, start_iter=1000, clip_max_norm=1.0, clip_iters=(1, 2))
+    agvm = AGVM(optimizer, period=1000, start_iter=1000)
     data = iter([torch.tensor(3.0, dtype=torch.float64)] * 8)
     trainer = AccumulationTrainer(model, data, optimizer, 2, agvm=agvm)
-    trainer.clip_max_norm = warmup_clip
     norms = []
     with EventStorage(0) as storage:
         for it in range(2):
-            trainer.iter = storage.iter = it
-            trainer.run_step()
+            storage.iter = it
+            trainer.run_planned_step(it, StepPlan(plan.accumulation_at(it), plan.clip_at(it)))
             norms.append(math.sqrt(sum(float(p.grad.norm() ** 2) for p in model.parameters())))
     unclipped = 3.0 * math.sqrt(sum(p.numel() for p in model.parameters()))
-    first = unclipped if warmup_clip is None else min(unclipped, warmup_clip)
+    first = min(unclipped, warmup_clip) if warmup_clip else unclipped
     assert norms[0] == pytest.approx(first)
     assert norms[1] == pytest.approx(expected, rel=1e-5)
 

@@ -8,6 +8,7 @@ from torch import nn
 from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
 from largedet.optim import AGVM, PART_KEY
+from largedet.solver.plan import ClipWindow, run_plan
 from largedet.solver import build_agvm, build_optimizer, model_parts
 
 # Detectron2's GeneralizedRCNN naming, in miniature
@@ -119,7 +120,9 @@ def test_build_agvm_reads_the_config():
     assert (agvm.period, agvm.start_iter, agvm.clamp, agvm.momentum, agvm.reference) == (
         5, 30, (0.25, 4.0), 0.9, "fpn"
     )  # fmt: skip
-    assert (agvm.clip_max_norm, agvm.clip_iters) == (2.0, (20, 50))
+    # its clip is the run plan's window: from 10 steps before to 20 after the end of warm-up
+    cfg.SOLVER.IMS_PER_DEVICE = 8  # two micro-batches per step: AGVM's two estimates
+    assert run_plan(cfg, 1).clip_windows == (ClipWindow("SOLVER.AGVM.CLIP_MAX_NORM", 2.0, 20, 50),)
     cfg.SOLVER.AGVM.START_ITER = 0
     assert build_agvm(cfg, build_optimizer(cfg, MiniRCNN())).start_iter == 0
 

@@ -10,7 +10,7 @@ from detectron2.config import get_cfg
 from largedet.config.validate import TRAINING_RULES, check_values, merge_checked
 
 from largedet_video import add_video_config
-from largedet_video.engine.validate import VIDEO_RULES
+from largedet_video.config.validate import VIDEO_RULES
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
@@ -71,7 +71,7 @@ def test_every_video_config_passes_the_value_checks():
 
 def test_torchcodec_decoder_that_cannot_decode_here_is_a_config_error(monkeypatch):
     from largedet.config.validate import ConfigError
-    from largedet_video.engine import validate
+    from largedet_video.config import validate
 
     cfg = add_video_config(get_cfg())
     merge_checked(cfg, os.path.join(CONFIG_DIR, "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml"),
@@ -90,7 +90,7 @@ def test_no_config_file_outside_the_checkout_is_a_config_error(tmp_path):
     import argparse
 
     from largedet.config.validate import ConfigError
-    from largedet_video.engine.validate import check_video_args
+    from largedet_video.config.validate import check_video_args
 
     missing = str(tmp_path / "configs" / "demo.yaml")
     args = argparse.Namespace(config_file=None, opts=[], eval_only=False, num_gpus=1,

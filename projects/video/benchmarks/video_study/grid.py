@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from largedet_study.grid import OptimizerRecipe, REFERENCE_BATCH, scaled_lr
+from largedet_study.grid import OptimizerRecipe, REFERENCE_BATCH, cell_config, cell_run_plan
 
 
 #: the checkout (projects/video/benchmarks/video_study/ -> four levels up)
@@ -179,7 +179,6 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
         )
     iterations = round(images) // cell.batch
     warmup = min(iterations // 2, max(1, round(grid.warmup_epochs * grid.num_train / cell.batch)))
-    lr = scaled_lr(recipe, cell.batch) * cell.lr_factor
     per_device = min(grid.ims_per_device, cell.batch // world)
     period = max(1, iterations // 4) if recipe.name == "PMD_LAMB" else None
     steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if cell.multigrid else None
@@ -212,23 +211,26 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
         overrides += ["SOLVER.PMD.PERIOD", str(period)]
     if cell.seed is not None:
         overrides += ["SEED", str(cell.seed)]
+    lr = cell_run_plan(grid.config, overrides, world, grid.num_train, _video_config).lr.lr
     return VideoPlan(cell, iterations, warmup, lr, period, steps, overrides)
+
+
+def _video_config():
+    from detectron2.config import get_cfg
+
+    from largedet_video.config import add_video_config
+
+    cfg = get_cfg()
+    add_video_config(cfg)
+    return cfg
 
 
 def _multigrid_steps(grid: VideoGrid, overrides: List[str], world: int) -> Tuple[int, int]:
     """(optimizer steps, steps of the first ``grid.warmup_epochs`` epochs) of the multigrid
     plan the overrides make on ``grid``'s config."""
-
-    from detectron2.config import get_cfg
-
-    from largedet_video.config import add_video_config
     from largedet_video.multigrid import build_multigrid_plan
 
-    cfg = get_cfg()
-    add_video_config(cfg)
-    cfg.merge_from_file(os.path.join(ROOT, grid.config))
-    cfg.merge_from_list(list(overrides))
-    plan = build_multigrid_plan(cfg, grid.num_train, world)
+    plan = build_multigrid_plan(cell_config(grid.config, overrides, _video_config), grid.num_train, world)
     return plan.max_iter, plan.first_step_of_epoch(math.ceil(grid.warmup_epochs))
 
 

@@ -13,7 +13,7 @@ from largedet.engine import check_and_launch, largedet_argument_parser, train_or
 
 from .defaults import setup
 from .trainer import VideoTrainer
-from .validate import check_video_args, video_output_dir
+from ..config.validate import check_video_args, video_output_dir
 
 __all__ = ["main", "run"]
 

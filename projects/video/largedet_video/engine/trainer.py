@@ -8,6 +8,7 @@ from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
+from largedet.engine.trainer import describe_warmup
 from largedet.solver.batch import batch_plan
 
 from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader
@@ -48,14 +49,8 @@ class VideoTrainer(Trainer):
         ``SOLVER``'s schedule, which multigrid replaces)."""
         if self.multigrid is None:
             return None
-        solver, lr = cfg.SOLVER, self.lr_scaling.lr
-        warmup_iters = min(solver.WARMUP_ITERS, self.multigrid.max_iter)
-        warmup = (
-            f"{solver.WARMUP_METHOD} warmup over {warmup_iters} iterations from "
-            f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * lr:g}"
-            if warmup_iters
-            else "no warmup"
-        )
+        lr = self.plan.lr.lr
+        warmup = describe_warmup(cfg, min(cfg.SOLVER.WARMUP_ITERS, self.multigrid.max_iter), lr)
         return f"{warmup}\n{self.multigrid.describe(lr)}"
 
     def run_length(self, cfg) -> int:
@@ -71,12 +66,12 @@ class VideoTrainer(Trainer):
         return build_video_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
 
     @classmethod
-    def build_lr_scheduler(cls, cfg, optimizer, schedule=None, max_iter=None):
+    def build_lr_scheduler(cls, cfg, optimizer, plan=None, max_iter=None):
         """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps."""
-        plan = cls.build_multigrid_plan(cfg)
-        if plan is None:
-            return super().build_lr_scheduler(cfg, optimizer, schedule, max_iter)
-        return build_multigrid_lr_scheduler(cfg, optimizer, plan)
+        multigrid = cls.build_multigrid_plan(cfg)
+        if multigrid is None:
+            return super().build_lr_scheduler(cfg, optimizer, plan, max_iter)
+        return build_multigrid_lr_scheduler(cfg, optimizer, multigrid)
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
@@ -88,7 +83,7 @@ class VideoTrainer(Trainer):
 
     def build_hooks(self):
         ret = super().build_hooks()
-        ret.insert(1, SkippedVideosHook(self._trainer.data_loader))
+        ret.insert(1, SkippedVideosHook(self.data_loader))
         if self.multigrid is not None:
             # Precise BN at stage ends, at the base shape, in place of Detectron2's.
             ret = [h for h in ret if not isinstance(h, hooks.PreciseBN)]

@@ -2,7 +2,7 @@
 
 largedet's checks (:mod:`largedet.config.validate`: merging, unknown keys, value types,
 the solver's values, registered datasets, the batch arithmetic) plus the video keys:
-:data:`VIDEO_RULES`, the backbone registered in ``VIDEO_BACKBONE_REGISTRY``, the frame
+:data:`VIDEO_RULES` (declared with the keys, :mod:`largedet_video.config.defaults`), the backbone registered in ``VIDEO_BACKBONE_REGISTRY``, the frame
 sampling, and the files behind the datasets (Kinetics CSVs, ``DATASETS.VIDEO_LISTS`` list
 files, present and their labels within ``MODEL.VIDEO.NUM_CLASSES``,
 ``MODEL.VIDEO.PRETRAINED``). Each error is a :class:`~largedet.config.validate.ConfigError`,
@@ -19,45 +19,23 @@ from largedet.config import DeviceUnavailableError, resolve_device
 from largedet.engine import check_engine_keys, planned_world_size
 from largedet.solver.batch import BatchPlan
 from largedet.config.safe_yaml import check_config_tags
-from largedet.config.validate import (
-    ConfigError,
-    Rule,
-    check_config,
-    check_files,
-    int_at_least,
-    merge_checked,
-    one_of,
-)
+from largedet.config.validate import ConfigError, check_config, check_files, merge_checked
 
-from ..config import add_video_config
 from ..data import FrameSampling, register_video_datasets
-from ..data.decoding import DECODERS, torchcodec_unavailable
+from ..data.decoding import torchcodec_unavailable
 from ..data.lists import is_kinetics_csv, kinetics_class_names, video_list_labels
 from ..data.moving_shapes import default_datasets_root
-from ..modeling import I3D_VARIANTS, RESNET_LAYERS, VIDEO_BACKBONE_REGISTRY
+from ..engine.defaults import DEFAULT_CONFIG
+from ..modeling import VIDEO_BACKBONE_REGISTRY
 from ..multigrid import multigrid_enabled
-from .defaults import DEFAULT_CONFIG
+from .defaults import VIDEO_KEYS, add_video_config
 
 __all__ = ["VIDEO_RULES", "check_video_args", "check_video_config", "video_output_dir"]
 
 
-#: The video keys whose values are checked before launch, for training and evaluation.
-VIDEO_RULES = (
-    Rule("MODEL.VIDEO.NUM_CLASSES", "an integer >= 1", int_at_least(1)),
-    Rule("MODEL.VIDEO.NORM", *one_of(("BN", "SyncBN"))),
-    Rule("MODEL.VIDEO.RESNET.DEPTH", *one_of(RESNET_LAYERS)),
-    Rule("MODEL.VIDEO.I3D.VARIANT", *one_of(I3D_VARIANTS)),
-    Rule("INPUT.VIDEO.NUM_FRAMES", "an integer >= 1", int_at_least(1)),
-    Rule("INPUT.VIDEO.DECODER", *one_of(DECODERS)),
-    Rule("TEST.VIDEOS_PER_BATCH", "an integer >= 1", int_at_least(1)),
-    Rule("MULTIGRID.BN_BASE_SIZE", "an integer >= 0", int_at_least(0)),
-    Rule(
-        "SOLVER.LR_SCHEDULER_NAME",
-        "'WarmupMultiStepLR' with multigrid, which rescales a step schedule",
-        lambda v: v == "WarmupMultiStepLR",
-        multigrid_enabled,
-    ),
-)
+#: The video keys whose values are checked before launch, for training and evaluation:
+#: each declared once with its key (:data:`largedet_video.config.VIDEO_KEYS`).
+VIDEO_RULES = VIDEO_KEYS.declared_rules()
 
 
 def _dataset_files(cfg: CfgNode) -> dict:

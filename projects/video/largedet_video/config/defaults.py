@@ -7,9 +7,20 @@ epochs, scaled LR) are computed and logged at start, never stored here.
 """
 
 from detectron2.config import CfgNode as CN
+from detectron2.config import get_cfg as _get_cfg
 from largedet.config import add_largedet_config
+from largedet.config.keys import KeyRegistry, Rule, declare, int_at_least, one_of
 
-__all__ = ["add_video_config"]
+from ..data.decoding import DECODERS
+from ..modeling.backbone import I3D_VARIANTS, RESNET_LAYERS
+from ..multigrid.build import multigrid_enabled
+
+__all__ = ["VIDEO_KEYS", "add_video_config"]
+
+#: The video keys' value rules (each declared with its key below, by largedet's
+#: :func:`~largedet.config.keys.declare`), checked before launch for training and evaluation;
+#: largedet's own checks never see them.
+VIDEO_KEYS = KeyRegistry()
 
 
 def add_video_config(cfg: CN) -> CN:
@@ -37,12 +48,12 @@ def _add_model_config(cfg: CN) -> None:
     # temporal shift), "TSNResNet" (the same without it), "I3DResNet" (3D baseline).
     cfg.MODEL.VIDEO.BACKBONE = "TSMResNet"
     # Number of classes K (400 for Kinetics-400).
-    cfg.MODEL.VIDEO.NUM_CLASSES = 400
+    declare(cfg, "MODEL.VIDEO.NUM_CLASSES", 400, ("an integer >= 1", int_at_least(1)), registry=VIDEO_KEYS)
     # Dropout probability before the classifier; 0 disables it.
     cfg.MODEL.VIDEO.DROPOUT = 0.5
     # Batch norm of the backbone: "BN" (per device) or "SyncBN" (statistics over
     # all devices: nn.SyncBatchNorm on GPUs, Detectron2's NaiveSyncBatchNorm on the CPU).
-    cfg.MODEL.VIDEO.NORM = "BN"
+    declare(cfg, "MODEL.VIDEO.NORM", "BN", one_of(("BN", "SyncBN")), registry=VIDEO_KEYS)
     # Local path of a torchvision-format ImageNet ResNet state dict to start the
     # backbone from ("" = random init). 2D kernels are inflated for I3D. Never
     # downloaded. (MODEL.WEIGHTS is a whole-model checkpoint, loaded after this.)
@@ -50,7 +61,7 @@ def _add_model_config(cfg: CN) -> None:
 
     cfg.MODEL.VIDEO.RESNET = CN()
     # ResNet depth: 10, 18, 34, 50, 101 or 152 (I3D: 50, 101 or 152).
-    cfg.MODEL.VIDEO.RESNET.DEPTH = 50
+    declare(cfg, "MODEL.VIDEO.RESNET.DEPTH", 50, one_of(RESNET_LAYERS), registry=VIDEO_KEYS)
     # Channels of the stem and first stage (64 in ResNet; smaller for tiny models).
     cfg.MODEL.VIDEO.RESNET.WIDTH = 64
     # Start every residual block as the identity (last BN's gamma = 0).
@@ -67,7 +78,7 @@ def _add_model_config(cfg: CN) -> None:
     cfg.MODEL.VIDEO.I3D = CN()
     # I3D variant: "3x3x3" (inflated 3x3 convs, temporal pooling) or "3x1x1"
     # (3x1x1 convs in res4-res5, no temporal pooling).
-    cfg.MODEL.VIDEO.I3D.VARIANT = "3x3x3"
+    declare(cfg, "MODEL.VIDEO.I3D.VARIANT", "3x3x3", one_of(I3D_VARIANTS), registry=VIDEO_KEYS)
 
 
 def _add_input_config(cfg: CN) -> None:
@@ -76,7 +87,7 @@ def _add_input_config(cfg: CN) -> None:
 
     cfg.INPUT.VIDEO = CN()
     # Frames per clip, T (TSM's segments).
-    cfg.INPUT.VIDEO.NUM_FRAMES = 8
+    declare(cfg, "INPUT.VIDEO.NUM_FRAMES", 8, ("an integer >= 1", int_at_least(1)), registry=VIDEO_KEYS)
     # Frame sampling: "segment" (TSN: the video cut into T equal segments, one
     # frame from each, random in training, centred at test) or "dense" (T frames
     # DENSE_STRIDE apart from a random start in training, evenly spread starts at test).
@@ -108,7 +119,7 @@ def _add_input_config(cfg: CN) -> None:
     # workers). All give the same frames for the same indices (frame-exact) and
     # skip corrupt files alike. torchcodec needs `pip install torchcodec` and
     # FFmpeg 4-9's shared libraries. Folders of JPEG frames need no decoder.
-    cfg.INPUT.VIDEO.DECODER = "pyav"
+    declare(cfg, "INPUT.VIDEO.DECODER", "pyav", one_of(DECODERS), registry=VIDEO_KEYS)
 
 
 def _add_data_config(cfg: CN) -> None:
@@ -173,7 +184,7 @@ def _add_runtime_config(cfg: CN) -> None:
 def _add_test_config(cfg: CN) -> None:
     # Videos per device in one test batch (each with TEST_NUM_CLIPS x
     # TEST_NUM_CROPS views).
-    cfg.TEST.VIDEOS_PER_BATCH = 1
+    declare(cfg, "TEST.VIDEOS_PER_BATCH", 1, ("an integer >= 1", int_at_least(1)), registry=VIDEO_KEYS)
 
 
 def _add_multigrid_config(cfg: CN) -> None:
@@ -212,4 +223,16 @@ def _add_multigrid_config(cfg: CN) -> None:
     # whatever the per-device batch (sub-batch BN, one shared affine; synchronized
     # over enough devices where one holds fewer clips). 0 keeps MODEL.VIDEO.NORM
     # as it is. Used only when multigrid is on. 8 in the paper.
-    cfg.MULTIGRID.BN_BASE_SIZE = 8
+    declare(cfg, "MULTIGRID.BN_BASE_SIZE", 8, ("an integer >= 0", int_at_least(0)), registry=VIDEO_KEYS)
+    # Multigrid rescales a step schedule (its stages are the LR steps): Detectron2's key,
+    # restricted here.
+    VIDEO_KEYS.add_rule(Rule(
+        "SOLVER.LR_SCHEDULER_NAME",
+        "'WarmupMultiStepLR' with multigrid, which rescales a step schedule",
+        lambda v: v == "WarmupMultiStepLR",
+        multigrid_enabled,
+    ))  # fmt: skip
+
+
+# Declare the keys (and their rules in VIDEO_KEYS) once, when this module is imported.
+add_video_config(_get_cfg())
