@@ -116,13 +116,17 @@ def test_large_batch_configs_carry_the_study_recipe(name, earlier_lr):
     # warm-up 20% of the run, the period a quarter of it (to the nearest step)
     assert abs(solver.WARMUP_ITERS - 0.2 * solver.MAX_ITER) <= 0.5
     assert abs(solver.PMD.PERIOD - solver.MAX_ITER / 4) <= 0.5
-    # every number in the YAML's comments that names a study row is a row of the CSV
+    # every study row the YAML's comments name is a row of its grid's CSV: "regime: <cell>"
+    # of the regime grid's, any other of the steps-matched grid's
     with open(os.path.join(CONFIG_DIR, name)) as f:
         text = f.read()
-    with open(os.path.join(CONFIG_DIR, "..", "benchmarks", "results", "batch_scaling_steps.csv")) as f:
-        cells = {line.split(",", 1)[0] for line in f}
-    cited = set(re.findall(r"\b((?:sgd|lamb|pmd_lamb|adamw)-bs\d+[\w.-]*)", text))
-    assert cited <= cells, cited - cells
+    cell = r"((?:sgd|lamb|pmd_lamb|adamw)-bs\d+[\w.-]*\w)"
+    regime = set(re.findall(r"regime: " + cell, text))
+    steps = set(re.findall(r"(?<!regime: )\b" + cell, text))
+    for rows, grid in ((regime, "batch_scaling_regime.csv"), (steps, "batch_scaling_steps.csv")):
+        with open(os.path.join(CONFIG_DIR, "..", "benchmarks", "results", grid)) as f:
+            cells = {line.split(",", 1)[0] for line in f}
+        assert rows <= cells, (grid, rows - cells)
 
 
 @pytest.mark.parametrize("name", ["r50_fpn_bs1056.yaml", "r50_fpn_bs1056_agvm.yaml", "mask_rcnn_r50_fpn_bs1056.yaml"])

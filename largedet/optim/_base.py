@@ -232,6 +232,12 @@ class LayerwiseOptimizer(Optimizer):
         self._validate_group(defaults)
         super().__init__(params, defaults)
 
+    @staticmethod
+    def hyperparameters(arguments: Dict[str, Any]) -> Dict[str, Any]:
+        """A subclass constructor's hyperparameters, the group defaults, from its
+        ``locals()``: every argument but ``self`` and ``params``."""
+        return {k: v for k, v in arguments.items() if k not in ("self", "params", "__class__")}
+
     def _validate_group(self, group: Dict[str, Any]) -> None:
         raise NotImplementedError
 

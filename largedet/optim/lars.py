@@ -80,16 +80,7 @@ class LARS(LayerwiseOptimizer):
         foreach: Optional[bool] = None,
         fused: Optional[bool] = None,
     ) -> None:
-        defaults = dict(
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            eta=eta,
-            adapt=adapt,
-            foreach=foreach,
-            fused=fused,
-        )
-        super().__init__(params, defaults)
+        super().__init__(params, self.hyperparameters(locals()))
 
     def _validate_group(self, group: Dict[str, Any]) -> None:
         for name in ("lr", "momentum", "weight_decay"):

@@ -147,20 +147,8 @@ class PMDLAMB(LayerwiseOptimizer):
         foreach: Optional[bool] = None,
         fused: Optional[bool] = None,
     ) -> None:
-        defaults = dict(
-            lr=lr,
-            betas=betas,
-            eps=eps,
-            weight_decay=weight_decay,
-            period=period,
-            decay=decay,
-            max_trust_ratio=max_trust_ratio,
-            adapt=adapt,
-            foreach=foreach,
-            fused=fused,
-            clock=None,
-        )
-        super().__init__(params, defaults)
+        # clock: PMD's position in steps of the full batch, set by a trainer with a batch ramp
+        super().__init__(params, {**self.hyperparameters(locals()), "clock": None})
 
     def _validate_group(self, group: Dict[str, Any]) -> None:
         lr, betas, eps = group["lr"], group["betas"], group["eps"]
