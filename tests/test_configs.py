@@ -50,9 +50,9 @@ def test_config_loads_and_its_batch_and_schedule_are_consistent(name):
 EXPECTED = [
     ("r50_fpn_bs16_sgd.yaml", 16, 8, 1, 0.02, 90000 * 16),
     ("r50_fpn_bs256_sgd_lsr.yaml", 256, 8, 4, 0.32, 5625 * 256),
-    ("r50_fpn_bs1056.yaml", 1056, 8, 33, 0.0008 * (1056 / 16) ** 0.5, 1910 * 1056),
-    ("r50_fpn_bs1056_agvm.yaml", 1056, 8, 33, 0.0008 * (1056 / 16) ** 0.5, 1910 * 1056),
-    ("mask_rcnn_r50_fpn_bs1056.yaml", 1056, 132, 2, 0.0008 * (1056 / 16) ** 0.5, 1910 * 1056),
+    ("r50_fpn_bs1056.yaml", 1056, 8, 33, 0.0008 * (1056 / 16) ** 0.5, 1364 * 1056),
+    ("r50_fpn_bs1056_agvm.yaml", 1056, 8, 33, 0.0008 * (1056 / 16) ** 0.5, 1364 * 1056),
+    ("mask_rcnn_r50_fpn_bs1056.yaml", 1056, 132, 2, 0.0008 * (1056 / 16) ** 0.5, 1364 * 1056),
     ("shapes/faster_rcnn_R18_FPN_pmdlamb_bs64.yaml", 64, 1, 8, 0.02, 125 * 64),
     ("shapes/faster_rcnn_R18_FPN_syncbn_sgd_bs16_lsr.yaml", 16, 2, 2, 0.04, 300 * 16),
 ]
@@ -66,10 +66,9 @@ def test_large_batch_configs(name, batch, devices, accumulation, lr, images):
     assert lr_scaling(cfg).lr == pytest.approx(lr, rel=1e-12)
     assert cfg.SOLVER.MAX_ITER * cfg.SOLVER.IMS_PER_BATCH == images
     if cfg.DATASETS.TRAIN == ("coco_2017_train",):
-        # the 1x schedule's 1,440,000 images (x1.4 at batch 1056: the large-batch study's
-        # recipe), to within one step
-        factor = 1.4 if batch == 1056 else 1.0
-        assert abs(images - factor * 90000 * 16) < cfg.SOLVER.IMS_PER_BATCH
+        # the 1x schedule's 1,440,000 images at every batch (the regime grid's 1.0x), to
+        # within one step
+        assert abs(images - 90000 * 16) < cfg.SOLVER.IMS_PER_BATCH
 
 
 def test_bs1056_configs_use_the_three_ingredients():
@@ -135,18 +134,20 @@ def test_coco_batch_1056_configs_take_the_study_schedule_and_weight_decay(name):
 
     cfg = load(name)
     solver = cfg.SOLVER
-    # the two-seed rows pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01(-s1): warm-up-stable-decay
-    # from 80% of the run, weight decay 0.01; the step schedule's milestones are gone
+    # the regime grid's row pmd_lamb-bs256-lrwsd-wd0.01: warm-up-stable-decay from 80% of
+    # the run, weight decay 0.01, 1.0x the epochs; the step schedule's milestones are gone
     assert solver.LR_SCHEDULER_NAME == "WarmupStableDecayLR" and solver.WSD.DECAY_START == 0.8
     assert solver.WEIGHT_DECAY == 0.01 and tuple(solver.STEPS) == ()
     # the study's own config of that row says the same
     study = load("shapes/study/faster_rcnn_R10w16_FPN_64px_pmdlamb_bs1024.yaml")
     assert (study.SOLVER.LR_SCHEDULER_NAME, study.SOLVER.WSD.DECAY_START, study.SOLVER.WEIGHT_DECAY) == (
         solver.LR_SCHEDULER_NAME, solver.WSD.DECAY_START, solver.WEIGHT_DECAY)
-    # the LR the run follows: 20% warm-up (382 steps), the peak to step 1,528, 0 at 1,910
+    # the LR the run follows: 20% warm-up (273 steps), the peak to 80% of the run (step
+    # 1,091.2), then linear to 0 at 1,364, the 1x schedule's images (1,440,000 / 1056)
     peak = lr_scaling(cfg).lr
     shape = lr_multiplier(cfg, solver.MAX_ITER, peak)
     at = lambda step: shape(step / solver.MAX_ITER)  # noqa: E731
-    assert (solver.MAX_ITER, solver.WARMUP_ITERS) == (1910, 382)
-    assert at(382) == pytest.approx(1.0) and at(1528) == pytest.approx(1.0)
-    assert at(1719) == pytest.approx(0.5, abs=1e-3) and at(1910) == pytest.approx(solver.BASE_LR_END / peak)
+    assert (solver.MAX_ITER, solver.WARMUP_ITERS, solver.PMD.PERIOD) == (1364, 273, 341)
+    assert solver.MAX_ITER == round(90000 * 16 / 1056)
+    assert at(273) == pytest.approx(1.0) and at(1091) == pytest.approx(1.0)
+    assert at(1227.6) == pytest.approx(0.5, abs=1e-9) and at(1364) == pytest.approx(solver.BASE_LR_END / peak)
