@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Optional
@@ -161,6 +162,11 @@ def check_engine_keys(cfg: CfgNode) -> None:
         raise ConfigError(str(e)) from None
 
 
+#: seconds a process other than the job's first waits, after its check before launch failed,
+#: for the first one to print the error and exit (the launcher then stops the others)
+OTHER_PROCESSES_WAIT_S = 60.0
+
+
 def check_and_launch(
     main_func: Callable[[argparse.Namespace], object],
     args: argparse.Namespace,
@@ -198,6 +204,11 @@ def check_and_launch(
     except (OutputDirInUseError, *(errors or (ConfigError,))) as e:
         if first:
             print(f"error: {e}", file=sys.stderr)
+        else:
+            # torchrun (and srun) stop every process as soon as one exits: the first
+            # process, still checking, would be stopped before its line. It exits 2 once it
+            # has printed, and the launcher stops this one then.
+            time.sleep(OTHER_PROCESSES_WAIT_S)
         sys.exit(2)
     try:
         launch(main_func, args)

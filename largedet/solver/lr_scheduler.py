@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from detectron2.config import CfgNode
@@ -56,9 +56,6 @@ __all__ = [
     "scaled_lr",
     "with_scaled_lr",
 ]
-
-if TYPE_CHECKING:  # the plan imports this module
-    from .plan import RunPlan
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +183,7 @@ class ImageClockLRMultiplier(LRMultiplier):
     batch to the full batch (:meth:`~largedet.solver.plan.RunPlan.lr_factor`).
     ``last_epoch`` counts optimizer steps, as before."""
 
-    def __init__(self, optimizer, multiplier: ParamScheduler, plan: "RunPlan", last_iter: int = -1):
+    def __init__(self, optimizer, multiplier: ParamScheduler, plan, last_iter: int = -1):
         self._plan = plan
         super().__init__(optimizer, multiplier, plan.total_steps, last_iter)
 
@@ -215,7 +212,7 @@ def build_lr_scheduler(
     cfg: CfgNode,
     optimizer: torch.optim.Optimizer,
     max_iter: int | None = None,
-    plan: "RunPlan | None" = None,
+    plan=None,
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """The warm-up + schedule (:func:`lr_multiplier`) around the peak LR, as one Detectron2
     ``LRMultiplier`` over ``max_iter`` optimizer steps (default ``SOLVER.MAX_ITER``; the

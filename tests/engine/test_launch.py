@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from largedet.engine import launched_by_torchrun, planned_world_size
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -140,3 +142,31 @@ def test_launch_routes_every_process_of_a_distributed_job_through_the_shut_down(
     seen = []
     launch_module._run_alone(seen.append, one)
     assert seen == [one]
+
+
+@pytest.mark.parametrize("rank, prints, waits", [("0", True, False), ("1", False, True)])
+def test_a_refused_check_under_torchrun_lets_the_first_process_say_why(monkeypatch, capsys, rank, prints, waits):
+    """torchrun stops every process when one exits: a process other than the first waits
+    (until the launcher stops it) instead of exiting at once, so that the first one's error
+    line is printed; the first prints it and exits 2 without waiting."""
+    from largedet.config.validate import ConfigError
+    from largedet.engine import defaults
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    monkeypatch.setenv("LOCAL_RANK", rank)
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    slept = []
+    monkeypatch.setattr(defaults.time, "sleep", slept.append)
+    args = defaults.largedet_argument_parser().parse_args([])
+
+    def refuse(_args):
+        raise ConfigError("SOLVER.IMS_PER_BATCH 3 is not divisible by the world size 2")
+
+    with pytest.raises(SystemExit) as stop:
+        defaults.check_and_launch(lambda a: None, args, refuse)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert (err == "error: SOLVER.IMS_PER_BATCH 3 is not divisible by the world size 2\n") is prints
+    assert slept == ([defaults.OTHER_PROCESSES_WAIT_S] if waits else [])
