@@ -18,7 +18,7 @@ resumes from its last checkpoint by itself.
 The run is tools/train_net.py, tools/lazyconfig_train_net.py for a .py (LazyConfig) config,
 or projects/video/train.py with --video; the config and the trailing overrides are given to
 it as to that script. Each node runs it once with --num-gpus GPUS_PER_NODE and Detectron2's
-multi-machine flags (largedet.engine.slurm); with --srun each training process is a Slurm task
+multi-machine flags (largedet.launch.slurm); with --srun each training process is a Slurm task
 of its own, which joins the process group from Slurm's variables (--launcher slurm).
 --gpus-per-node 0 asks for no GPUs: --processes-per-node CPU processes (default 1). A
 detection config is checked here, as the script checks it, for nodes x processes before
@@ -33,7 +33,7 @@ import os
 import sys
 from typing import Optional
 
-from largedet.engine.slurm import SlurmResources, TrainingJob, submit
+from largedet.launch.slurm import SlurmResources, TrainingJob, submit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {

@@ -1,4 +1,4 @@
-"""Slurm through submitit (largedet.engine.slurm): the executor's parameters and sbatch flags,
+"""Slurm through submitit (largedet.launch.slurm): the executor's parameters and sbatch flags,
 each node's command line, and a pre-empted job that submitit's local executor requeues and
 that resumes to the weights of an uninterrupted run (two gloo processes, tools/train_net.py)."""
 
@@ -14,7 +14,7 @@ import torch
 
 submitit = pytest.importorskip("submitit")
 
-from largedet.engine.slurm import (  # noqa: E402
+from largedet.launch.slurm import (  # noqa: E402
     Placement,
     SlurmResources,
     TrainingJob,
