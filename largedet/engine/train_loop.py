@@ -406,8 +406,10 @@ def clip_each_parameter(grads: List[Tensor], clip: ParameterClip) -> None:
         torch._foreach_clamp_min_(grads, -clip.value)
         torch._foreach_clamp_max_(grads, clip.value)
         return
-    norms = torch._foreach_norm(grads, clip.norm_type)
-    coefficients = [(clip.value / (n + 1e-6)).clamp(max=1.0) for n in norms]
+    coefficients = torch._foreach_add(torch._foreach_norm(grads, clip.norm_type), 1e-6)
+    torch._foreach_reciprocal_(coefficients)
+    torch._foreach_mul_(coefficients, clip.value)
+    torch._foreach_clamp_max_(coefficients, 1.0)
     torch._foreach_mul_(grads, coefficients)
 
 

@@ -254,8 +254,6 @@ class Trainer(TrainerBase):
         """The run plan (:func:`~largedet.solver.plan.run_plan`) on this job's processes, for
         the training loader's dataset (whose size a batch ramp's epochs need)."""
         size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
-        if cfg.SOLVER.BATCH_RAMP.BATCHES and size is None:
-            raise ValueError("SOLVER.BATCH_RAMP needs a ResumableLoader (its dataset size)")
         return run_plan(cfg, comm.get_world_size(), size)
 
     # --- builders -----------------------------------------------------------------------
