@@ -201,6 +201,12 @@ _FUSED = re.compile(
     re.M,
 )
 _FIRST_STEP = re.compile(r"^first step, compilation included \(s\): (?P<rows>.+)$", re.M)
+_PROFILE = re.compile(
+    r"^profile (?P<name>.+?): (?P<kernels>[\d.]+) kernels per step, (?P<kernel_ms>[\d.]+) ms of "
+    r"kernels in (?P<wall_ms>[\d.]+) ms wall \([\d.]+%\); at least (?P<gb>[\d.]+) GB moved per "
+    r"step \((?P<gbps>[\d.]+) GB/s over the kernels' time\)$",
+    re.M,
+)
 
 
 def parse_optimizer_step(output: str, out: str) -> Figures:
@@ -219,6 +225,18 @@ def parse_optimizer_step(output: str, out: str) -> Figures:
         key = "pmd_lamb_compiled" if "compiled" in fused["name"] else "pmd_lamb"
         figures[f"{key}_vs_fused_adamw"] = float(fused["med"])
         figures[f"{key}_vs_fused_adamw_paired"] = float(fused["paired"])
+    profiles = {
+        m["name"]: {
+            "kernels_per_step": float(m["kernels"]),
+            "kernel_ms": float(m["kernel_ms"]),
+            "wall_ms": float(m["wall_ms"]),
+            "least_gb": float(m["gb"]),
+            "gb_per_s": float(m["gbps"]),
+        }
+        for m in _PROFILE.finditer(output)
+    }
+    if profiles:
+        figures["profile"] = profiles
     first = _FIRST_STEP.search(output)
     if first:
         figures["first_step_s"] = {
@@ -427,15 +445,16 @@ STEPS: Tuple[Step, ...] = (
         what="one optimizer step on R50-FPN's parameters",
         gpu_args=(
             "benchmarks/optimizer_step.py", "--device", "cuda", "--rounds", "50", "--warmup", "5",
+            "--profile",
         ),
         dry_args=(
             "benchmarks/optimizer_step.py", "--device", "cpu", "--rounds", "1", "--warmup", "0",
-            *TINY_DETECTOR,
+            "--profile", *TINY_DETECTOR,
         ),
         timeout_s=180,
         parse=parse_optimizer_step,
         summarize=summarize_optimizer_step,
-        required=("step_ms",),
+        required=("step_ms", "profile"),
         required_on_gpu=("pmd_lamb_vs_fused_adamw",),
     ),
     _train_throughput_step("bfloat16", "bf16"),

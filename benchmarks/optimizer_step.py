@@ -25,7 +25,15 @@ differs between processes shows there, not within one. The minor page faults per
 (CPU) are printed too: a step that allocates model-sized temporaries faults them in
 again at every step.
 
+With ``--profile`` the timed rounds are followed by a profile (torch.profiler) of a few
+steps of the multi-tensor PMD-LAMB, AdamW (foreach and fused) and SGD: per step, the
+kernels launched, their summed device time against the step's wall-clock time (a step
+whose kernels take a small part of its wall clock is bound by launching them, one whose
+kernels fill it by memory traffic), the bytes the step must at least move (the
+optimizer's tensors read and written once) and the top kernels by time.
+
     python benchmarks/optimizer_step.py [--rounds 15] [--processes 5] [--device cpu] [KEY VALUE ...]
+    python benchmarks/optimizer_step.py --device cuda --profile --skip-compiled
 """
 
 from __future__ import annotations
@@ -151,6 +159,73 @@ def timed_step(opt: torch.optim.Optimizer, device: str) -> Tuple[float, float, i
 
 
 REF = "AdamW(foreach=True)"
+
+#: tensors of the parameter's size that each optimizer reads or writes at least once per
+#: step (weight read and written, gradient read, each state tensor read and written)
+TENSOR_PASSES = {
+    PMD_LAMB: 7,
+    "AdamW(foreach=True)": 7,
+    FUSED_ADAMW: 7,
+    "SGD(foreach=True, momentum=0.9)": 5,
+}
+PROFILE_STEPS = 5
+
+
+def profile_steps(
+    opts: Dict[str, torch.optim.Optimizer], device: str, n_params: int, bytes_per: int
+) -> None:
+    """Profiles ``PROFILE_STEPS`` steps of each optimizer in ``TENSOR_PASSES`` and prints
+    kernels per step, their device time against the wall clock, and the top kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    for name in (n for n in TENSOR_PASSES if n in opts):
+        opt = opts[name]
+        opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        with profile(activities=activities) as prof:
+            wall = time.perf_counter()
+            for _ in range(PROFILE_STEPS):
+                opt.step()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            wall = (time.perf_counter() - wall) / PROFILE_STEPS
+        # device events but the ranges that torch.optim's annotation ("Optimizer.step#...")
+        # draws on the GPU's timeline, which span the kernels rather than add to them
+        kernels = [
+            e
+            for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA
+            and not getattr(e, "is_user_annotation", False)
+            and not e.name.startswith("Optimizer.")
+        ]
+        kernel_s = sum(e.time_range.elapsed_us() for e in kernels) / 1e6 / PROFILE_STEPS
+        least = TENSOR_PASSES[name] * n_params * bytes_per
+        by_name: Dict[str, List[float]] = {}
+        for e in kernels:
+            by_name.setdefault(e.name, []).append(e.time_range.elapsed_us())
+        logger.info(
+            "profile %s: %.0f kernels per step, %.2f ms of kernels in %.2f ms wall (%.0f%%); "
+            "at least %.2f GB moved per step (%.0f GB/s over the kernels' time)",
+            name,
+            len(kernels) / PROFILE_STEPS,
+            kernel_s * 1e3,
+            wall * 1e3,
+            100 * kernel_s / wall if wall else 0.0,
+            least / 1e9,
+            least / kernel_s / 1e9 if kernel_s else 0.0,
+        )
+        top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:5]
+        for kernel, times_us in top:
+            logger.info(
+                "    %6.3f ms/step  %4d/step  %s",
+                sum(times_us) / 1e3 / PROFILE_STEPS,
+                len(times_us) // PROFILE_STEPS,
+                kernel[:100],
+            )
 
 
 def spread(args: argparse.Namespace) -> None:
@@ -282,6 +357,12 @@ def main() -> None:
         action="store_true",
         help="leave out the compiled steps (each compiles for 10-30 s in its first step)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after timing, profile a few steps of PMD-LAMB, AdamW and SGD (kernels per step, "
+        "device time against wall clock, top kernels)",
+    )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "opts",
@@ -392,6 +473,9 @@ def main() -> None:
                 med,
                 paired,
             )
+    if args.profile:
+        bytes_per = next(p for p in model.parameters() if p.requires_grad).element_size()
+        profile_steps(opts, args.device, n, bytes_per)
 
 
 if __name__ == "__main__":

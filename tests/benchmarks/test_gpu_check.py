@@ -55,6 +55,10 @@ def test_dry_run_records_every_step_and_a_rerun_skips_them(tmp_path):
     assert {"PMD-LAMB (multi-tensor)", "PMD-LAMB (compiled)", "LAMB", "LARS",
             "AdamW(foreach=True)"} <= set(optimizers)  # fmt: skip
     assert all(ms > 0 for ms in optimizers.values())
+    profile = figures["optimizer-step"]["profile"]  # on the CPU: no device kernels
+    assert set(profile) == {"PMD-LAMB (multi-tensor)", "AdamW(foreach=True)",
+                            "AdamW(fused=True)", "SGD(foreach=True, momentum=0.9)"}  # fmt: skip
+    assert all(p["kernels_per_step"] == 0 and p["wall_ms"] > 0 for p in profile.values())
     first_step = figures["optimizer-step"]["first_step_s"]
     assert set(first_step) == {"PMD-LAMB (compiled)", "LAMB (compiled)", "LARS (compiled)"}
     for amp in ("bf16", "fp16"):
@@ -71,6 +75,8 @@ def test_dry_run_records_every_step_and_a_rerun_skips_them(tmp_path):
     runs = {"base shape", "multigrid, 1.5x epochs", "multigrid, 1x epochs"}
     assert set(multigrid["runs"]) == runs
     assert set(multigrid["speedup"]) == set(multigrid["top1_diff"]) == {"1.5x", "1x"}
+    # the third run's line once: each run's log handlers are removed after it
+    assert (out / "multigrid.log").read_text().count("multigrid, 1x epochs: {") == 1
 
     summary = (out / "summary.md").read_text()
     assert "dry run" in summary
@@ -83,3 +89,25 @@ def test_dry_run_records_every_step_and_a_rerun_skips_them(tmp_path):
     stdout, again = dry_run(tmp_path)
     assert stdout.count("skipped (--force runs it again)") == len(STEPS)
     assert again["steps"] == results["steps"]
+
+
+def test_the_optimizer_profile_is_read_from_the_benchmark_output():
+    """Two lines of the H100 run (2026-11-26, lease 3) and a kernel row, read exactly."""
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        import gpu_check
+    finally:
+        sys.path.pop(0)
+    output = (
+        "profile PMD-LAMB (multi-tensor): 40 kernels per step, 1.43 ms of kernels in 2.73 ms "
+        "wall (52%); at least 1.16 GB moved per step (814 GB/s over the kernels' time)\n"
+        "     0.235 ms/step     2/step  void at::native::multi_tensor_apply_kernel<...>\n"
+        "profile AdamW(fused=True): 6 kernels per step, 0.45 ms of kernels in 0.63 ms wall "
+        "(70%); at least 1.16 GB moved per step (2601 GB/s over the kernels' time)\n"
+    )
+    assert gpu_check.parse_optimizer_step(output, "")["profile"] == {
+        "PMD-LAMB (multi-tensor)": {"kernels_per_step": 40.0, "kernel_ms": 1.43,
+                                    "wall_ms": 2.73, "least_gb": 1.16, "gb_per_s": 814.0},
+        "AdamW(fused=True)": {"kernels_per_step": 6.0, "kernel_ms": 0.45, "wall_ms": 0.63,
+                              "least_gb": 1.16, "gb_per_s": 2601.0},
+    }  # fmt: skip

@@ -159,7 +159,10 @@ def assert_weights_close(actual, expected):
         assert a.dtype == dtype and a.is_cuda, i
         tol = BF16 if dtype == torch.bfloat16 else FP32
         torch.testing.assert_close(
-            a.detach().cpu().to(torch.float64), e.to(torch.float64), **tol, msg=f"parameter {i}"
+            a.detach().cpu().to(torch.float64),
+            e.detach().cpu().to(torch.float64),
+            **tol,
+            msg=lambda text, i=i: f"parameter {i}: {text}",
         )
 
 

@@ -88,12 +88,29 @@ def frame_folders(config_file, opts):
     ]
 
 
+#: the loggers a run's ``setup`` gives console and ``log.txt`` handlers
+RUN_LOGGERS = ("detectron2", "fvcore", "largedet", "largedet_video")
+#: the handlers there before the first run
+_FIRST_HANDLERS = {}
+
+
 def run(config_file, overrides, output_dir):
     """Train (timed), then test (timed apart); returns the row of the results table."""
     args = largedet_argument_parser().parse_args(
         ["--config-file", config_file, *overrides, "OUTPUT_DIR", output_dir]
     )
-    cfg = setup(args)
+    # setup() of this run (another OUTPUT_DIR) adds handlers of its own: those of the run
+    # before go, or every line would be printed once per run so far, into every log.txt
+    for name in RUN_LOGGERS:
+        log = logging.getLogger(name)
+        kept = _FIRST_HANDLERS.setdefault(name, list(log.handlers))
+        for handler in [h for h in log.handlers if h not in kept]:
+            log.removeHandler(handler)
+            handler.close()
+    return _train_and_test(setup(args))
+
+
+def _train_and_test(cfg):
     load_before = os.getloadavg()[0]
     train_cfg = cfg.clone()
     train_cfg.defrost()

@@ -219,7 +219,7 @@ def run_decoding(args, decoders):
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         # The same frames as the first 16 training videos of the built-in dataset.
-        shapes = prepare_moving_shapes(MovingShapesSpec(num_train=16, num_val=0), tmp)
+        shapes = prepare_moving_shapes(MovingShapesSpec(num_train=16, num_val=1), tmp)
         kinetics_like = os.path.join(tmp, "kinetics_like.mp4")
         make_video(kinetics_like, 250, 340, 256)
         video_sets = {
