@@ -160,8 +160,9 @@ def timed_step(opt: torch.optim.Optimizer, device: str) -> Tuple[float, float, i
 
 REF = "AdamW(foreach=True)"
 
-#: tensors of the parameter's size that each optimizer reads or writes at least once per
-#: step (weight read and written, gradient read, each state tensor read and written)
+#: tensor-sized reads and writes of one pass over an optimizer's tensors (weight read and
+#: written, gradient read, each state tensor read and written); PMD-LAMB's trust ratio needs
+#: two passes (norms before the weight is written), which this count leaves out
 TENSOR_PASSES = {
     PMD_LAMB: 7,
     "AdamW(foreach=True)": 7,
