@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from largedet.engine.run_summary import read_run_summary
-from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, final_ap, plan_cell
+from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, cell_config, final_ap, plan_cell
 from .reevaluate import read_csv_rows, reevaluate_cells, todo_cells
 
 # the checkout this package lives in: relative output paths and the grid's configs
@@ -365,6 +365,15 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--device-label", default="", help="machine name written into the CSV")
     parser.add_argument(
+        "--set",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("KEY", "VALUE"),
+        help="a config override added to every cell's run, e.g. DATALOADER.NUM_WORKERS 2 on a "
+        "GPU machine (repeatable; name it in --device-label: the CSV does not record it)",
+    )
+    parser.add_argument(
         "--pretrain-only",
         action="store_true",
         help="make the grid's pre-trained backbone (OUTPUT_DIR/pretrain/backbone.pth) and stop",
@@ -408,6 +417,14 @@ def main(argv=None) -> int:
         )
         for c in cells
     ]
+    if args.set:
+        try:  # a misspelt key fails here, not in every cell's training process
+            cell_config(args.grid_obj.config, [x for kv in args.set for x in kv])
+        except Exception as e:  # yacs raises KeyError, ValueError or AssertionError
+            parser.error(f"--set: {e}")
+    for key, value in args.set:
+        for p in plans:
+            p.overrides += [key, value]
     if args.eval_images is not None:
         eval_csv = args.eval_csv or os.path.join(args.output_dir, f"eval_{args.eval_images}.csv")
         if args.dry_run:

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Run cells of the batch-scaling study side by side on one GPU machine, under a deadline.
+
+    python3 benchmarks/study_cells_on_gpu.py --grid regime --cells CELL [CELL ...] \\
+        --pretrain FILE --deadline 540 --pack $OUT [--workers 2] [--resume-from DIR]
+
+For a lent GPU machine that gives back only a few files and stops every command at a limit:
+installs what does not import from ``--wheels`` (as ``benchmarks/gpu_check.py`` does),
+puts ``--pretrain`` (the grid's ``pretrain/backbone.pth``, made on the CPU) where the study
+looks for it, and starts one ``benchmarks/batch_scaling_study.py --only CELL`` per cell at
+once, each with ``DATALOADER.NUM_WORKERS`` set to ``--workers`` (the CPU grid loads in the
+training process) and TF32 off (``NVIDIA_TF32_OVERRIDE=0``: float32 convolutions and
+products, as on the CPU). Every 20 s it prints each cell's iteration, rate and ETA. At
+``--deadline`` seconds the study processes get SIGTERM: each training process writes its
+pre-emption checkpoint and the cell resumes from it wherever the study runs next (here, or
+on a CPU with ``--resume-from``'s files copied into the grid's output directory).
+
+``--pack DIR`` writes at most 8 files: ``cells_<i>.tar.gz`` (each under 15 MiB, the run
+directories with only the checkpoint named in ``last_checkpoint``) and ``study.tar.gz``
+(the CSV of the finished cells, their archives, this script's log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from typing import Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import gpu_check  # noqa: E402  (benchmarks/gpu_check.py: the wheel install and the child env)
+
+PACK_LIMIT = 15 * 1024 * 1024
+MAX_FILES = 8
+
+
+def log(msg: str, log_file) -> None:
+    line = f"[{time.strftime('%H:%M:%S')}] {msg}"
+    print(line, flush=True)
+    log_file.write(line + "\n")
+    log_file.flush()
+
+
+def progress(run_dir: str) -> Dict[str, float]:
+    """The cell's last logged iteration and its MAX_ITER (0 where nothing is logged yet)."""
+    it, max_iter = 0, 0
+    try:
+        with open(os.path.join(run_dir, "metrics.json")) as f:
+            for line in f:
+                try:
+                    it = max(it, int(json.loads(line).get("iteration", 0)))
+                except (ValueError, AttributeError):
+                    pass
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(run_dir, "config.yaml")) as f:
+            for line in f:
+                if line.strip().startswith("MAX_ITER:"):
+                    max_iter = int(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return {"iteration": it, "max_iter": max_iter}
+
+
+def pack_cells(output_dir: str, cells: List[str], dest: str, budget: int) -> List[str]:
+    """Tar each cell's run directory (only the checkpoint ``last_checkpoint`` names) into
+    bundles under PACK_LIMIT bytes, at most ``budget`` files; returns the files written."""
+    entries = []  # (cell, [paths relative to output_dir], bytes)
+    for cell in cells:
+        run_dir = os.path.join(output_dir, cell)
+        if not os.path.isdir(run_dir):
+            continue
+        keep = None
+        try:
+            with open(os.path.join(run_dir, "last_checkpoint")) as f:
+                keep = f.read().strip()
+        except OSError:
+            pass
+        files = []
+        for name in sorted(os.listdir(run_dir)):
+            if name.endswith(".pth") and name != keep:
+                continue
+            if name.startswith("events.out") or name.endswith(".lock"):
+                continue
+            files.append(os.path.join(cell, name))
+        size = sum(os.path.getsize(os.path.join(output_dir, p)) for p in files)
+        entries.append((cell, files, size))
+    bundles: List[List[str]] = []
+    sizes: List[int] = []
+    for _, files, size in entries:
+        for i, used in enumerate(sizes):
+            if used + size <= PACK_LIMIT:
+                bundles[i] += files
+                sizes[i] += size
+                break
+        else:
+            bundles.append(list(files))
+            sizes.append(size)
+    written = []
+    for i, files in enumerate(bundles[:budget]):
+        path = os.path.join(dest, f"cells_{i}.tar.gz")
+        with tarfile.open(path, "w:gz") as tar:
+            for rel in files:
+                tar.add(os.path.join(output_dir, rel), arcname=rel)
+        written.append(path)
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--grid", default="regime")
+    parser.add_argument("--cells", nargs="+", required=True)
+    parser.add_argument("--pretrain", default=None, help="the grid's pretrain/backbone.pth")
+    parser.add_argument("--deadline", type=float, required=True, help="seconds, then SIGTERM")
+    parser.add_argument("--pack", default=None, help="folder for the (at most 8) result files")
+    parser.add_argument("--workers", type=int, default=2, help="data-loading workers per cell")
+    parser.add_argument("--output-dir", default=None,
+                        help="default: output/batch_scaling_study/GRID_gpu")  # fmt: skip
+    parser.add_argument("--resume-from", default=None,
+                        help="a folder of cells_<i>.tar.gz from an earlier run: unpacked first")  # fmt: skip
+    parser.add_argument("--wheels", default=os.path.join(REPO, ".whl"))
+    parser.add_argument("--site", default="/tmp/largedet_study_site")
+    parser.add_argument("--label", default=None, help="--device-label of the CSV rows")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    output_dir = args.output_dir or os.path.join(REPO, "output", "batch_scaling_study",
+                                                 f"{args.grid}_gpu")  # fmt: skip
+    os.makedirs(output_dir, exist_ok=True)
+    log_file = open(os.path.join(output_dir, "study_cells_on_gpu.log"), "a")
+    env, info = gpu_check.set_up(argparse.Namespace(site=args.site, dry_run=False,
+                                                    wheels=args.wheels))  # fmt: skip
+    missing = sorted(set(info.get("missing", {})) - {"av", "largedet_video", "pytest"})
+    if missing:
+        log(f"not importable: {', '.join(missing)} ({info.get('missing')})", log_file)
+        return 2
+    device = info.get("device") or "?"
+    log(f"set up in {time.monotonic() - start:.0f} s; {json.dumps(info)[:600]}", log_file)
+    if args.resume_from:
+        for bundle in sorted(glob.glob(os.path.join(args.resume_from, "cells_*.tar.gz"))):
+            with tarfile.open(bundle) as tar:
+                tar.extractall(output_dir, filter="data")
+            log(f"unpacked {bundle}", log_file)
+    if args.pretrain:
+        os.makedirs(os.path.join(output_dir, "pretrain"), exist_ok=True)
+        shutil.copy(args.pretrain, os.path.join(output_dir, "pretrain", "backbone.pth"))
+    label = args.label or f"{device}, float32 (TF32 off), {args.workers} loader workers"
+    env = dict(env, NVIDIA_TF32_OVERRIDE="0")
+    csv_path = os.path.join(output_dir, "study.csv")
+    procs = {}
+    for cell in args.cells:
+        cmd = [sys.executable, os.path.join(HERE, "batch_scaling_study.py"), "--grid", args.grid,
+               "--only", cell, "--output-dir", output_dir, "--csv", csv_path,
+               "--archive", os.path.join(output_dir, "archive"), "--device-label", label,
+               "--set", "DATALOADER.NUM_WORKERS", str(args.workers)]  # fmt: skip
+        out = open(os.path.join(output_dir, f"runner_{cell}.txt"), "a")
+        procs[cell] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out,
+                                       stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        log(f"started {cell} (pid {procs[cell].pid})", log_file)
+    first: Dict[str, tuple] = {}
+    while time.monotonic() - start < args.deadline and any(p.poll() is None for p in procs.values()):
+        time.sleep(min(20.0, max(0.5, args.deadline - (time.monotonic() - start))))
+        now = time.monotonic()
+        parts = []
+        for cell, proc in procs.items():
+            pr = progress(os.path.join(output_dir, cell))
+            first.setdefault(cell, (now, pr["iteration"]))
+            t0, i0 = first[cell]
+            rate = (pr["iteration"] - i0) / (now - t0) if now > t0 else 0.0
+            eta = (pr["max_iter"] - pr["iteration"]) / rate if rate > 0 else float("nan")
+            state = "running" if proc.poll() is None else f"exit {proc.returncode}"
+            parts.append(f"{cell} {pr['iteration']}/{pr['max_iter']} {rate:.2f} it/s "
+                         f"eta {eta:.0f} s {state}")  # fmt: skip
+        log(f"t={now - start:.0f} s | " + " | ".join(parts), log_file)
+    for cell, proc in procs.items():
+        if proc.poll() is None:  # the study stops its training process, which checkpoints
+            proc.send_signal(signal.SIGTERM)
+    for cell, proc in procs.items():
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        pr = progress(os.path.join(output_dir, cell))
+        log(f"{cell}: exit {proc.returncode}, iteration {pr['iteration']}/{pr['max_iter']}",
+            log_file)  # fmt: skip
+    if args.pack:
+        os.makedirs(args.pack, exist_ok=True)
+        written = pack_cells(output_dir, args.cells, args.pack, MAX_FILES - 1)
+        log(f"packed {', '.join(os.path.basename(w) for w in written)}", log_file)
+        log_file.close()
+        with tarfile.open(os.path.join(args.pack, "study.tar.gz"), "w:gz") as tar:
+            for name in ["study.csv", "archive", "study_cells_on_gpu.log"] + [
+                f"runner_{c}.txt" for c in args.cells
+            ]:
+                if os.path.exists(os.path.join(output_dir, name)):
+                    tar.add(os.path.join(output_dir, name), arcname=name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
