@@ -8,12 +8,18 @@ For a lent GPU machine that gives back only a few files and stops every command 
 installs what does not import from ``--wheels`` (as ``benchmarks/gpu_check.py`` does),
 puts ``--pretrain`` (the grid's ``pretrain/backbone.pth``, made on the CPU) where the study
 looks for it, and starts one ``benchmarks/batch_scaling_study.py --only CELL`` per cell at
-once, each with ``DATALOADER.NUM_WORKERS`` set to ``--workers`` (the CPU grid loads in the
-training process) and TF32 off (``NVIDIA_TF32_OVERRIDE=0``: float32 convolutions and
-products, as on the CPU). Every 20 s it prints each cell's iteration, rate and ETA. At
-``--deadline`` seconds the study processes get SIGTERM: each training process writes its
-pre-emption checkpoint and the cell resumes from it wherever the study runs next (here, or
-on a CPU with ``--resume-from``'s files copied into the grid's output directory).
+once, each with ``DATALOADER.NUM_WORKERS`` set to ``--workers`` (the CPU grid loads in
+the training process), TF32 off (``NVIDIA_TF32_OVERRIDE=0``: float32 convolutions and
+products, as on the CPU) and, for several cells, CUDA's multi-process service (MPS).
+Every 20 s it prints each cell's iteration, rate and ETA. At ``--deadline`` seconds the
+study processes get SIGTERM: each training process writes its pre-emption checkpoint and
+the cell resumes from it wherever the study runs next (here with ``--resume-from``, or on
+a CPU with the files copied into the grid's output directory).
+
+Measured on one H100 (2026-11-26, benchmarks/RESULTS.md "Study cells on the GPU"): the
+study's detector takes about 91 ms per 16-image pass alone, 98-105 ms with three cells
+under MPS and 325 ms with five without it (their kernels take turns on the GPU); a regime
+cell at 1.0x (18,432 passes) is about half an hour of one process.
 
 ``--pack DIR`` writes at most 8 files: ``cells_<i>.tar.gz`` (each under 15 MiB, the run
 directories with only the checkpoint named in ``last_checkpoint``) and ``study.tar.gz``
@@ -26,13 +32,14 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -71,6 +78,20 @@ def progress(run_dir: str) -> Dict[str, float]:
     except (OSError, ValueError):
         pass
     return {"iteration": it, "max_iter": max_iter}
+
+
+def seconds_per_iteration(log_path: str) -> Optional[float]:
+    """The last ``time:`` (Detectron2's mean seconds per iteration) in a training log."""
+    found = None
+    try:
+        with open(log_path) as f:
+            for line in f:
+                m = re.search(r"\biter: \d+\b.*?\btime: ([0-9.]+)", line)
+                if m:
+                    found = float(m.group(1))
+    except OSError:
+        pass
+    return found
 
 
 def pack_cells(output_dir: str, cells: List[str], dest: str, budget: int) -> List[str]:
@@ -134,6 +155,8 @@ def main(argv=None) -> int:
     parser.add_argument("--wheels", default=os.path.join(REPO, ".whl"))
     parser.add_argument("--site", default="/tmp/largedet_study_site")
     parser.add_argument("--label", default=None, help="--device-label of the CSV rows")
+    parser.add_argument("--no-mps", action="store_true",
+                        help="do not start CUDA's multi-process service for several cells")  # fmt: skip
     args = parser.parse_args(argv)
     start = time.monotonic()
     output_dir = args.output_dir or os.path.join(REPO, "output", "batch_scaling_study",
@@ -159,6 +182,11 @@ def main(argv=None) -> int:
     label = args.label or f"{device}, float32 (TF32 off), {args.workers} loader workers"
     env = dict(env, NVIDIA_TF32_OVERRIDE="0")
     csv_path = os.path.join(output_dir, "study.csv")
+    mps = None
+    if len(args.cells) > 1 and not args.no_mps and shutil.which("nvidia-cuda-mps-control"):
+        # without it the processes' kernels take turns on the GPU: 3.5x slower per cell
+        mps = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True)
+        log(f"MPS daemon: exit {mps.returncode} {mps.stdout.strip()} {mps.stderr.strip()}", log_file)
     procs = {}
     for cell in args.cells:
         cmd = [sys.executable, os.path.join(HERE, "batch_scaling_study.py"), "--grid", args.grid,
@@ -193,8 +221,11 @@ def main(argv=None) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         pr = progress(os.path.join(output_dir, cell))
-        log(f"{cell}: exit {proc.returncode}, iteration {pr['iteration']}/{pr['max_iter']}",
-            log_file)  # fmt: skip
+        per_iter = seconds_per_iteration(os.path.join(output_dir, cell, "log.txt"))
+        log(f"{cell}: exit {proc.returncode}, iteration {pr['iteration']}/{pr['max_iter']}, "
+            f"{per_iter if per_iter is not None else '?'} s per iteration", log_file)  # fmt: skip
+    if mps is not None and mps.returncode == 0:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True)
     if args.pack:
         os.makedirs(args.pack, exist_ok=True)
         written = pack_cells(output_dir, args.cells, args.pack, MAX_FILES - 1)

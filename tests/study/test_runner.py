@@ -612,3 +612,26 @@ def test_dry_run_prints_n_batch_over_n_and_epochs(study, tmp_path, capsys):
     assert "N = 24576 training images" in out
     line = next(l for l in out.splitlines() if "pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01 " in l)
     assert "batch/N  1.04%" in line and "epochs   16.8" in line and "iterations  1613" in line
+
+
+def test_set_adds_an_override_to_every_cell_and_a_misspelt_key_fails_first(study, tmp_path, monkeypatch, capsys):
+    seen = []
+
+    def run_cell(plan, run_dir, args):
+        seen.append(plan.overrides)
+        fake_run(run_dir, ap=50.0, speed=1.0)
+        return 0, "Overall training speed: 20 iterations in 0:00:09 (1.0 s / it)", 2.0
+
+    monkeypatch.setattr(study, "run_cell", run_cell)
+    monkeypatch.setattr(study, "ensure_pretrained", lambda args: "/weights/backbone.pth")
+    out = str(tmp_path / "study")
+    with pytest.raises(SystemExit) as e:
+        study.main(["--grid", "short", "--output-dir", out, "--only", "sgd-bs256",
+                    "--set", "DATALOADER.NUM_WORKRS", "2"])  # fmt: skip
+    assert e.value.code == 2 and "--set: " in capsys.readouterr().err and not seen
+    assert study.main(["--grid", "short", "--output-dir", out, "--only", "sgd-bs256", "sgd-bs1024",
+                       "--set", "DATALOADER.NUM_WORKERS", "2", "--set", "SEED", "7"]) == 0  # fmt: skip
+    assert len(seen) == 2
+    for overrides in seen:
+        cfg = cfg_of(study, types.SimpleNamespace(overrides=overrides))
+        assert cfg.DATALOADER.NUM_WORKERS == 2 and cfg.SEED == 7
