@@ -595,6 +595,13 @@ def test_regime_grid_matches_largedet_on_coco_in_batch_over_n_and_epochs(study):
                 assert f"pmd_lamb-bs256{ep}{recipe}{seed}" in names
     assert {"sgd-bs256", "sgd-bs16-wu0.65-s1", "pmd_lamb-bs1024-lrwsd-wd0.01",
             "pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01"} <= set(names)  # fmt: skip
+    # the configs' recipe at 1.0x, level with the baseline within the seed spread: three seeds
+    assert names[-1] == "pmd_lamb-bs256-lrwsd-wd0.01-s2"
+    third = study.plan_cell(grid, grid.cells[-1], None, "/tmp/x", 1)
+    first = study.plan_cell(grid, grid.cells[names.index("pmd_lamb-bs256-lrwsd-wd0.01")], None, "/tmp/x", 1)
+    i = third.overrides.index("SEED")
+    assert third.overrides[i + 1] == "2" and "SEED" not in first.overrides  # seed 0: the default
+    assert third.overrides[:i] + third.overrides[i + 2 :] == first.overrides
 
 
 def test_the_steps_grid_still_refuses_a_fraction_of_a_batch(study):
