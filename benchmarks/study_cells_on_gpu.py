@@ -138,6 +138,16 @@ def pack_cells(output_dir: str, cells: List[str], dest: str, budget: int) -> Lis
     return written
 
 
+def unpack_cells(folder: str, output_dir: str) -> List[str]:
+    """Unpack the ``cells_<i>.tar.gz`` of :func:`pack_cells` in ``folder`` into
+    ``output_dir`` (refusing paths that leave it); returns the bundles unpacked."""
+    bundles = sorted(glob.glob(os.path.join(folder, "cells_*.tar.gz")))
+    for bundle in bundles:
+        with tarfile.open(bundle) as tar:
+            tar.extractall(output_dir, filter="data")
+    return bundles
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -172,9 +182,7 @@ def main(argv=None) -> int:
     device = info.get("device") or "?"
     log(f"set up in {time.monotonic() - start:.0f} s; {json.dumps(info)[:600]}", log_file)
     if args.resume_from:
-        for bundle in sorted(glob.glob(os.path.join(args.resume_from, "cells_*.tar.gz"))):
-            with tarfile.open(bundle) as tar:
-                tar.extractall(output_dir, filter="data")
+        for bundle in unpack_cells(args.resume_from, output_dir):
             log(f"unpacked {bundle}", log_file)
     if args.pretrain:
         os.makedirs(os.path.join(output_dir, "pretrain"), exist_ok=True)

@@ -81,3 +81,25 @@ def test_seconds_per_iteration_is_detectron2s_time_not_data_time(cells_on_gpu, t
     )
     assert cells_on_gpu.seconds_per_iteration(str(log)) == 1.4889
     assert cells_on_gpu.seconds_per_iteration(str(tmp_path / "none.txt")) is None
+
+
+def test_unpack_restores_what_pack_kept_where_a_resumed_study_looks(cells_on_gpu, tmp_path):
+    out, dest, fresh = tmp_path / "out", tmp_path / "dest", tmp_path / "fresh"
+    for d in (out, dest, fresh):
+        d.mkdir()
+    make_run(out, "a", ["model_0000010.pth", "model_0000020.pth"], "model_0000020.pth", 100)
+    make_run(out, "b", ["model_0000005.pth"], "model_0000005.pth", 100)
+    cells_on_gpu.pack_cells(str(out), ["a", "b"], str(dest), 7)
+    unpacked = cells_on_gpu.unpack_cells(str(dest), str(fresh))
+    assert [os.path.basename(b) for b in unpacked] == ["cells_0.tar.gz"]
+    assert sorted(os.listdir(fresh / "a")) == ["last_checkpoint", "metrics.json", "model_0000020.pth"]
+    assert (fresh / "a" / "last_checkpoint").read_text() == "model_0000020.pth"
+    assert (fresh / "b" / "model_0000005.pth").read_bytes() == b"x" * 100
+    # a bundle whose member would leave the output folder is refused
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with tarfile.open(bad / "cells_0.tar.gz", "w:gz") as tar:
+        tar.add(str(out / "b" / "metrics.json"), arcname="../escaped.json")
+    with pytest.raises(tarfile.TarError):
+        cells_on_gpu.unpack_cells(str(bad), str(fresh))
+    assert not (tmp_path / "escaped.json").exists()
