@@ -139,7 +139,7 @@ def pack_cells(output_dir: str, cells: List[str], dest: str, budget: int) -> Lis
 
 
 def unpack_cells(folder: str, output_dir: str) -> List[str]:
-    """Unpack the ``cells_<i>.tar.gz`` of :func:`pack_cells` in ``folder`` into
+    """Unpack the ``cells_<i>.tar.gz`` of ``pack_cells`` in ``folder`` into
     ``output_dir`` (refusing paths that leave it); returns the bundles unpacked."""
     bundles = sorted(glob.glob(os.path.join(folder, "cells_*.tar.gz")))
     for bundle in bundles:
