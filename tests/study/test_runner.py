@@ -596,12 +596,46 @@ def test_regime_grid_matches_largedet_on_coco_in_batch_over_n_and_epochs(study):
     assert {"sgd-bs256", "sgd-bs16-wu0.65-s1", "pmd_lamb-bs1024-lrwsd-wd0.01",
             "pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01"} <= set(names)  # fmt: skip
     # the configs' recipe at 1.0x, level with the baseline within the seed spread: three seeds
-    assert names[-1] == "pmd_lamb-bs256-lrwsd-wd0.01-s2"
-    third = study.plan_cell(grid, grid.cells[-1], None, "/tmp/x", 1)
+    third = study.plan_cell(grid, grid.cells[names.index("pmd_lamb-bs256-lrwsd-wd0.01-s2")], None, "/tmp/x", 1)
     first = study.plan_cell(grid, grid.cells[names.index("pmd_lamb-bs256-lrwsd-wd0.01")], None, "/tmp/x", 1)
     i = third.overrides.index("SEED")
     assert third.overrides[i + 1] == "2" and "SEED" not in first.overrides  # seed 0: the default
     assert third.overrides[:i] + third.overrides[i + 2 :] == first.overrides
+
+
+def test_regime_axes_each_change_one_thing_against_the_large_batch_1_4x_row(study):
+    """The gap of 4x the batch at 1.4x is above 1.0 AP, so the regime grid tries the steps
+    grid's axes there: LR x1.5, a batch ramp over the first 20% of the epochs, model EMA;
+    each cell's overrides are the 1.4x row's plus its own change, at equal images."""
+    grid = study.build_grid("regime")
+    by_name = {c.name: c for c in grid.cells}
+    row = study.plan_cell(grid, by_name["pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01"], None, "/tmp/x", 1)
+    row_plan = schema.cell_run_plan(grid.config, row.overrides, 1, grid.num_train)
+
+    def plan_of(name):
+        plan = study.plan_cell(grid, by_name[name], None, "/tmp/x", 1)
+        return plan, schema.cell_run_plan(grid.config, plan.overrides, 1, grid.num_train)
+
+    def settings(overrides):
+        return dict(zip(overrides[::2], overrides[1::2]))
+
+    base = settings(row.overrides)
+    lr, lr_plan = plan_of("pmd_lamb-bs1024-ep1.4x-lrx1.5-lrwsd-wd0.01")
+    changed = {k: v for k, v in settings(lr.overrides).items() if base.get(k) != v}
+    assert changed == {"SOLVER.LSR.REFERENCE_LR": repr(0.005 * 1.5)}
+    assert lr_plan.lr.lr == pytest.approx(0.06, rel=1e-12)  # 0.005 x sqrt(1024 / 16) x 1.5
+
+    ramp, ramp_plan = plan_of("pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01-ramp256e1.68-512e3.36")
+    changed = {k: v for k, v in settings(ramp.overrides).items() if base.get(k) != v}
+    assert changed == {"SOLVER.BATCH_RAMP.BATCHES": "(256, 512,)", "SOLVER.BATCH_RAMP.EPOCHS": "(1.68, 3.36,)"}
+    # 1.68 epochs at 256 (161.28 steps -> 162), to 3.36 at 512 (80.64 more -> 81), the rest at 1024
+    assert ramp_plan.total_steps == 162 + 81 + 322 == 565
+    assert ramp_plan.total_images == row_plan.total_images == 403 * 1024
+
+    ema, _ = plan_of("pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01-ema0.9998")
+    changed = {k: v for k, v in settings(ema.overrides).items() if base.get(k) != v}
+    assert changed == {"MODEL_EMA.ENABLED": "True", "MODEL_EMA.DECAY": "0.9998",
+                       "MODEL_EMA.REFERENCE_BATCH": "16", "MODEL_EMA.EVAL": "both"}  # fmt: skip
 
 
 def test_the_steps_grid_still_refuses_a_fraction_of_a_batch(study):
