@@ -392,9 +392,13 @@ def plot_regimes(regimes: Sequence[tuple], path: str, title: str = "") -> str:
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("AP minus the batch-16 baseline's mean")
-    axes[1].legend(fontsize=7, loc="lower right")
+    # the legend under both panels, where it hides no point whatever the gaps
+    handles, texts = axes[1].get_legend_handles_labels()
+    rows = -(-len(texts) // 2)
+    fig.set_size_inches(11, 4.4 + 0.22 * rows)
+    fig.legend(handles, texts, loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.suptitle(title or "The gap to batch 16 against the epoch budget, by regime")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.22 * rows / (4.4 + 0.22 * rows) + 0.02, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
