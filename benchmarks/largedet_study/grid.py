@@ -396,7 +396,7 @@ def _regime_cells() -> List[Cell]:
         # The LR: the square-root rule's value x1.5 (0.06).
         Cell("pmd_lamb", 4 * b, epochs_factor=1.4, lr_factor=1.5, **_WSD),
         # a batch ramp: 256 for the first 10% of the epochs, 512 to 20%, then 1024 (the steps
-        # grid's 28 and 56 of 280 epochs), at equal epochs: 161 + 81 + 323 steps
+        # grid's 28 and 56 of 280 epochs), at equal epochs: 162 + 81 + 322 = 565 steps
         Cell("pmd_lamb", 4 * b, epochs_factor=1.4, ramp=((b, 1.68), (2 * b, 3.36)), **_WSD),
         # model EMA, 0.9998 per step of 16 images (0.98728 per step of 1024: about 79 steps)
         Cell("pmd_lamb", 4 * b, epochs_factor=1.4, ema=0.9998, **_WSD),
