@@ -394,11 +394,11 @@ def plot_regimes(regimes: Sequence[tuple], path: str, title: str = "") -> str:
     axes[0].set_ylabel("AP minus the batch-16 baseline's mean")
     # the legend under both panels, where it hides no point whatever the gaps
     handles, texts = axes[1].get_legend_handles_labels()
-    rows = -(-len(texts) // 2)
-    fig.set_size_inches(11, 4.4 + 0.22 * rows)
+    legend_height = 0.22 * -(-len(texts) // 2)  # inches: two columns
+    fig.set_size_inches(11, 4.4 + legend_height)
     fig.legend(handles, texts, loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.suptitle(title or "The gap to batch 16 against the epoch budget, by regime")
-    fig.tight_layout(rect=(0, 0.22 * rows / (4.4 + 0.22 * rows) + 0.02, 1, 1))
+    fig.tight_layout(rect=(0, legend_height / (4.4 + legend_height) + 0.02, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

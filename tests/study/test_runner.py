@@ -617,16 +617,20 @@ def test_regime_axes_each_change_one_thing_against_the_large_batch_1_4x_row(stud
         return plan, schema.cell_run_plan(grid.config, plan.overrides, 1, grid.num_train)
 
     def settings(overrides):
-        return dict(zip(overrides[::2], overrides[1::2]))
+        pairs = list(zip(overrides[::2], overrides[1::2]))
+        assert len(dict(pairs)) == len(pairs), "a key set twice would hide a change"
+        return dict(pairs)
 
     base = settings(row.overrides)
     lr, lr_plan = plan_of("pmd_lamb-bs1024-ep1.4x-lrx1.5-lrwsd-wd0.01")
     changed = {k: v for k, v in settings(lr.overrides).items() if base.get(k) != v}
+    assert set(base) <= set(settings(lr.overrides))  # nothing of the row dropped
     assert changed == {"SOLVER.LSR.REFERENCE_LR": repr(0.005 * 1.5)}
     assert lr_plan.lr.lr == pytest.approx(0.06, rel=1e-12)  # 0.005 x sqrt(1024 / 16) x 1.5
 
     ramp, ramp_plan = plan_of("pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01-ramp256e1.68-512e3.36")
     changed = {k: v for k, v in settings(ramp.overrides).items() if base.get(k) != v}
+    assert set(base) <= set(settings(ramp.overrides))  # nothing of the row dropped
     assert changed == {"SOLVER.BATCH_RAMP.BATCHES": "(256, 512,)", "SOLVER.BATCH_RAMP.EPOCHS": "(1.68, 3.36,)"}
     # 1.68 epochs at 256 (161.28 steps -> 162), to 3.36 at 512 (80.64 more -> 81), the rest at 1024
     assert ramp_plan.total_steps == 162 + 81 + 322 == 565
@@ -634,6 +638,7 @@ def test_regime_axes_each_change_one_thing_against_the_large_batch_1_4x_row(stud
 
     ema, _ = plan_of("pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01-ema0.9998")
     changed = {k: v for k, v in settings(ema.overrides).items() if base.get(k) != v}
+    assert set(base) <= set(settings(ema.overrides))  # nothing of the row dropped
     assert changed == {"MODEL_EMA.ENABLED": "True", "MODEL_EMA.DECAY": "0.9998",
                        "MODEL_EMA.REFERENCE_BATCH": "16", "MODEL_EMA.EVAL": "both"}  # fmt: skip
 
