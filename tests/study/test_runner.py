@@ -578,7 +578,7 @@ def test_regime_grid_matches_largedet_on_coco_in_batch_over_n_and_epochs(study):
         assert abs(epochs - 12 * cell.epochs_factor) <= cell.batch / n / 2 + 1e-12, cell.name
         if cell.batch == 256:
             assert 0.9 * coco < cell.batch / n < 1.2 * coco
-            assert plan.iterations == {1.0: 1152, 1.4: 1613}[cell.epochs_factor]
+            assert plan.iterations == {1.0: 1152, 1.4: 1613, 2.0: 2304}[cell.epochs_factor]
             assert plan.warmup == 230  # 2.4 epochs: 20% of the 1.0x run
         cfg = cfg_of(study, plan, "regime")
         assert cfg.DATASETS.SHAPES.NUM_TRAIN == 24576 and cfg.DATASETS.SHAPES.NUM_VAL == 2000
@@ -601,6 +601,15 @@ def test_regime_grid_matches_largedet_on_coco_in_batch_over_n_and_epochs(study):
     i = third.overrides.index("SEED")
     assert third.overrides[i + 1] == "2" and "SEED" not in first.overrides  # seed 0: the default
     assert third.overrides[:i] + third.overrides[i + 2 :] == first.overrides
+    # does the steps grid's turn past 1.7x hold at 1% of the data? the recipe at 2x, which
+    # differs from its 1.4x row only in what scales with the run: steps, PMD period (a
+    # quarter of the run), checkpoint period
+    two = study.plan_cell(grid, grid.cells[names.index("pmd_lamb-bs256-ep2x-lrwsd-wd0.01")], None, "/tmp/x", 1)
+    row = study.plan_cell(grid, grid.cells[names.index("pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01")], None, "/tmp/x", 1)
+    two_s, row_s = (dict(zip(p.overrides[::2], p.overrides[1::2])) for p in (two, row))
+    assert set(two_s) == set(row_s)
+    assert {k: v for k, v in two_s.items() if row_s[k] != v} == {
+        "SOLVER.MAX_ITER": "2304", "SOLVER.PMD.PERIOD": "576", "SOLVER.CHECKPOINT_PERIOD": "230"}  # fmt: skip
 
 
 def test_regime_axes_each_change_one_thing_against_the_large_batch_1_4x_row(study):
