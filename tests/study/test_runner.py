@@ -560,6 +560,13 @@ def torch_module():
     return torch.nn.Linear(2, 2)
 
 
+def settings(overrides):
+    """A plan's overrides as a dict, each key set once (a key set twice would hide a change)."""
+    pairs = list(zip(overrides[::2], overrides[1::2]))
+    assert len(dict(pairs)) == len(pairs), "a key set twice would hide a change"
+    return dict(pairs)
+
+
 def test_regime_grid_matches_largedet_on_coco_in_batch_over_n_and_epochs(study):
     """The regime grid stands to its data as LargeDet's batch 1056 stands to COCO: the large
     batch about 1% of the training set, 12 epochs at 1.0x and about 17 at 1.4x; the steps
@@ -606,7 +613,7 @@ def test_regime_grid_matches_largedet_on_coco_in_batch_over_n_and_epochs(study):
     # quarter of the run), checkpoint period
     two = study.plan_cell(grid, grid.cells[names.index("pmd_lamb-bs256-ep2x-lrwsd-wd0.01")], None, "/tmp/x", 1)
     row = study.plan_cell(grid, grid.cells[names.index("pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01")], None, "/tmp/x", 1)
-    two_s, row_s = (dict(zip(p.overrides[::2], p.overrides[1::2])) for p in (two, row))
+    two_s, row_s = settings(two.overrides), settings(row.overrides)
     assert set(two_s) == set(row_s)
     assert {k: v for k, v in two_s.items() if row_s[k] != v} == {
         "SOLVER.MAX_ITER": "2304", "SOLVER.PMD.PERIOD": "576", "SOLVER.CHECKPOINT_PERIOD": "230"}  # fmt: skip
@@ -624,11 +631,6 @@ def test_regime_axes_each_change_one_thing_against_the_large_batch_1_4x_row(stud
     def plan_of(name):
         plan = study.plan_cell(grid, by_name[name], None, "/tmp/x", 1)
         return plan, schema.cell_run_plan(grid.config, plan.overrides, 1, grid.num_train)
-
-    def settings(overrides):
-        pairs = list(zip(overrides[::2], overrides[1::2]))
-        assert len(dict(pairs)) == len(pairs), "a key set twice would hide a change"
-        return dict(pairs)
 
     base = settings(row.overrides)
     lr, lr_plan = plan_of("pmd_lamb-bs1024-ep1.4x-lrx1.5-lrwsd-wd0.01")
