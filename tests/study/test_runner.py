@@ -617,9 +617,10 @@ def test_regime_grid_matches_largedet_on_coco_in_batch_over_n_and_epochs(study):
     assert set(two_s) == set(row_s)
     assert {k: v for k, v in two_s.items() if row_s[k] != v} == {
         "SOLVER.MAX_ITER": "2304", "SOLVER.PMD.PERIOD": "576", "SOLVER.CHECKPOINT_PERIOD": "230"}  # fmt: skip
-    # and its second seed differs from it in the seed only
-    two_s1 = study.plan_cell(grid, grid.cells[names.index("pmd_lamb-bs256-ep2x-lrwsd-wd0.01-s1")], None, "/tmp/x", 1)
-    assert settings(two_s1.overrides) == dict(two_s, SEED="1")
+    # and its second and third seeds differ from it in the seed only
+    for seed in (1, 2):
+        other = study.plan_cell(grid, grid.cells[names.index(f"pmd_lamb-bs256-ep2x-lrwsd-wd0.01-s{seed}")], None, "/tmp/x", 1)
+        assert settings(other.overrides) == dict(two_s, SEED=str(seed))
 
 
 def test_regime_axes_each_change_one_thing_against_the_large_batch_1_4x_row(study):
