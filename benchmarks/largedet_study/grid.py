@@ -402,7 +402,7 @@ def _regime_cells() -> List[Cell]:
         # model EMA, 0.9998 per step of 16 images (0.98728 per step of 1024: about 79 steps)
         Cell("pmd_lamb", 4 * b, epochs_factor=1.4, ema=0.9998, **_WSD),
         # the steps grid's AP turned down past 1.7x (2x: 400 passes over its 1536 images);
-        # does it at 1% of the data? The configs' recipe at 2x (24 epochs, 2304 steps; one seed)
+        # does it at 1% of the data? The configs' recipe at 2x (24 epochs, 2304 steps)
         Cell("pmd_lamb", b, epochs_factor=2.0, **_WSD),
         # its second and third seeds: 2x against 1.4x is the difference the 2x turn is read
         # from, and two seeds put it at about the seed spread
