@@ -344,6 +344,8 @@ REGIME_BATCH = 256
 REGIME_NUM_TRAIN = 24576
 # the baseline's warm-up: Detectron2's 1000 steps of 16 images (0.65 epoch of 24,576 images)
 _REGIME_BASELINE = Cell("sgd", 16, warmup_epochs=0.65)
+# the baseline with the large batch's LR schedule (warm-up-stable-decay), weight decay 1e-4
+_STRONG_BASELINE = replace(_REGIME_BASELINE, lr_schedule="wsd")
 # the configs' recipe (warm-up-stable-decay, weight decay 0.01) and the study's first
 # (step LR, weight decay 1e-4), each at 1.0x and 1.4x the epochs
 _WSD = dict(lr_schedule="wsd", weight_decay=0.01)
@@ -408,6 +410,17 @@ def _regime_cells() -> List[Cell]:
         # from, and two seeds put it at about the seed spread
         Cell("pmd_lamb", b, epochs_factor=2.0, seed=1, **_WSD),
         Cell("pmd_lamb", b, epochs_factor=2.0, seed=2, **_WSD),
+        # the strong baseline: batch 16 with the large batch's schedule (warm-up-stable-decay,
+        # SGD's own coupled weight decay 1e-4 kept: LAMB's decoupled 0.01 is another thing),
+        # three seeds; the step-LR baseline's and the 1.4x recipe's third seeds; batch 16's LR
+        # (0.02, never swept) at x0.5 and x2 with the better schedule, one seed
+        _STRONG_BASELINE,
+        replace(_REGIME_BASELINE, seed=2),
+        replace(_STRONG_BASELINE, seed=1),
+        Cell("pmd_lamb", b, epochs_factor=1.4, seed=2, **_WSD),
+        replace(_STRONG_BASELINE, seed=2),
+        replace(_STRONG_BASELINE, lr_factor=0.5),
+        replace(_STRONG_BASELINE, lr_factor=2.0),
     ]
 
 

@@ -74,6 +74,10 @@ MULTIGRID_OVERRIDES = (
 )  # fmt: skip
 
 
+#: a cell's LR schedule after warm-up -> SOLVER.LR_SCHEDULER_NAME
+VIDEO_LR_SCHEDULES = {"cosine": "WarmupCosineLR", "wsd": "WarmupStableDecayLR"}
+
+
 @dataclass(frozen=True)
 class VideoCell:
     """One training run of the video study."""
@@ -84,8 +88,14 @@ class VideoCell:
     multigrid: bool = False
     lr_factor: float = 1.0
     # "TSMResNet", or "TSNResNet" (the same network without the shift: the task's
-    # single-frame control, expected at chance)
+    # single-frame control, at chance by construction: every class renders the same
+    # distribution of single frames)
     backbone: str = "TSMResNet"
+    epochs_factor: float = 1.0  # multiplies the grid's epochs
+    warmup_epochs: Optional[float] = None  # None: the grid's
+    # after warm-up: "cosine" (to 0 over the run, the paper's) or "wsd" (the peak to 80% of
+    # the run, then linear to 0); the multigrid cell keeps its step schedule
+    lr_schedule: str = "cosine"
 
     @property
     def name(self) -> str:
@@ -93,6 +103,12 @@ class VideoCell:
             self.optimizer, f"bs{self.batch}"]
         if self.multigrid:
             parts.append("multigrid")
+        if self.epochs_factor != 1.0:
+            parts.append(f"ep{self.epochs_factor:g}x")
+        if self.warmup_epochs is not None:
+            parts.append(f"wu{self.warmup_epochs:g}")
+        if self.lr_schedule != "cosine":
+            parts.append(f"lr{self.lr_schedule}")
         if self.lr_factor != 1.0:
             parts.append(f"lrx{self.lr_factor:g}")
         if self.seed is not None:
@@ -110,6 +126,10 @@ class VideoGrid:
     cells: Tuple[VideoCell, ...]
     optimizers: Dict[str, OptimizerRecipe]
     report_set: str = "moving_shapes_val"
+    # the split that chooses the recipe (None: the grid has none)
+    holdout_set: Optional[str] = None
+    # overrides every cell of the grid takes first (the evaluation's splits and sizes)
+    extra_overrides: Tuple[str, ...] = ()
 
     def recipe(self, optimizer: str) -> OptimizerRecipe:
         if optimizer not in self.optimizers:
@@ -137,12 +157,55 @@ def _video_cells() -> List[VideoCell]:
     ]
 
 
-VIDEO_GRID_NAMES = ("tsm",)
+def _tsm4k_cells() -> List[VideoCell]:
+    """The grid that can resolve one point, in the order two study processes take them:
+    the batch-16 baseline's three seeds beside the batch-256 recipes' one-axis rows (one
+    seed, the held-out split choosing): the epochs (1.4x, 2x), the schedule
+    (warm-up-stable-decay), the warm-up (the paper's 5% of the run, 1.5 epochs, and 10)."""
+    rows = []
+    for axis in (dict(epochs_factor=1.4), dict(epochs_factor=2.0), dict(lr_schedule="wsd"),
+                 dict(warmup_epochs=1.5), dict(warmup_epochs=10.0)):  # fmt: skip
+        rows += [VideoCell("pmd_lamb", 256, **axis), VideoCell("sgd", 256, **axis)]
+    return [
+        VideoCell("sgd", 16),
+        VideoCell("pmd_lamb", 256),
+        VideoCell("sgd", 16, seed=1),
+        VideoCell("sgd", 256),
+        VideoCell("sgd", 16, seed=2),
+        *rows,
+    ]
+
+
+#: tsm4k's evaluation: 4096 reported videos (the first 1024 are tsm's), 2048 held-out
+#: videos of another seed to choose on; both 10 clips x 3 crops
+TSM4K_NUM_VAL = 4096
+TSM4K_NUM_HOLDOUT = 2048
+HOLDOUT_SET = "moving_shapes_holdout_val"
+
+#: "tsm": the first grid (1024 validation videos that chose and reported);
+#: "tsm4k": 4096 reported and 2048 held-out validation videos
+VIDEO_GRID_NAMES = ("tsm", "tsm4k")
 
 
 def build_video_grid(name: str = "tsm") -> VideoGrid:
-    if name != "tsm":
+    if name not in VIDEO_GRID_NAMES:
         raise ValueError(f"--grid must be one of {VIDEO_GRID_NAMES}, got {name!r}")
+    if name == "tsm4k":
+        return VideoGrid(
+            config="projects/video/configs/study/Base-Study-TSM-R18w16-8f-32px.yaml",
+            num_train=NUM_TRAIN,
+            epochs=EPOCHS,
+            warmup_epochs=WARMUP_EPOCHS,
+            ims_per_device=16,
+            cells=tuple(_tsm4k_cells()),
+            optimizers=VIDEO_OPTIMIZERS,
+            holdout_set=HOLDOUT_SET,
+            extra_overrides=(
+                "DATASETS.TEST", f"('{HOLDOUT_SET}', 'moving_shapes_val')",
+                "DATASETS.MOVING_SHAPES.NUM_VAL", str(TSM4K_NUM_VAL),
+                "DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL", str(TSM4K_NUM_HOLDOUT),
+            ),
+        )  # fmt: skip
     return VideoGrid(
         config="projects/video/configs/study/Base-Study-TSM-R18w16-8f-32px.yaml",
         num_train=NUM_TRAIN,
@@ -172,17 +235,21 @@ class VideoPlan:
 def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: int = 1) -> VideoPlan:
     """What ``cell`` runs: its steps, warm-up, LR and the config overrides that say so."""
     recipe = grid.recipe(cell.optimizer)
-    images = grid.epochs * grid.num_train
+    epochs = grid.epochs * cell.epochs_factor
+    images = epochs * grid.num_train
     if abs(images - round(images)) > 1e-6 or round(images) % cell.batch:
         raise ValueError(
-            f"{cell.name}: {grid.epochs:g} epochs x {grid.num_train} clips is not a whole number of batches of {cell.batch}"
+            f"{cell.name}: {epochs:g} epochs x {grid.num_train} clips is not a whole number of batches of {cell.batch}"
         )
+    if cell.lr_schedule not in VIDEO_LR_SCHEDULES:
+        raise ValueError(f"{cell.name}: lr_schedule must be one of {sorted(VIDEO_LR_SCHEDULES)}, got {cell.lr_schedule!r}")
     iterations = round(images) // cell.batch
-    warmup = min(iterations // 2, max(1, round(grid.warmup_epochs * grid.num_train / cell.batch)))
+    warmup_epochs = grid.warmup_epochs if cell.warmup_epochs is None else cell.warmup_epochs
+    warmup = min(iterations // 2, max(1, round(warmup_epochs * grid.num_train / cell.batch)))
     per_device = min(grid.ims_per_device, cell.batch // world)
     period = max(1, iterations // 4) if recipe.name == "PMD_LAMB" else None
     steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if cell.multigrid else None
-    overrides = [
+    overrides = list(grid.extra_overrides) + [
         "SOLVER.OPTIMIZER", recipe.name,
         "SOLVER.IMS_PER_BATCH", str(cell.batch),
         "SOLVER.IMS_PER_DEVICE", str(per_device),
@@ -198,6 +265,8 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
         "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
         "OUTPUT_DIR", output_dir,
     ] + list(recipe.overrides)  # fmt: skip
+    if cell.lr_schedule != "cosine" and not cell.multigrid:
+        overrides += ["SOLVER.LR_SCHEDULER_NAME", VIDEO_LR_SCHEDULES[cell.lr_schedule]]
     if cell.multigrid:
         overrides += ["SOLVER.LR_SCHEDULER_NAME", "WarmupMultiStepLR",
                       "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", *MULTIGRID_OVERRIDES]  # fmt: skip
@@ -240,16 +309,24 @@ VIDEO_CSV_FIELDS = [
     "seed", "top1", "diverged", "final_loss", "wall_clock_s", "clips_per_s", "device",
     "threads", "output_dir",
 ]  # fmt: skip
+#: a grid with a held-out split also writes its top-1, the schedule and both splits' sizes
+VIDEO_HOLDOUT_CSV_FIELDS = VIDEO_CSV_FIELDS + [
+    "lr_schedule", "warmup_epochs", "holdout_top1", "val_videos", "holdout_videos",
+]  # fmt: skip
 
 
-def final_top1(metrics: Sequence[dict], test_set: str) -> str:
+def final_top1(metrics: Sequence[dict], test_set: str, key: str = "top1") -> str:
     """The last top-1 (percent, two decimals) of ``test_set`` in a run's metrics.json rows
-    (``classification/top1`` when the run has one test set); "" where there is none."""
+    (``classification/top1`` when the run has one test set); "" where there is none.
+    ``key="num_videos"``: the number of videos it was computed on, as an integer."""
     value = ""
     for m in metrics:
-        for key in (f"{test_set}/classification/top1", "classification/top1"):
-            if key in m:
-                v = m[key]
-                value = f"{v:.2f}" if math.isfinite(v) else "0.00"
+        for name in (f"{test_set}/classification/{key}", f"classification/{key}"):
+            if name in m:
+                v = m[name]
+                if key == "num_videos":
+                    value = str(int(v))
+                else:
+                    value = f"{v:.2f}" if math.isfinite(v) else "0.00"
                 break
     return value

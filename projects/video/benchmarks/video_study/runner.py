@@ -20,6 +20,7 @@ from .grid import (
     ROOT,
     VIDEO_CSV_FIELDS,
     VIDEO_GRID_NAMES,
+    VIDEO_HOLDOUT_CSV_FIELDS,
     VideoPlan,
     build_video_grid,
     final_top1,
@@ -49,7 +50,7 @@ def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: f
     if not diverged and top1 == "":
         return None
     grid = args.grid_obj
-    return {
+    row = {
         "cell": plan.cell.name,
         "optimizer": plan.cell.optimizer,
         "batch": plan.cell.batch,
@@ -60,7 +61,7 @@ def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: f
         "lr": f"{plan.lr:.6g}",
         "warmup_iters": plan.warmup,
         "iterations": plan.iterations,
-        "epochs": f"{grid.epochs:g}",
+        "epochs": f"{grid.epochs * plan.cell.epochs_factor:g}",
         "pmd_period": plan.pmd_period or "",
         "multigrid": "yes" if plan.cell.multigrid else "no",
         "seed": "" if plan.cell.seed is None else plan.cell.seed,
@@ -73,6 +74,18 @@ def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: f
         "threads": args.threads,
         "output_dir": os.path.relpath(run_dir, ROOT),
     }
+    if grid.holdout_set is not None:
+        holdout_top1 = final_top1(run.metrics, grid.holdout_set)
+        if not diverged and holdout_top1 == "":
+            return None
+        row.update(
+            lr_schedule=plan.cell.lr_schedule,
+            warmup_epochs=f"{grid.warmup_epochs if plan.cell.warmup_epochs is None else plan.cell.warmup_epochs:g}",
+            holdout_top1="" if diverged else holdout_top1,
+            val_videos=final_top1(run.metrics, grid.report_set, key="num_videos"),
+            holdout_videos=final_top1(run.metrics, grid.holdout_set, key="num_videos"),
+        )
+    return row
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -118,5 +131,5 @@ def main(argv: Optional[List[str]] = None) -> int:
         run=lambda plan, run_dir, args: run_cell(plan, run_dir, args),
         summarize=summarize_video_cell,
         describe=lambda row: "diverged" if row["diverged"] == "yes" else f"top-1 {row['top1']}%",
-        fields=VIDEO_CSV_FIELDS,
+        fields=VIDEO_CSV_FIELDS if grid.holdout_set is None else VIDEO_HOLDOUT_CSV_FIELDS,
     )  # fmt: skip

@@ -164,6 +164,11 @@ def _add_data_config(cfg: CN) -> None:
     cfg.DATASETS.MOVING_SHAPES.JITTER = 0.0
     # Standard deviation of the per-pixel noise (0-255 scale).
     cfg.DATASETS.MOVING_SHAPES.NOISE = 6.0
+    # A held-out split to choose a recipe on, registered as "moving_shapes_holdout_val":
+    # HOLDOUT_NUM_VAL videos of the same generator with seed HOLDOUT_SEED (its training
+    # split is one unused video). 0: not registered.
+    cfg.DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL = 0
+    cfg.DATASETS.MOVING_SHAPES.HOLDOUT_SEED = 1000
 
     # --- Kinetics-400 (largedet_video.data.builtin) --------------------------------
     cfg.DATASETS.KINETICS = CN()

@@ -3,6 +3,9 @@
 - ``moving_shapes_train`` / ``moving_shapes_val``: the built-in generated videos
   (:mod:`.moving_shapes`), with the parameters in ``cfg.DATASETS.MOVING_SHAPES``;
   generated on first use.
+- ``moving_shapes_holdout_val``: where ``DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL`` > 0, that
+  many validation videos of the same generator with seed ``HOLDOUT_SEED``: a split to
+  choose a recipe on, independent of the one that reports it.
 - ``kinetics400_train`` / ``kinetics400_val``: the official CSVs under
   ``cfg.DATASETS.KINETICS.ROOT`` (``annotations/train.csv``,
   ``annotations/validate.csv``; videos in ``train/`` and ``val/``).
@@ -15,6 +18,7 @@ and ``num_classes``.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
@@ -81,6 +85,17 @@ def register_video_datasets(cfg) -> None:
         _register(
             f"moving_shapes_{split}",
             lambda split=split: load_moving_shapes(prepare_moving_shapes(spec, shapes_root), split),
+            classes=list(spec.classes),
+            num_classes=len(spec.classes),
+        )
+    holdout = cfg.DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL
+    if holdout > 0:
+        holdout_spec = replace(
+            spec, seed=cfg.DATASETS.MOVING_SHAPES.HOLDOUT_SEED, num_train=1, num_val=holdout
+        )
+        _register(
+            "moving_shapes_holdout_val",
+            lambda: load_moving_shapes(prepare_moving_shapes(holdout_spec, shapes_root), "val"),
             classes=list(spec.classes),
             num_classes=len(spec.classes),
         )
