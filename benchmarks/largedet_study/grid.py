@@ -563,6 +563,9 @@ class Plan:
     lr: float
     pmd_period: Optional[int]
     overrides: List[str] = field(default_factory=list)
+    # the optimizer steps the run takes: ``iterations`` (SOLVER.MAX_ITER, steps of the full
+    # batch) unless a batch ramp runs more, smaller ones first
+    optimizer_steps: Optional[int] = None
 
 
 def cell_config(config: str, overrides: Sequence[str], new_config: Callable[[], CfgNode] = None) -> CfgNode:
@@ -654,8 +657,8 @@ def plan_cell(
             overrides += ["SOLVER.AGVM.PERIOD", str(cell.agvm_period)]
         if cell.agvm_momentum is not None:
             overrides += ["SOLVER.AGVM.MOMENTUM", repr(cell.agvm_momentum)]
-    lr = cell_run_plan(grid.config, overrides, world, grid.num_train).lr.lr
-    return Plan(cell, iterations, warmup, steps, lr, period, overrides)
+    run = cell_run_plan(grid.config, overrides, world, grid.num_train)
+    return Plan(cell, iterations, warmup, steps, run.lr.lr, period, overrides, run.total_steps)
 
 
 CSV_FIELDS = [

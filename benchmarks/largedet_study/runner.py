@@ -118,7 +118,7 @@ def summarize(plan: Plan, run_dir: str, returncode: int, wall: float, args) -> O
         "lr_rule": args.grid_obj.recipe(plan.cell.optimizer).rule,
         "lr": f"{plan.lr:.6g}",
         "warmup_iters": plan.warmup,
-        "iterations": plan.iterations,
+        "iterations": plan.optimizer_steps or plan.iterations,
         "epochs": f"{args.grid_obj.epochs * plan.cell.epochs_factor:g}",
         "pmd_period": plan.pmd_period or "",
         "pmd_decay": plan.cell.pmd_decay if plan.pmd_period else "",

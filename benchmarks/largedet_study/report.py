@@ -1,0 +1,437 @@
+"""The studies' numbers in the docs, generated from their CSVs.
+
+Result tables, cited numbers and the verdict sentences of README.md, docs/ and
+projects/video/README.md, and the measured lines of the configs' comments, are written by
+``python benchmarks/study_report.py`` between markers, and its ``--check`` (run by the test
+suite) fails where a file differs from what the CSVs give:
+
+* a block, Markdown: ``<!-- BEGIN generated NAME -->`` ... ``<!-- END generated NAME -->``;
+  YAML (comment lines): ``# BEGIN generated NAME`` ... ``# END generated NAME``; NAME is a
+  key of :data:`BLOCKS`;
+* a number inside Markdown prose: ``<!--v KEY-->83.17<!--/v-->`` (the comments do not
+  render), KEY as :func:`value` reads it.
+
+Seeds of a cell are its rows whose names differ only in a ``-sN`` suffix (the family).
+Every comparison gives n on both sides, the spread (sample SD) and the pooled 95%
+interval and one-sided 95% lower bound of the difference (:mod:`.stats`).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .stats import Difference, Summary, claim, difference, summarize
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+__all__ = [
+    "BLOCKS",
+    "CSVS",
+    "Family",
+    "check",
+    "families",
+    "fill",
+    "regime_baseline",
+    "regime_goal",
+    "value",
+    "write",
+]
+
+#: the studies' CSVs by the short name a KEY uses
+CSVS = {
+    "regime": "benchmarks/results/batch_scaling_regime.csv",
+    "regime_epyc": "benchmarks/results/batch_scaling_regime_epyc_calibration.csv",
+    "steps": "benchmarks/results/batch_scaling_steps.csv",
+    "steps2000": "benchmarks/results/batch_scaling_steps_eval2000.csv",
+    "video": "projects/video/benchmarks/results/batch_study.csv",
+    "video4k": "projects/video/benchmarks/results/tsm4k_study.csv",
+}
+#: each CSV's (held-out column, reported column); None: no held-out split
+SPLITS = {
+    "regime": ("holdout_ap", "box_ap"),
+    "regime_epyc": ("holdout_ap", "box_ap"),
+    "steps": ("holdout_ap", "box_ap"),
+    "steps2000": ("holdout_ap", "box_ap"),
+    "video": (None, "top1"),
+    "video4k": ("holdout_top1", "top1"),
+}
+#: the files that may hold markers
+FILES = ("README.md", "docs", "projects/video/README.md", "configs", "projects/video/configs")
+
+_SEED = re.compile(r"-s\d+$")
+
+
+def _read(name: str) -> List[dict]:
+    path = os.path.join(ROOT, CSVS[name])
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _machine(device: str) -> str:
+    for short in ("EPYC", "Xeon", "H100", "H200"):
+        if short in device:
+            return short
+    return device or "?"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A cell and its other seeds: the rows of one recipe."""
+
+    name: str
+    rows: Tuple[dict, ...]
+
+    @property
+    def batch(self) -> int:
+        return int(self.rows[0]["batch"])
+
+    @property
+    def trained(self) -> Tuple[dict, ...]:
+        return tuple(r for r in self.rows if r.get("diverged") != "yes")
+
+    def values(self, column: str) -> List[float]:
+        return [float(r[column]) for r in self.trained if r.get(column) not in (None, "")]
+
+    def summary(self, column: str) -> Optional[Summary]:
+        values = self.values(column)
+        return summarize(values) if values else None
+
+    @property
+    def machines(self) -> str:
+        return "/".join(dict.fromkeys(_machine(r.get("device", "")) for r in self.rows))
+
+
+def families(csv_name: str) -> Dict[str, Family]:
+    """The families of a CSV, in the order their first row appears."""
+    groups: Dict[str, List[dict]] = {}
+    for row in _read(csv_name):
+        groups.setdefault(_SEED.sub("", row["cell"]), []).append(row)
+    return {name: Family(name, tuple(rows)) for name, rows in groups.items()}
+
+
+def _family(csv_name: str, name: str) -> Family:
+    fams = families(csv_name)
+    if name == "baseline":
+        return regime_baseline() if csv_name.startswith("regime") else video_baseline(csv_name)
+    if name not in fams:
+        raise KeyError(f"{CSVS[csv_name]}: no cell family {name!r}")
+    return fams[name]
+
+
+def _best_batch16(fams: Dict[str, Family], holdout: str, min_seeds: int) -> Optional[Family]:
+    """The batch-16 family with the highest held-out mean among those with at least
+    ``min_seeds`` trained seeds (any number where none has that many)."""
+    cands = [f for f in fams.values() if f.batch == 16 and f.summary(holdout) is not None]
+    enough = [f for f in cands if len(f.values(holdout)) >= min_seeds]
+    pool = enough or cands
+    return max(pool, key=lambda f: f.summary(holdout).mean) if pool else None
+
+
+def regime_baseline() -> Family:
+    """The regime grid's strongest batch-16 baseline: the best held-out mean of the batch-16
+    recipes with three seeds or more (of those with fewer where none has three)."""
+    return _best_batch16(families("regime"), "holdout_ap", 3)
+
+
+def video_baseline(csv_name: str = "video4k") -> Optional[Family]:
+    """The video grid's batch-16 SGD baseline (the held-out split chooses where it has one)."""
+    holdout, reported = SPLITS[csv_name]
+    return _best_batch16(families(csv_name), holdout or reported, 3)
+
+
+# --- inline values ------------------------------------------------------------------------
+
+
+def value(key: str) -> str:
+    """The text of an inline KEY:
+
+    * ``CSV/FAMILY/STAT/COLUMN``: STAT one of ``mean``, ``sd``, ``n``, ``min``, ``max``,
+      ``row`` (the family's one row); FAMILY ``baseline`` is the strongest batch-16 baseline;
+    * ``CSV/A~B/STAT/COLUMN``: mean(A) - mean(B) (B may be in another CSV: ``A~CSV2:B``),
+      STAT one of ``diff``, ``low``, ``high``, ``lb`` (the pooled 95% interval's ends and the
+      one-sided 95% lower bound), ``ci`` (``+0.07 [-0.46, +0.59]``);
+    * ``CSV/FAMILY/name``: the family's cell name as run (``baseline`` resolved).
+    """
+    parts = key.split("/")
+    if len(parts) == 3 and parts[2] == "name":
+        return _family(parts[0], parts[1]).name
+    if len(parts) != 4:
+        raise KeyError(f"inline value {key!r}: expected CSV/FAMILY/STAT/COLUMN")
+    csv_name, fam, stat, column = parts
+    if csv_name not in CSVS:
+        raise KeyError(f"inline value {key!r}: unknown CSV {csv_name!r}; one of {sorted(CSVS)}")
+    if "~" in fam:
+        a_name, b_name = fam.split("~")
+        b_csv, _, b_name = b_name.rpartition(":")
+        a = _family(csv_name, a_name)
+        b = _family(b_csv or csv_name, b_name)
+        d = difference(a.values(column), b.values(column))
+        if stat == "ci":
+            return d.interval()
+        number = {"diff": d.diff, "low": d.low, "high": d.high, "lb": d.lower_bound}[stat]
+        return "n/a" if number is None else f"{number:+.2f}"
+    family = _family(csv_name, fam)
+    values = family.values(column)
+    if stat == "n":
+        return str(len(values))
+    if stat == "row":
+        if len(family.rows) != 1:
+            raise KeyError(f"inline value {key!r}: {fam} has {len(family.rows)} rows, not one")
+        return family.rows[0][column]
+    if not values:
+        raise KeyError(f"inline value {key!r}: no values")
+    s = summarize(values)
+    number = {"mean": s.mean, "sd": s.sd, "min": min(values), "max": max(values)}[stat]
+    return "n/a" if number is None else f"{number:.2f}"
+
+
+# --- tables -------------------------------------------------------------------------------
+
+
+def _ms(s: Optional[Summary]) -> str:
+    if s is None:
+        return "-"
+    return f"{s.mean:.2f} ± {s.sd:.2f}" if s.sd is not None else f"{s.mean:.2f}"
+
+
+def _diff_cells(d: Difference) -> List[str]:
+    if d.low is None:
+        return [f"{d.diff:+.2f}", "-", "-"]
+    return [f"{d.diff:+.2f}", f"[{d.low:+.2f}, {d.high:+.2f}]", f"{d.lower_bound:+.2f}"]
+
+
+def _steps(f: Family) -> str:
+    its = sorted({int(r["iterations"]) for r in f.rows if r.get("iterations")})
+    return "/".join(f"{i:,}" for i in its)
+
+
+def cells_table(csv_name: str, extra: Sequence[str] = ()) -> str:
+    """Every family of a CSV: batch, share of the data, steps, n, the held-out and reported
+    means ± sample SD, the final training loss's mean, the machine."""
+    holdout, reported = SPLITS[csv_name]
+    fams = [(f"`{name}`", f) for name, f in families(csv_name).items()] + [
+        (f"`{name}` ({_LABELS.get(m, m)})", f) for m in extra for name, f in families(m).items()
+    ]
+    metric = "AP" if reported != "top1" else "top-1"
+    head = ["cell (seeds as -sN)", "batch", "steps", "n"]
+    head += ([f"held-out {metric}"] if holdout else []) + [f"reported {metric}", "final loss", "machine"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | " + " | ".join("---:" for _ in head[1:-1]) + " | --- |"]
+    for label, f in fams:
+        n = len(f.trained)
+        div = len(f.rows) - n
+        loss = summarize([float(r["final_loss"]) for r in f.rows if r.get("final_loss")])
+        row = [label, str(f.batch), _steps(f), f"{n}" + (f" (+{div} diverged)" if div else "")]
+        if holdout:
+            row.append(_ms(f.summary(holdout)))
+        row += [_ms(f.summary(reported)), f"{loss.mean:.3f}", f.machines]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def comparison_table(csv_name: str, baseline: Family, rows: Sequence[Tuple[str, Family]]) -> str:
+    """``rows`` (label, family) against ``baseline``: n, the difference of the means on each
+    split with its pooled 95% interval and one-sided 95% lower bound."""
+    holdout, reported = SPLITS[csv_name]
+    splits = [(holdout, "held-out"), (reported, "reported")] if holdout else [(reported, "reported")]
+    head = [f"against `{baseline.name}` ({baseline.machines})", "n", "machine"]
+    for _, split in splits:
+        head += [f"{split} diff", "95% interval", "lower bound"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | ---: | --- | " + " | ".join("---:" for _ in head[3:]) + " |"]
+    for label, f in rows:
+        cells = [label, f"{len(f.trained)} / {len(baseline.trained)}", f.machines]
+        for column, _ in splits:
+            a, b = f.values(column), baseline.values(column)
+            cells += _diff_cells(difference(a, b)) if a and b else ["-", "-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: how a table names the rows of a second CSV of the same grid
+_LABELS = {"regime_epyc": "EPYC calibration"}
+
+
+def _large_families(csv_name: str) -> List[Tuple[str, Family]]:
+    out = []
+    for name, f in families(csv_name).items():
+        if f.batch > 16 and f.trained:
+            out.append((f"`{name}`" + (f" ({_LABELS[csv_name]})" if csv_name in _LABELS else ""), f))
+    return out
+
+
+def regime_comparison() -> str:
+    base = regime_baseline()
+    rows = _large_families("regime") + _large_families("regime_epyc")
+    others = [(f"`{n}` (batch 16)", f) for n, f in families("regime").items()
+              if f.batch == 16 and f.name != base.name and f.trained]  # fmt: skip
+    return comparison_table("regime", base, others + rows)
+
+
+@dataclass(frozen=True)
+class GoalCheck:
+    """The regime grid's check: the large-batch family chosen on held-out at <= 1.4x the
+    epochs, with >= 3 seeds, against the strongest batch-16 baseline."""
+
+    baseline: Family
+    chosen: Optional[Family]
+    held_out: Optional[Difference]
+    reported: Optional[Difference]
+    goal: bool  # within 0.5 on both splits, held-out lower bound >= -1.0, <= 1.4x
+    moonshot: bool  # within 0.5 at 1.0x with the held-out lower bound >= -0.5
+
+
+def _epochs_factor(name: str) -> float:
+    m = re.search(r"-ep([\d.]+)x", name)
+    return float(m.group(1)) if m else 1.0
+
+
+def regime_goal(max_factor: float = 1.4) -> GoalCheck:
+    """The issue's check on the regime CSV (:class:`GoalCheck`)."""
+    base = regime_baseline()
+    fams = [f for f in families("regime").values()
+            if f.batch > 16 and _epochs_factor(f.name) <= max_factor and len(f.values("holdout_ap")) >= 3]  # fmt: skip
+    if not fams or base is None:
+        return GoalCheck(base, None, None, None, False, False)
+    chosen = max(fams, key=lambda f: f.summary("holdout_ap").mean)
+    h = difference(chosen.values("holdout_ap"), base.values("holdout_ap"))
+    r = difference(chosen.values("box_ap"), base.values("box_ap"))
+    within = h.diff >= -0.5 and r.diff >= -0.5
+    goal = within and h.lower_bound is not None and h.lower_bound >= -1.0 and len(base.trained) >= 3
+    one_x = [f for f in fams if _epochs_factor(f.name) == 1.0]
+    moon = False
+    for f in one_x:
+        hh = difference(f.values("holdout_ap"), base.values("holdout_ap"))
+        rr = difference(f.values("box_ap"), base.values("box_ap"))
+        if hh.diff >= -0.5 and rr.diff >= -0.5 and hh.lower_bound is not None and hh.lower_bound >= -0.5:
+            moon = len(base.trained) >= 3
+    return GoalCheck(base, chosen, h, r, goal, moon)
+
+
+def regime_verdict() -> str:
+    """The regime grid's verdict in a few generated sentences."""
+    g = regime_goal()
+    base = g.baseline
+    bh, br = base.summary("holdout_ap"), base.summary("box_ap")
+    text = [f"The strongest batch-16 baseline on the held-out split is `{base.name}` "
+            f"(held-out {bh.text()}, `shapes_val` {br.text()})."]  # fmt: skip
+    if len(base.trained) < 3:
+        text.append(f"It has {len(base.trained)} seeds, fewer than the three the check asks.")
+    if g.chosen is None:
+        text.append("No large-batch recipe at <= 1.4x the epochs has three seeds yet.")
+    else:
+        text.append(
+            f"The large-batch recipe the held-out split chooses at <= 1.4x the epochs is "
+            f"`{g.chosen.name}`: minus the baseline, held-out {claim(g.held_out, 0.5)}; "
+            f"`shapes_val` {claim(g.reported, 0.5)}."
+        )
+    text.append(
+        "Goal (within 0.5 AP on both splits at <= 1.4x, held-out lower bound >= -1.0, three "
+        f"seeds each): **{'met' if g.goal else 'not met'}**. Moonshot (the same at 1.0x with "
+        f"the lower bound >= -0.5): **{'met' if g.moonshot else 'not met'}**."
+    )
+    return "\n".join(text)
+
+
+def video_cells(csv_name: str) -> str:
+    return cells_table(csv_name) if _read(csv_name) else "(no finished cell yet)"
+
+
+def video_comparison(csv_name: str) -> str:
+    base = video_baseline(csv_name)
+    if base is None:
+        return "(no batch-16 baseline yet)"
+    rows = [(f"`{n}`", f) for n, f in families(csv_name).items()
+            if n != base.name and f.trained and not n.startswith("tsn")]  # fmt: skip
+    return comparison_table(csv_name, base, rows)
+
+
+#: generated blocks by name
+BLOCKS: Dict[str, Callable[[], str]] = {
+    "regime-cells": lambda: cells_table("regime", extra=("regime_epyc",)),
+    "regime-comparison": regime_comparison,
+    "regime-verdict": regime_verdict,
+    "steps-cells": lambda: cells_table("steps"),
+    "steps2000-cells": lambda: _eval2000_table(),
+    "video-cells": lambda: video_cells("video"),
+    "video-comparison": lambda: video_comparison("video"),
+    "video4k-cells": lambda: video_cells("video4k"),
+    "video4k-comparison": lambda: video_comparison("video4k"),
+}
+
+
+def _eval2000_table() -> str:
+    """The steps grid's cells re-evaluated on 2000 images of each split: n, means ± SD."""
+    groups: Dict[str, List[dict]] = {}
+    for row in _read("steps2000"):
+        groups.setdefault(_SEED.sub("", row["cell"]), []).append(row)
+    lines = ["| cell (seeds as -sN) | n | held-out AP | reported AP |", "| --- | ---: | ---: | ---: |"]
+    for name, rows in groups.items():
+        h = summarize([float(r["holdout_ap"]) for r in rows if r["holdout_ap"]])
+        r_ = summarize([float(r["box_ap"]) for r in rows if r["box_ap"]])
+        lines.append(f"| `{name}` | {h.n} | {_ms(h)} | {_ms(r_)} |")
+    return "\n".join(lines)
+
+
+# --- markers ------------------------------------------------------------------------------
+
+_MD_BLOCK = re.compile(r"(<!-- BEGIN generated (\S+) -->\n)(.*?)(<!-- END generated \2 -->)", re.S)
+_YAML_BLOCK = re.compile(r"(# BEGIN generated (\S+)\n)(.*?)(# END generated \2)", re.S)
+_INLINE = re.compile(r"<!--v (\S+)-->(.*?)<!--/v-->")
+
+
+def fill(text: str, yaml: bool = False) -> str:
+    """``text`` with every block and inline value regenerated."""
+
+    def block(m):
+        name = m.group(2)
+        if name not in BLOCKS:
+            raise KeyError(f"unknown generated block {name!r}; one of {sorted(BLOCKS)}")
+        body = BLOCKS[name]()
+        if yaml:
+            body = "\n".join(("# " + line).rstrip() for line in body.splitlines())
+        return m.group(1) + body + "\n" + m.group(4)
+
+    text = (_YAML_BLOCK if yaml else _MD_BLOCK).sub(block, text)
+    if not yaml:
+        text = _INLINE.sub(lambda m: f"<!--v {m.group(1)}-->{value(m.group(1))}<!--/v-->", text)
+    return text
+
+
+def _marked_files() -> List[str]:
+    out = []
+    for entry in FILES:
+        path = os.path.join(ROOT, entry)
+        if os.path.isfile(path):
+            out.append(path)
+            continue
+        for folder, _, names in os.walk(path):
+            out += [os.path.join(folder, n) for n in sorted(names) if n.endswith((".md", ".yaml"))]
+    return [p for p in out if "generated " in open(p).read() or "<!--v " in open(p).read()]
+
+
+def check() -> List[str]:
+    """The marked files (relative paths) whose generated parts differ from the CSVs."""
+    stale = []
+    for path in _marked_files():
+        text = open(path).read()
+        if fill(text, yaml=path.endswith(".yaml")) != text:
+            stale.append(os.path.relpath(path, ROOT))
+    return stale
+
+
+def write() -> List[str]:
+    """Regenerate every marked file; the ones that changed."""
+    changed = []
+    for path in _marked_files():
+        text = open(path).read()
+        new = fill(text, yaml=path.endswith(".yaml"))
+        if new != text:
+            with open(path, "w") as f:
+                f.write(new)
+            changed.append(os.path.relpath(path, ROOT))
+    return changed

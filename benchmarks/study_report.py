@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""The studies' numbers in the docs, written from their CSVs (:mod:`largedet_study.report`).
+
+    python benchmarks/study_report.py            # regenerate every marked table and number
+    python benchmarks/study_report.py --check    # exit 1 naming each file that differs
+    python benchmarks/study_report.py --goal     # the regime grid's check against its goal
+    python benchmarks/study_report.py --block regime-comparison   # print one block
+"""
+
+import argparse
+import sys
+
+from largedet_study import report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
+    group.add_argument("--goal", action="store_true", help="print the regime grid's goal check")
+    group.add_argument("--block", choices=sorted(report.BLOCKS), help="print one generated block")
+    args = parser.parse_args(argv)
+    if args.block:
+        print(report.BLOCKS[args.block]())
+        return 0
+    if args.goal:
+        print(report.regime_verdict())
+        g = report.regime_goal()
+        return 0 if g.goal else 1
+    if args.check:
+        stale = report.check()
+        for path in stale:
+            print(f"{path}: generated numbers differ from the CSVs; run python benchmarks/study_report.py")
+        return 1 if stale else 0
+    for path in report.write():
+        print(f"rewrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

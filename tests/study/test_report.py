@@ -1,0 +1,130 @@
+"""largedet_study.report: the docs' generated numbers against their CSVs.
+
+The repository check (:func:`test_docs_match_their_csvs`) is what fails when a table, a
+cited number or a config comment's measured line differs from what its CSV gives."""
+
+import csv
+import os
+
+import pytest
+
+from largedet_study import report
+
+FIELDS = ["cell", "batch", "iterations", "box_ap", "holdout_ap", "diverged", "final_loss", "device"]
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in FIELDS})
+
+
+def _row(cell, batch, holdout, reported, device="2-core AMD EPYC VM"):
+    return dict(cell=cell, batch=batch, iterations=100, box_ap=reported, holdout_ap=holdout,
+                diverged="no", final_loss="0.2", device=device)
+
+
+@pytest.fixture
+def fake_regime(tmp_path, monkeypatch):
+    """A regime CSV of two batch-16 recipes and two large-batch ones, in a temporary root."""
+    os.makedirs(tmp_path / "r")
+    rows = [
+        _row("sgd-bs16-wu0.65", 16, "82.0", "83.0"),
+        _row("sgd-bs16-wu0.65-s1", 16, "82.4", "83.2"),
+        _row("sgd-bs16-wu0.65-s2", 16, "82.2", "83.4"),
+        _row("sgd-bs16-wu0.65-lrwsd", 16, "82.6", "83.6"),
+        _row("sgd-bs16-wu0.65-lrwsd-s1", 16, "82.8", "83.8"),
+        _row("sgd-bs16-wu0.65-lrwsd-s2", 16, "82.7", "83.7"),
+        _row("pmd_lamb-bs256-lrwsd-wd0.01", 256, "82.5", "83.5"),
+        _row("pmd_lamb-bs256-lrwsd-wd0.01-s1", 256, "82.6", "83.6"),
+        _row("pmd_lamb-bs256-lrwsd-wd0.01-s2", 256, "82.4", "83.4"),
+        _row("pmd_lamb-bs256-ep2x-lrwsd-wd0.01", 256, "90.0", "90.0"),
+        _row("pmd_lamb-bs256-ep2x-lrwsd-wd0.01-s1", 256, "90.0", "90.0"),
+        _row("pmd_lamb-bs256-ep2x-lrwsd-wd0.01-s2", 256, "90.0", "90.0"),
+        dict(cell="sgd-bs256", batch=256, iterations=42, diverged="yes", final_loss="1.4"),
+    ]
+    _write(tmp_path / "r" / "regime.csv", rows)
+    monkeypatch.setattr(report, "ROOT", str(tmp_path))
+    monkeypatch.setattr(report, "CSVS", {**report.CSVS, "regime": "r/regime.csv",
+                                         "regime_epyc": "r/none.csv"})
+    return tmp_path
+
+
+def test_families_group_seeds_and_skip_diverged(fake_regime):
+    fams = report.families("regime")
+    assert len(fams["sgd-bs16-wu0.65"].rows) == 3
+    assert fams["sgd-bs256"].trained == ()
+    assert fams["pmd_lamb-bs256-lrwsd-wd0.01"].summary("box_ap").mean == pytest.approx(83.5)
+
+
+def test_the_strongest_baseline_is_chosen_on_held_out(fake_regime):
+    assert report.regime_baseline().name == "sgd-bs16-wu0.65-lrwsd"
+
+
+def test_inline_values(fake_regime):
+    assert report.value("regime/baseline/name") == "sgd-bs16-wu0.65-lrwsd"
+    assert report.value("regime/baseline/mean/holdout_ap") == "82.70"
+    assert report.value("regime/baseline/sd/holdout_ap") == "0.10"
+    assert report.value("regime/sgd-bs16-wu0.65/n/box_ap") == "3"
+    # 83.5 - 83.7 on three seeds each
+    assert report.value("regime/pmd_lamb-bs256-lrwsd-wd0.01~baseline/diff/box_ap") == "-0.20"
+    with pytest.raises(KeyError, match="no cell family"):
+        report.value("regime/nothing/mean/box_ap")
+    with pytest.raises(KeyError, match="unknown CSV"):
+        report.value("nope/baseline/mean/box_ap")
+
+
+def test_goal_follows_the_interval(fake_regime):
+    g = report.regime_goal()
+    # 2x is above everything but is not <= 1.4x: the 1.0x recipe is the one chosen
+    assert g.chosen.name == "pmd_lamb-bs256-lrwsd-wd0.01"
+    assert g.held_out.diff == pytest.approx(-0.2)
+    assert g.held_out.lower_bound > -1.0
+    assert g.goal
+    verdict = report.regime_verdict()
+    assert "`sgd-bs16-wu0.65-lrwsd`" in verdict and "**met**" in verdict
+
+
+def test_goal_not_met_with_a_wide_interval(fake_regime, monkeypatch):
+    rows = list(csv.DictReader(open(fake_regime / "r" / "regime.csv")))
+    for r in rows:
+        if r["cell"] == "pmd_lamb-bs256-lrwsd-wd0.01-s2":
+            r["holdout_ap"], r["box_ap"] = "79.0", "80.0"
+    _write(fake_regime / "r" / "regime.csv", rows)
+    g = report.regime_goal()
+    assert not g.goal and not g.moonshot
+
+
+def test_fill_blocks_and_inline_values(fake_regime):
+    md = ("Baseline <!--v regime/baseline/mean/box_ap-->0<!--/v--> AP.\n"
+          "<!-- BEGIN generated regime-cells -->\nold\n<!-- END generated regime-cells -->\n")
+    out = report.fill(md)
+    assert "<!--v regime/baseline/mean/box_ap-->83.70<!--/v-->" in out
+    assert "| `sgd-bs16-wu0.65-lrwsd` | 16 | 100 | 3 | 82.70 ± 0.10 | 83.70 ± 0.10 |" in out
+    assert "old" not in out
+    assert report.fill(out) == out
+    yml = "# BEGIN generated regime-verdict\n# stale\n# END generated regime-verdict\nA: 1\n"
+    filled = report.fill(yml, yaml=True)
+    assert all(line.startswith("#") or line == "A: 1" for line in filled.splitlines())
+    with pytest.raises(KeyError, match="unknown generated block"):
+        report.fill("<!-- BEGIN generated nope -->\n<!-- END generated nope -->")
+
+
+def test_check_names_a_stale_file(fake_regime, monkeypatch):
+    doc = fake_regime / "docs"
+    os.makedirs(doc)
+    (doc / "page.md").write_text("AP <!--v regime/baseline/mean/box_ap-->83.70<!--/v-->\n")
+    monkeypatch.setattr(report, "FILES", ("docs",))
+    assert report.check() == []
+    (doc / "page.md").write_text("AP <!--v regime/baseline/mean/box_ap-->83.71<!--/v-->\n")
+    assert report.check() == ["docs/page.md"]
+    assert report.write() == ["docs/page.md"]
+    assert report.check() == []
+
+
+def test_docs_match_their_csvs():
+    """Every generated table and number in README.md, docs/, the video README and the
+    configs' comments is what its CSV gives (``python benchmarks/study_report.py``)."""
+    assert report.check() == []
