@@ -60,6 +60,7 @@ from detectron2.config import get_cfg
 from detectron2.modeling import build_model
 from largedet import modeling  # noqa: F401  (largedet's backbones, for overrides)
 from largedet.config import add_largedet_config
+from largedet.config.safe_yaml import merge_config_file
 from largedet.optim import LAMB, LARS, PMDLAMB
 from largedet.solver import get_optimizer_params
 
@@ -79,7 +80,7 @@ COMPILED = (PMD_LAMB_COMPILED, "LAMB (compiled)", "LARS (compiled)")
 
 def build_params(device: str, opts: List[str]):
     cfg = add_largedet_config(get_cfg())
-    cfg.merge_from_file(model_zoo.get_config_file("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml"))
+    merge_config_file(cfg, model_zoo.get_config_file("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml"))
     cfg.merge_from_list(opts)
     cfg.MODEL.DEVICE = device
     cfg.SOLVER.BASE_LR = LR

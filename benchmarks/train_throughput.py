@@ -54,6 +54,7 @@ from detectron2.modeling import build_model
 from detectron2.structures import Boxes, Instances
 from detectron2.utils.events import EventStorage
 from largedet.config import add_largedet_config
+from largedet.config.safe_yaml import merge_config_file
 from largedet.engine import AccumulationTrainer
 from largedet.solver import build_optimizer
 
@@ -87,7 +88,7 @@ def build_run(
     optimizer_name: str, k: int, device: str, batches, amp_dtype, opts: List[str]
 ) -> AccumulationTrainer:
     cfg = add_largedet_config(get_cfg())
-    cfg.merge_from_file(model_zoo.get_config_file("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml"))
+    merge_config_file(cfg, model_zoo.get_config_file("COCO-Detection/faster_rcnn_R_50_FPN_1x.yaml"))
     cfg.merge_from_list(opts)
     cfg.MODEL.DEVICE = device
     cfg.MODEL.WEIGHTS = ""

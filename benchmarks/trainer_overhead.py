@@ -30,6 +30,7 @@ import logging
 import os
 import platform
 import statistics
+import sys
 import tempfile
 import time
 
@@ -38,6 +39,7 @@ from detectron2.engine import DefaultTrainer
 from detectron2.utils.env import seed_all_rng
 from detectron2.utils.events import EventStorage
 
+from largedet.config.validate import ConfigError
 from largedet.engine import Trainer, largedet_argument_parser, setup_cfg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,10 +110,14 @@ def main() -> None:
     wall: dict[str, list[float]] = {name: [] for name in TRAINERS}
     cpu: dict[str, list[float]] = {name: [] for name in TRAINERS}
     with tempfile.TemporaryDirectory(prefix="trainer_overhead_") as tmp:
-        runners = {
-            name: RoundRunner(build_trainer(cls, args, os.path.join(tmp, name), total))
-            for name, cls in TRAINERS.items()
-        }
+        try:
+            runners = {
+                name: RoundRunner(build_trainer(cls, args, os.path.join(tmp, name), total))
+                for name, cls in TRAINERS.items()
+            }
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
         device = runners["largedet"].trainer.cfg.MODEL.DEVICE
         names = list(runners)
         for r in range(args.warmup_rounds + args.rounds):

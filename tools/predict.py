@@ -52,6 +52,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--resume", action="store_true", help="weights: OUTPUT_DIR's last checkpoint"
     )
+    parser.add_argument(
+        "--allow-python-yaml", action="store_true",
+        help="load a config file holding !!python/... tags (they can run code); else refused",
+    )  # fmt: skip
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     return parser.parse_args(argv)
 
@@ -75,7 +79,10 @@ def input_files(args: argparse.Namespace) -> list:
 def main(argv=None) -> None:
     args = parse_args(argv)
     try:
-        merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
+        merge_checked(  # the safe yaml loader: a !!python/... tag is one line, before any code
+            add_largedet_config(get_cfg()), args.config_file, args.opts,
+            allow_python_tags=args.allow_python_yaml,
+        )  # fmt: skip
         cfg = setup_cfg(args, log=False)
         if args.dataset and args.dataset not in DatasetCatalog.list():
             raise ConfigError(f"--dataset: {args.dataset!r} is not registered")

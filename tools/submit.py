@@ -108,7 +108,11 @@ def check(kind: str, args: argparse.Namespace, processes: Optional[int] = None) 
         check_device=False,  # the GPUs are the compute nodes', not this machine's
         check_data=not getattr(args, "no_data_check", False),
     )  # fmt: skip
-    if kind == "yacs":
+    if kind == "video":  # its config is checked at job start; its yaml tags here, as the others'
+        from largedet.config.safe_yaml import check_config_tags
+
+        check_config_tags(args.config_file)
+    elif kind == "yacs":
         from largedet.engine.defaults import check_args
 
         check_args(script_args)

@@ -48,6 +48,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num-images", type=int, default=0, help="0: every image of the dataset")
     parser.add_argument("--scale", type=float, default=1.0, help="picture size / image size")
     parser.add_argument("--config", "--config-file", dest="config_file", metavar="FILE", default="")
+    parser.add_argument(
+        "--allow-python-yaml", action="store_true",
+        help="load a config file holding !!python/... tags (they can run code); else refused",
+    )  # fmt: skip
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     return parser.parse_args(argv)
 
@@ -55,10 +59,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     try:
-        merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
+        merge_checked(  # the safe yaml loader: a !!python/... tag is one line, before any code
+            add_largedet_config(get_cfg()), args.config_file, args.opts,
+            allow_python_tags=args.allow_python_yaml,
+        )  # fmt: skip
         # only to register datasets: the device is not used, so an unavailable GPU is no error
         opts = [*args.opts, "MODEL.DEVICE", "cpu"]
-        setup_cfg(argparse.Namespace(config_file=args.config_file, opts=opts), log=False)
+        setup_cfg(
+            argparse.Namespace(
+                config_file=args.config_file, opts=opts, allow_python_yaml=args.allow_python_yaml
+            ),
+            log=False,
+        )
         if args.dataset not in DatasetCatalog.list():
             raise ConfigError(f"--dataset: {args.dataset!r} is not registered")
         results = load_coco_results(args.input)

@@ -6,8 +6,12 @@ tag names: ``!!python/object/apply:os.system ["..."]`` runs a command while the 
 loads. :func:`check_config_tags` reads a config file and its ``_BASE_`` files (resolved as
 Detectron2 resolves them) with the safe loader's parser, without building anything, and
 refuses a tag that the safe loader does not build, naming the file, the tag and its line;
-the file then never reaches Detectron2's fallback. ``allow_python_tags`` (the training
-scripts' ``--allow-python-yaml``) lets such a file load, with a warning.
+the file then never reaches Detectron2's fallback. :func:`merge_config_file` is the one way
+largedet's scripts read a yacs config file: the check, then Detectron2's ``merge_from_file``
+with its ``yaml.unsafe_load`` fallback switched off, so that a tag the check could not see (in
+a remote ``_BASE_``, or a file changed in between) fails to load rather than runs.
+``allow_python_tags`` (the scripts' ``--allow-python-yaml``) lets such a file load, with a
+warning.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import os
 from typing import List, Optional, Set
 
 import yaml
+from fvcore.common.config import CfgNode
 
-from .validate import ConfigError
+from .errors import ConfigError
 
-__all__ = ["PythonTagError", "check_config_tags"]
+__all__ = ["PythonTagError", "check_config_tags", "merge_config_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,3 +122,12 @@ def check_config_tags(path: Optional[str], allow_python_tags: bool = False) -> L
             allowed.append(line)
         pending.extend(_base_files(current, node))
     return allowed
+
+
+def merge_config_file(cfg: CfgNode, path: str, allow_python_tags: bool = False) -> None:
+    """Merge the yaml config ``path`` and its ``_BASE_`` files into ``cfg``: refuse a
+    Python tag first (:func:`check_config_tags`; :class:`PythonTagError`), then
+    ``cfg.merge_from_file`` with the safe loader alone, unless ``allow_python_tags``.
+    Detectron2's own errors (a missing file, an unknown key, ...) pass through."""
+    check_config_tags(path, allow_python_tags)
+    cfg.merge_from_file(path, allow_unsafe=allow_python_tags)

@@ -7,7 +7,8 @@ model has been built and printed. :func:`largedet.engine.defaults.check_args` is
 :class:`ConfigError`. It
 
 1. merges the config file, then the trailing ``KEY VALUE`` overrides, as Detectron2 does
-   (:func:`merge_checked`): a missing or malformed file, an unknown key (with the closest
+   (:func:`merge_checked`, through the safe yaml loader): a ``!!python/...`` tag, a
+   missing or malformed file, an unknown key (with the closest
    valid one) or a value of the wrong type is a :class:`ConfigError`. An integer given on
    the command line for a float key is taken as that float (``SOLVER.BASE_LR 1``);
 2. checks values against :data:`TRAINING_RULES` (each key's rule, declared once with the
@@ -43,7 +44,9 @@ from ..solver import OPTIMIZER_REGISTRY
 from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
 from . import defaults as _defaults  # noqa: F401  (importing it declares largedet's keys)
 from .device import amp_dtype
+from .errors import ConfigError
 from .keys import Rule, _is_int, declared_rules, int_at_least, one_of, when_agvm
+from .safe_yaml import merge_config_file
 
 __all__ = [
     "TRAINING_RULES",
@@ -58,10 +61,6 @@ __all__ = [
     "merge_checked",
     "one_of",
 ]
-
-
-class ConfigError(ValueError):
-    """A config that cannot run. The message is one line, ``"<file or key>: <what>"``."""
 
 
 # --- merging the file and the overrides ----------------------------------------------------
@@ -119,12 +118,14 @@ def _yacs_key(error: Exception) -> str | None:
     return match.group(1) if match else None
 
 
-def _merge_file(cfg: CfgNode, config_file: str) -> None:
+def _merge_file(cfg: CfgNode, config_file: str, allow_python_tags: bool) -> None:
     if not os.path.isfile(config_file):
         raise ConfigError(f"{config_file}: config file not found")
     defaults = cfg.clone()
     try:
-        cfg.merge_from_file(config_file)
+        merge_config_file(cfg, config_file, allow_python_tags)
+    except ConfigError:  # a Python tag, refused in one line before the file is loaded
+        raise
     except OSError as e:  # a _BASE_ file that is missing or unreadable
         raise ConfigError(
             f"{config_file}: cannot read {e.filename or config_file}: {e.strerror or e}"
@@ -139,7 +140,7 @@ def _merge_file(cfg: CfgNode, config_file: str) -> None:
         key = _yacs_key(e)
         if key is None:
             raise ConfigError(f"{config_file}: {' '.join(str(e).split())}") from None
-        loaded = CfgNode.load_yaml_with_base(config_file, allow_unsafe=True)
+        loaded = CfgNode.load_yaml_with_base(config_file, allow_unsafe=allow_python_tags)
         raise ConfigError(
             f"{config_file}: {_wrong_type(key, _lookup(defaults, key)[1], _lookup(loaded, key)[1])}"
         ) from None
@@ -170,11 +171,15 @@ def _merge_opts(cfg: CfgNode, opts: Sequence[str]) -> list[str]:
     return merged
 
 
-def merge_checked(cfg: CfgNode, config_file: str | None, opts: Sequence[str]) -> list[str]:
+def merge_checked(
+    cfg: CfgNode, config_file: str | None, opts: Sequence[str], *, allow_python_tags: bool = False
+) -> list[str]:
     """Merge ``config_file`` (when given), then the ``KEY VALUE`` pairs ``opts`` into ``cfg``,
-    with Detectron2's ``merge_from_file`` and ``merge_from_list``; raise :class:`ConfigError`
-    where they fail: file not found or not YAML, unknown key (naming the closest valid
-    key), value of the wrong type.
+    with :func:`~largedet.config.safe_yaml.merge_config_file` (Detectron2's
+    ``merge_from_file`` with the safe yaml loader alone; a ``!!python/...`` tag is refused
+    unless ``allow_python_tags``) and ``merge_from_list``; raise :class:`ConfigError` where
+    they fail: a Python tag, file not found or not YAML, unknown key (naming the closest
+    valid key), value of the wrong type.
 
     Returns ``opts`` with each integer given for a float key written as that float
     (``SOLVER.BASE_LR 1`` -> ``1.0``), which ``merge_from_list`` then accepts in every
@@ -182,7 +187,7 @@ def merge_checked(cfg: CfgNode, config_file: str | None, opts: Sequence[str]) ->
     that says what to write (``1.0``): the workers merge the file as it is.
     """
     if config_file:
-        _merge_file(cfg, config_file)
+        _merge_file(cfg, config_file, allow_python_tags)
     return _merge_opts(cfg, list(opts))
 
 

@@ -19,7 +19,6 @@ from detectron2.utils.logger import setup_logger
 
 from ..checkpoint import AtomicCheckpointer
 from ..config import DeviceUnavailableError, add_largedet_config, resolve_device
-from ..config.safe_yaml import check_config_tags
 from ..config.validate import ConfigError, check_config, check_files, merge_checked
 from ..data import (
     CocoJsonError,
@@ -78,6 +77,11 @@ def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentPars
     return parser
 
 
+def _allow_python_yaml(args: argparse.Namespace) -> bool:
+    """``--allow-python-yaml``; False for a script without the flag (tools/predict.py)."""
+    return getattr(args, "allow_python_yaml", False)
+
+
 def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     """Build the frozen config from ``--config-file`` and trailing ``KEY VALUE`` overrides.
 
@@ -92,10 +96,8 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     """
     cfg = get_cfg()
     add_largedet_config(cfg)
-    if args.config_file:
-        check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
-        cfg.merge_from_file(args.config_file)
-    merge_checked(cfg, None, args.opts)  # an integer for a float key read as that float
+    # the safe yaml loader; an integer for a float key read as that float
+    merge_checked(cfg, args.config_file, args.opts, allow_python_tags=_allow_python_yaml(args))
     device_note = resolve_device(cfg)
     cfg.freeze()
     register_coco_jsons(coco_jsons_from_config(cfg))
@@ -130,8 +132,10 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     not checked where ``args.check_data`` is False (``tools/submit.py --no-data-check``: this
     machine may not see the compute nodes' file system). ``args`` is not changed.
     Raises :class:`~largedet.config.validate.ConfigError`."""
-    check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
-    merge_checked(add_largedet_config(get_cfg()), args.config_file, args.opts)
+    merge_checked(
+        add_largedet_config(get_cfg()), args.config_file, args.opts,
+        allow_python_tags=_allow_python_yaml(args),
+    )  # fmt: skip
     if not getattr(args, "check_device", True):  # the job runs elsewhere (tools/submit.py)
         args = argparse.Namespace(**{**vars(args), "opts": [*args.opts, "MODEL.DEVICE", "cpu"]})
     try:
@@ -149,7 +153,7 @@ def config_output_dir(args: argparse.Namespace) -> str:
     """``OUTPUT_DIR`` of ``tools/train_net.py``'s config (``--config-file`` and the
     overrides), read without building anything."""
     cfg = add_largedet_config(get_cfg())
-    merge_checked(cfg, args.config_file, args.opts)
+    merge_checked(cfg, args.config_file, args.opts, allow_python_tags=_allow_python_yaml(args))
     return cfg.OUTPUT_DIR
 
 

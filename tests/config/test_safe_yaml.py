@@ -77,3 +77,20 @@ def test_every_config_of_the_repository_loads_safely():
     assert len(configs) > 10
     for path in configs:
         assert check_config_tags(path) == []
+
+
+def test_the_merge_never_falls_back_to_the_unsafe_loader(tmp_path, monkeypatch):
+    """A tag that the check does not see (here the check is switched off) fails to load as
+    yaml instead of running: the merge uses the safe loader alone."""
+    import largedet.config.safe_yaml as safe_yaml
+    from detectron2.config import get_cfg
+
+    from largedet.config import add_largedet_config
+    from largedet.config.validate import ConfigError, merge_checked
+
+    marker = tmp_path / "ran"
+    path = _evil(tmp_path, marker)
+    monkeypatch.setattr(safe_yaml, "check_config_tags", lambda *args, **kwargs: [])
+    with pytest.raises(ConfigError, match=r"evil\.yaml: not valid YAML: could not determine a constructor"):
+        merge_checked(add_largedet_config(get_cfg()), str(path), [])
+    assert not marker.exists()

@@ -34,11 +34,13 @@ each run is printed too.
 import argparse
 import logging
 import os
+import sys
 import time
 
 import cv2
 import largedet_video  # noqa: F401  (imports largedet first)
 import numpy as np
+from largedet.config.validate import ConfigError
 from largedet.engine import largedet_argument_parser
 from tabulate import tabulate
 
@@ -159,6 +161,11 @@ def main():
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     args = parser.parse_args()
     opts = list(args.opts)
+    try:  # the config, read once before any run: a config error is one line
+        build_cfg(largedet_argument_parser().parse_args(["--config-file", args.config_file, *opts]))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     if args.data == "frames":
         opts += frame_folders(args.config_file, opts)
 

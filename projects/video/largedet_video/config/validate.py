@@ -18,7 +18,6 @@ from detectron2.config import CfgNode, get_cfg
 from largedet.config import DeviceUnavailableError, resolve_device
 from largedet.engine import check_engine_keys, planned_world_size
 from largedet.solver.batch import BatchPlan
-from largedet.config.safe_yaml import check_config_tags
 from largedet.config.validate import ConfigError, check_config, check_files, merge_checked
 
 from ..data import FrameSampling, register_video_datasets
@@ -113,9 +112,11 @@ def check_video_args(
             f"{default_config}: the built-in demo's config is part of the largedet checkout "
             "(projects/video/configs), not of an installed package; pass --config-file"
         )
-    check_config_tags(args.config_file or default_config, getattr(args, "allow_python_yaml", False))
     cfg = add_video_config(get_cfg())
-    merge_checked(cfg, args.config_file or default_config, args.opts)
+    merge_checked(
+        cfg, args.config_file or default_config, args.opts,
+        allow_python_tags=getattr(args, "allow_python_yaml", False),
+    )  # fmt: skip
     try:
         resolve_device(cfg)
     except DeviceUnavailableError as e:
@@ -188,5 +189,8 @@ def video_output_dir(args: argparse.Namespace, default_config: str = DEFAULT_CON
     ``default_config``, and the overrides), read without building anything: the folder the
     run owns (:class:`largedet.engine.run_lock.OutputDirLock`)."""
     cfg = add_video_config(get_cfg())
-    merge_checked(cfg, args.config_file or default_config, args.opts)
+    merge_checked(
+        cfg, args.config_file or default_config, args.opts,
+        allow_python_tags=getattr(args, "allow_python_yaml", False),
+    )  # fmt: skip
     return cfg.OUTPUT_DIR

@@ -13,7 +13,6 @@ from detectron2.engine import default_setup
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from largedet.config import resolve_device
-from largedet.config.safe_yaml import check_config_tags
 from largedet.config.validate import merge_checked
 from largedet.engine.writers import set_up_log_files, stop_log_files_on_full_disk
 from largedet.model_zoo import config_roots
@@ -41,9 +40,11 @@ def build_cfg(args: argparse.Namespace) -> CfgNode:
 
 def _build_cfg(args: argparse.Namespace) -> Tuple[CfgNode, Optional[str]]:
     cfg = add_video_config(get_cfg())
-    check_config_tags(args.config_file or DEFAULT_CONFIG, getattr(args, "allow_python_yaml", False))
-    cfg.merge_from_file(args.config_file or DEFAULT_CONFIG)
-    merge_checked(cfg, None, args.opts)  # an integer for a float key read as that float
+    # the safe yaml loader; an integer for a float key read as that float
+    merge_checked(
+        cfg, args.config_file or DEFAULT_CONFIG, args.opts,
+        allow_python_tags=getattr(args, "allow_python_yaml", False),
+    )  # fmt: skip
     device_note = resolve_device(cfg)
     cfg.freeze()
     return cfg, device_note
