@@ -760,14 +760,21 @@ def describe_run(
 
 def describe_warmup(cfg, warmup_iters: int, peak_lr: float, warmup_images: Optional[int] = None) -> str:
     """The warm-up's part of the start-of-run block: ``warmup_iters`` steps of the full batch
-    (``warmup_images`` images) from ``WARMUP_FACTOR x peak_lr``."""
+    (``warmup_images`` images) from ``WARMUP_FACTOR x peak_lr`` to ``peak_lr``; where that is
+    shorter than ``SOLVER.WARMUP_ITERS`` (:func:`~largedet.solver.warmup_steps`), why."""
     solver = cfg.SOLVER
+    shortened = ""
+    if warmup_iters < solver.WARMUP_ITERS:
+        shortened = f" (SOLVER.WARMUP_ITERS {solver.WARMUP_ITERS} shortened: it ends at the peak LR within the run"
+        if solver.LR_SCHEDULER_NAME == "WarmupStableDecayLR":
+            shortened += f", before the decay at {solver.WSD.DECAY_START:g} of it"
+        shortened += ")"
     if not warmup_iters:
-        return "no warmup"
+        return "no warmup" + shortened
     images = f" ({warmup_images} images)" if warmup_images else ""
     return (
         f"{solver.WARMUP_METHOD} warmup over {warmup_iters} iterations{images} from "
-        f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * peak_lr:g}"
+        f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * peak_lr:g} to {peak_lr:g}{shortened}"
     )
 
 

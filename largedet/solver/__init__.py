@@ -11,7 +11,7 @@ from .build import (
     model_parts,
     optimizer_param_groups,
 )
-from .lr_scheduler import LRScaling, build_lr_scheduler, lr_scaling, with_scaled_lr
+from .lr_scheduler import LRScaling, build_lr_scheduler, lr_scaling, warmup_steps, with_scaled_lr
 from .plan import RunPlan, run_plan
 
 __all__ = [
@@ -29,5 +29,6 @@ __all__ = [
     "model_parts",
     "optimizer_param_groups",
     "run_plan",
+    "warmup_steps",
     "with_scaled_lr",
 ]

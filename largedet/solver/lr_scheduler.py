@@ -54,6 +54,7 @@ __all__ = [
     "lr_scaling",
     "rescale_schedule",
     "scaled_lr",
+    "warmup_steps",
     "with_scaled_lr",
 ]
 
@@ -130,6 +131,20 @@ def with_scaled_lr(cfg: CfgNode, scaling: Optional[LRScaling] = None) -> CfgNode
     return scaled
 
 
+def warmup_steps(cfg: CfgNode, max_iter: int) -> int:
+    """The warm-up's length in optimizer steps of a ``max_iter``-step run:
+    ``SOLVER.WARMUP_ITERS``, at most the run and, with ``WarmupStableDecayLR``, at most the
+    steps before the decay starts (``floor(WSD.DECAY_START x max_iter)``). Detectron2's
+    warm-up ends at the shape's value where it ends; one that reached into the decay would
+    end below the peak LR (a short run with ``WARMUP_ITERS >= MAX_ITER`` would end at
+    ``BASE_LR_END`` and never train at the peak), so it is shortened to end at the peak."""
+    solver = cfg.SOLVER
+    steps = min(solver.WARMUP_ITERS, max_iter)
+    if solver.LR_SCHEDULER_NAME == "WarmupStableDecayLR":
+        steps = min(steps, math.floor(solver.WSD.DECAY_START * max_iter))
+    return steps
+
+
 def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler:
     """The schedule's multiplier of the peak LR as a function of the run's progress in
     [0, 1): Detectron2's warm-up (``WARMUP_FACTOR``, ``WARMUP_ITERS``, ``WARMUP_METHOD``)
@@ -138,7 +153,7 @@ def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler
     ``WarmupStepWithFixedGammaLR``), or warm-up-stable-decay (``WarmupStableDecayLR``):
     1 until ``SOLVER.WSD.DECAY_START``, then linear to ``BASE_LR_END / peak_lr``. ``peak_lr``:
     the run's peak LR (:func:`lr_scaling`'s), which the cosine and the warm-up-stable-decay
-    shapes end at ``SOLVER.BASE_LR_END`` from."""
+    shapes end at ``SOLVER.BASE_LR_END`` from. The warm-up lasts :func:`warmup_steps`."""
     solver = cfg.SOLVER
     name = solver.LR_SCHEDULER_NAME
     end_value = solver.BASE_LR_END / peak_lr if peak_lr else 0.0
@@ -169,7 +184,7 @@ def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler
     return WarmupParamScheduler(
         shape,
         solver.WARMUP_FACTOR,
-        min(solver.WARMUP_ITERS / max_iter, 1.0),
+        warmup_steps(cfg, max_iter) / max_iter,
         solver.WARMUP_METHOD,
         solver.RESCALE_INTERVAL,
     )

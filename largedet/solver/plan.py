@@ -24,7 +24,7 @@ from typing import Optional, Tuple
 from detectron2.config import CfgNode
 
 from .batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule, check_agvm_estimates
-from .lr_scheduler import LRScaling, lr_scaling, scaled_lr
+from .lr_scheduler import LRScaling, lr_scaling, scaled_lr, warmup_steps
 
 __all__ = ["ClipWindow", "ParameterClip", "RunPlan", "run_plan"]
 
@@ -63,7 +63,9 @@ class RunPlan:
     schedule: BatchSchedule
     lr: LRScaling
     max_iter: int  # SOLVER.MAX_ITER: the run's length in steps of the full batch
-    warmup_iters: int  # SOLVER.WARMUP_ITERS, at most MAX_ITER: steps of the full batch
+    # the warm-up's steps of the full batch: SOLVER.WARMUP_ITERS, at most MAX_ITER (with
+    # warm-up-stable-decay, at most the steps before the decay: lr_scheduler.warmup_steps)
+    warmup_iters: int
     dataset_size: Optional[int] = None  # images of the training set (None: unknown)
     clip_windows: Tuple[ClipWindow, ...] = ()
     parameter_clip: Optional[ParameterClip] = None
@@ -197,7 +199,7 @@ def run_plan(cfg: CfgNode, world_size: int, dataset_size: Optional[int] = None) 
         schedule=schedule,
         lr=lr_scaling(cfg),
         max_iter=solver.MAX_ITER,
-        warmup_iters=min(solver.WARMUP_ITERS, solver.MAX_ITER),
+        warmup_iters=warmup_steps(cfg, solver.MAX_ITER),
         dataset_size=dataset_size,
         clip_windows=windows,
         parameter_clip=parameter,

@@ -129,3 +129,44 @@ def test_one_scheduler_owns_the_lr():
         optimizer.step()
         scheduler.step()
         assert [g["lr"] for g in optimizer.param_groups] == scheduler.get_last_lr()
+
+
+def test_a_short_warmup_stable_decay_run_reaches_its_peak_lr():
+    """WARMUP_ITERS >= MAX_ITER with warm-up-stable-decay: the warm-up is shortened to the 8
+    steps before the decay (DECAY_START 0.8 x 10), so it ends at the peak LR 0.02 at step 8,
+    from which the decay falls linearly towards BASE_LR_END at step 10."""
+    from largedet.engine.trainer import describe_warmup
+    from largedet.solver import run_plan, warmup_steps
+
+    cfg = make_cfg(
+        "SOLVER.BASE_LR", 0.02, "SOLVER.BASE_LR_END", 0.002, "SOLVER.LR_SCHEDULER_NAME", "WarmupStableDecayLR",
+        "SOLVER.WSD.DECAY_START", 0.8, "SOLVER.WARMUP_ITERS", 10, "SOLVER.WARMUP_FACTOR", 0.1,
+        "SOLVER.MAX_ITER", 10, "SOLVER.IMS_PER_BATCH", 2, "SOLVER.IMS_PER_DEVICE", 2,
+    )  # fmt: skip
+    # warm-up: 0.02 x (0.1 + 0.9 k / 8) for k < 8; step 9: 0.02 x (1 - 0.9 x (0.9 - 0.8) / 0.2)
+    expected = [0.002, 0.00425, 0.0065, 0.00875, 0.011, 0.01325, 0.0155, 0.01775, 0.02, 0.011]
+    assert [lrs[0] for lrs in lr_sequence(cfg)] == pytest.approx(expected, rel=1e-12)
+    plan = run_plan(cfg, 1)
+    assert warmup_steps(cfg, 10) == plan.warmup_iters == 8
+    assert describe_warmup(cfg, plan.warmup_iters, 0.02) == (
+        "linear warmup over 8 iterations from 0.1 x LR = 0.002 to 0.02 (SOLVER.WARMUP_ITERS 10 "
+        "shortened: it ends at the peak LR within the run, before the decay at 0.8 of it)"
+    )
+
+
+@pytest.mark.parametrize(
+    "schedule, warmup, max_iter, decay_start, steps",
+    [
+        ("WarmupStableDecayLR", 3, 10, 0.8, 3),  # ends before the decay: as configured
+        ("WarmupStableDecayLR", 9, 10, 0.5, 5),  # would end inside the decay
+        ("WarmupStableDecayLR", 5, 1, 0.8, 0),  # no step before the decay: none
+        ("WarmupCosineLR", 12, 10, 0.8, 10),  # Detectron2's shapes: at most the run
+        ("WarmupMultiStepLR", 4, 10, 0.1, 4),
+    ],
+)
+def test_warmup_steps(schedule, warmup, max_iter, decay_start, steps):
+    from largedet.solver import warmup_steps
+
+    cfg = make_cfg("SOLVER.LR_SCHEDULER_NAME", schedule, "SOLVER.WARMUP_ITERS", warmup,
+                   "SOLVER.WSD.DECAY_START", decay_start, "SOLVER.STEPS", "()")  # fmt: skip
+    assert warmup_steps(cfg, max_iter) == steps
