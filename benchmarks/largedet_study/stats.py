@@ -17,9 +17,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Optional, Sequence
 
-__all__ = ["Difference", "Summary", "claim", "difference", "summarize", "t_cdf", "t_quantile"]
+__all__ = ["Difference", "Summary", "claim", "difference", "fmt", "summarize", "t_cdf", "t_quantile"]
+
+
+def fmt(x: float, digits: int = 2, sign: bool = False) -> str:
+    """``x`` to ``digits`` decimals, halves rounded away from zero as written in decimal
+    (74.915 -> "74.92", where ``f"{74.915:.2f}"`` gives "74.91": the nearest double is below).
+    ``sign``: a leading "+" for positive numbers (and zero)."""
+    exact = Decimal(f"{x:.10f}").quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    if exact == 0:
+        exact = abs(exact)
+    return f"{'+' if sign and exact >= 0 else ''}{exact}"
 
 
 @dataclass(frozen=True)
@@ -32,8 +43,8 @@ class Summary:
 
     def text(self, digits: int = 2) -> str:
         """``"83.04 +- 0.17 (n=3)"``; ``"83.04 (n=1)"`` for one value."""
-        spread = "" if self.sd is None else f" +- {self.sd:.{digits}f}"
-        return f"{self.mean:.{digits}f}{spread} (n={self.n})"
+        spread = "" if self.sd is None else f" +- {fmt(self.sd, digits)}"
+        return f"{fmt(self.mean, digits)}{spread} (n={self.n})"
 
 
 @dataclass(frozen=True)
@@ -53,8 +64,8 @@ class Difference:
     def interval(self, digits: int = 2) -> str:
         """``"+0.07 [-0.46, +0.59]"``, or ``"+0.07 (no interval: n=1 each)"``."""
         if self.low is None:
-            return f"{self.diff:+.{digits}f} (no interval: n=1 each)"
-        return f"{self.diff:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}]"
+            return f"{fmt(self.diff, digits, sign=True)} (no interval: n=1 each)"
+        return f"{fmt(self.diff, digits, sign=True)} [{fmt(self.low, digits, sign=True)}, {fmt(self.high, digits, sign=True)}]"
 
 
 def summarize(values: Sequence[float]) -> Summary:
@@ -106,8 +117,8 @@ def claim(d: Difference, margin: float, digits: int = 2) -> str:
     difference and its 95% interval, with n on each side."""
     n = f"n={d.a.n} against n={d.b.n}"
     if d.lower_bound is not None and d.lower_bound >= -margin:
-        return (f"within {margin:g} ({d.diff:+.{digits}f}, one-sided 95% lower bound "
-                f"{d.lower_bound:+.{digits}f}; {n})")  # fmt: skip
+        return (f"within {margin:g} ({fmt(d.diff, digits, sign=True)}, one-sided 95% lower bound "
+                f"{fmt(d.lower_bound, digits, sign=True)}; {n})")  # fmt: skip
     return f"{d.interval(digits)} ({n}; not shown within {margin:g})"
 
 

@@ -76,6 +76,14 @@ def test_inline_values(fake_regime):
         report.value("nope/baseline/mean/box_ap")
 
 
+def test_describe_reads_the_cell_names():
+    assert report.describe("pmd_lamb-bs1024-ep1.4x-lrx1.5-b20.99-s1") == (
+        "PMD-LAMB, batch 1024, 1.4x the epochs, LR x1.5, beta2 0.99, s1")
+    assert report.describe("pmd_lamb-bs1024-T38-cosine") == "PMD-LAMB, batch 1024, period T = 38"
+    assert report.describe("pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01-ramp256e1.68-512e3.36").endswith(
+        "batch ramp: 256 to epoch 1.68, 512 to epoch 3.36")
+
+
 def test_goal_follows_the_interval(fake_regime):
     g = report.regime_goal()
     # 2x is above everything but is not <= 1.4x: the 1.0x recipe is the one chosen
@@ -102,7 +110,8 @@ def test_fill_blocks_and_inline_values(fake_regime):
           "<!-- BEGIN generated regime-cells -->\nold\n<!-- END generated regime-cells -->\n")
     out = report.fill(md)
     assert "<!--v regime/baseline/mean/box_ap-->83.70<!--/v-->" in out
-    assert "| `sgd-bs16-wu0.65-lrwsd` | 16 | 100 | 3 | 82.70 ± 0.10 | 83.70 ± 0.10 |" in out
+    assert ("| `sgd-bs16-wu0.65-lrwsd` | SGD, batch 16, warm-up 0.65 epochs, WSD LR | 100 | 3 | "
+            "82.70 ± 0.10 | 83.70 ± 0.10 | 0.200 | EPYC |") in out
     assert "old" not in out
     assert report.fill(out) == out
     yml = "# BEGIN generated regime-verdict\n# stale\n# END generated regime-verdict\nA: 1\n"

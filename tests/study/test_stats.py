@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from largedet_study.stats import claim, difference, summarize, t_cdf, t_quantile
+from largedet_study.stats import claim, difference, fmt, summarize, t_cdf, t_quantile
 
 
 # Student's t quantiles as printed in the standard tables (six significant figures)
@@ -40,7 +40,16 @@ def test_summary_uses_the_sample_sd():
     assert (s.n, s.mean) == (4, 3.0)
     assert s.sd == pytest.approx(math.sqrt(14.0 / 3.0))
     assert summarize([5.0]).sd is None
-    assert summarize([83.27, 82.94]).text() == "83.10 +- 0.23 (n=2)"
+    # (83.27 + 82.94) / 2 = 83.105, rounded half up as written in decimal
+    assert summarize([83.27, 82.94]).text() == "83.11 +- 0.23 (n=2)"
+
+
+def test_fmt_rounds_halves_up_as_written():
+    assert fmt(74.915) == "74.92"  # f"{74.915:.2f}" is "74.91"
+    assert fmt(-0.125, sign=True) == "-0.13"
+    assert fmt(0.0, sign=True) == "+0.00"
+    assert fmt(-0.001, sign=True) == "+0.00"  # no "-0.00"
+    assert fmt(1.25, digits=1) == "1.3"
 
 
 def test_pooled_interval_by_hand():
