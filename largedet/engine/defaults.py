@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
@@ -267,11 +268,13 @@ def _checkpoint_ema(cfg: CfgNode, model, extra: dict) -> Optional[ModelEMA]:
 
 def print_box_ap(results: dict) -> None:
     """Prints ``box AP: <AP>`` for a detection evaluation's results, one line per test set
-    (``box AP (<dataset>): <AP>``) when there are several; from the main process only."""
+    (``box AP (<dataset>): <AP>``) when there are several, ``n/a`` where the AP is undefined
+    (NaN: a ground truth without annotations); from the main process only."""
     if not comm.is_main_process():
         return
     named = {"": results} if "bbox" in results else results
     for name, dataset_results in named.items():
         if isinstance(dataset_results, dict) and "bbox" in dataset_results:
             label = f" ({name})" if len(named) > 1 else ""
-            print(f"box AP{label}: {dataset_results['bbox']['AP']:.1f}")
+            ap = dataset_results["bbox"]["AP"]
+            print(f"box AP{label}: {'n/a' if math.isnan(ap) else format(ap, '.1f')}")

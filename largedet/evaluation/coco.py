@@ -109,7 +109,11 @@ def coco_eval_impl(name: str = "auto") -> CocoEvalImpl:
 @dataclass
 class CocoEvalResult:
     """The 12 COCO metrics as fractions (pycocotools' ``stats``), its printed summary, and
-    the implementation that computed them (``"faster-coco-eval 1.8.0"``)."""
+    the implementation that computed them (``"faster-coco-eval 1.8.0"``).
+
+    pycocotools writes -1 for a metric that the ground truth cannot define (no annotation
+    of that area, or none at all); :attr:`metrics` and :attr:`ap_percent` give NaN there,
+    as Detectron2's ``COCOEvaluator`` does, never -1 or -100."""
 
     stats: np.ndarray
     summary: str
@@ -117,12 +121,14 @@ class CocoEvalResult:
 
     @property
     def metrics(self) -> dict:
-        return dict(zip(METRIC_NAMES, (float(v) for v in self.stats)))
+        """``{"AP": fraction, ...}``; NaN where the ground truth defines no value."""
+        return {name: float(v) if v >= 0 else math.nan for name, v in zip(METRIC_NAMES, self.stats)}
 
     @property
     def ap_percent(self) -> float:
-        """COCO AP@[.5:.95] in percent, as Detectron2 reports it."""
-        return float(self.stats[0]) * 100.0
+        """COCO AP@[.5:.95] in percent, as Detectron2 reports it; NaN where the ground truth
+        has no annotation to score against."""
+        return self.metrics["AP"] * 100.0
 
 
 def _load_json(path: str, what: str):

@@ -5,14 +5,16 @@ results file scored against its ground truth
     python tools/coco_eval.py --gt instances_val.json --dt coco_instances_results.json \\
         [--iou-type segm] [--impl auto|faster|pycocotools]
 
-Prints the 12 COCO metrics, then ``AP: <percent>``; the implementation that computed the
-numbers is named on stderr. A file that cannot be read, or an entry that is not a detection,
+Prints the 12 COCO metrics, then ``AP: <percent>`` (``AP: n/a``, with a warning on stderr, for a
+ground truth without annotations); the implementation that computed the numbers is named on
+stderr. A file that cannot be read, or an entry that is not a detection,
 is one line, ``error: ...``, exit status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 
@@ -49,5 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"evaluated by {result.impl}", file=sys.stderr)
     print(result.summary, end="")
-    print(f"AP: {result.ap_percent:.3f}")
+    if math.isnan(result.ap_percent):
+        print(
+            f"warning: {args.gt}: no ground-truth annotation to score against (none, or only "
+            "crowd regions): AP is undefined",
+            file=sys.stderr,
+        )
+        print("AP: n/a")
+    else:
+        print(f"AP: {result.ap_percent:.3f}")
     return 0

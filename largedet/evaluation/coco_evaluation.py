@@ -70,7 +70,23 @@ class COCOEvaluator(_DetectronCOCOEvaluator):
                     left_out,
                     len(self._coco_api.getImgIds()),
                 )
+        if self._do_evaluation and comm.is_main_process():
+            self._warn_without_ground_truth(img_ids)
         return super().evaluate(img_ids)
+
+    def _warn_without_ground_truth(self, img_ids) -> None:
+        """One warning where the evaluated images hold no annotation to score against (none,
+        or only crowd regions): pycocotools' -1 for every metric, which Detectron2 reports as
+        NaN, not -100."""
+        images = self._coco_api.getImgIds() if img_ids is None else img_ids
+        annotations = self._coco_api.loadAnns(self._coco_api.getAnnIds(imgIds=images))
+        if not any(not a.get("iscrowd", 0) for a in annotations):
+            self._logger.warning(
+                "%s: the ground truth has no annotation (other than crowd regions) on the %d "
+                "evaluated images: AP is undefined, reported as NaN",
+                self._metadata.name,
+                len(images),
+            )
 
     def _eval_predictions(self, predictions, img_ids=None):
         """Detectron2's, with box and mask AP computed by faster-coco-eval when it evaluates:
