@@ -1,5 +1,5 @@
 """Starting one process per device, for every training script: Detectron2's ``launch``, or
-``torchrun``.
+``torchrun``::
 
     python tools/train_net.py --config CFG --num-gpus 8 \\
         [--num-machines N --machine-rank R --dist-url tcp://HOST:PORT]
