@@ -3,11 +3,13 @@
 #               and draw its predictions on 8 validation images (the picture's path is printed)
 #   make test   set up, then run the test suite
 #   make bench  set up, then run the benchmarks (they print measured ratios)
+#   make docs   set up, then build the documentation site (docs/, Sphinx + MyST) into
+#               docs/_build/html, warnings as errors; open docs/_build/html/index.html
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
 DEMO_CONFIG ?= configs/shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml
 
-.PHONY: setup demo test bench video-demo gpu-check gpu-wheels
+.PHONY: setup demo test bench docs video-demo gpu-check gpu-wheels
 
 # Succeeds where some OpenCV is installed: a pip distribution of it, or an importable cv2.
 HAS_OPENCV := import importlib.metadata as m, importlib.util as u, sys; sys.exit(not (u.find_spec("cv2") or any((d.metadata["Name"] or "").lower().startswith("opencv") for d in m.distributions())))
@@ -35,6 +37,13 @@ test: setup
 
 bench: setup
 	$(PYTHON) benchmarks/optimizer_step.py
+
+# Sphinx, MyST and the theme come with the extra "test" (setup); SPHINXOPTS: e.g. -E to reread
+# every page. LARGEDET_SOURCE_URL=https://github.com/<owner>/largedet/blob/main points the
+# links to repository files at the hosted repository instead of this checkout.
+SPHINXOPTS ?=
+docs: setup
+	$(PYTHON) -m sphinx -b html -W --keep-going $(SPHINXOPTS) docs docs/_build/html
 
 # The GPU check (benchmarks/RESULTS.md, "GPU check"): CUDA tests + GPU benchmarks, results in
 # $(GPU_CHECK_OUT). No `setup` first: a GPU machine may have no package registry; the script
