@@ -63,7 +63,8 @@ def main(argv=None) -> None:
         for r in range(args.rounds):
             round_times = {}
             for name, config in CONFIGS.items():
-                round_times[name] = seconds_per_step(config, args.iters, args.skip, workdir)
+                round_dir = os.path.join(workdir, str(r))  # a fresh run each round
+                round_times[name] = seconds_per_step(config, args.iters, args.skip, round_dir)
                 per_config[name].append(round_times[name])
             speedups.append(round_times["main job"] / round_times["demo"])
             print(

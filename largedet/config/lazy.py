@@ -41,6 +41,7 @@ __all__ = [
     "TRAIN_KEYS",
     "call_target",
     "ignored_keys",
+    "lazy_output_dir",
     "lr_schedule",
     "register_datasets",
     "run_config",
@@ -311,6 +312,14 @@ def register_datasets(cfg: DictConfig) -> None:
     for name, registration in cfg.get("datasets", {}).items():
         logger.debug("Registering datasets %s", name)
         instantiate(registration)
+
+
+def lazy_output_dir(args: argparse.Namespace) -> str:
+    """``train.output_dir`` of the LazyConfig ``args.config_file`` with the overrides
+    ``args.opts``: the folder the run owns. Nothing is registered; call it after
+    :func:`setup_lazy_config` has checked the file."""
+    cfg = LazyConfig.apply_overrides(LazyConfig.load(args.config_file), args.opts or [])
+    return cfg.train.output_dir
 
 
 def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConfig:

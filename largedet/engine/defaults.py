@@ -42,7 +42,7 @@ from .launch import (
     process_flags_given,
     slurm_task_environment,
 )
-from .run_lock import OutputDirInUseError, OutputDirLock
+from .run_lock import OutputDirInUseError, OutputDirLock, claim_for_fresh_run
 from .writers import raise_if_a_log_found_no_space, set_up_log_files, stop_log_files_on_full_disk
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,13 @@ def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentPars
         "MASTER_PORT)",
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start a fresh run on an OUTPUT_DIR that holds a previous run's checkpoints or "
+        "metrics: its files are moved to OUTPUT_DIR/overwritten_<time>/ first (without it, and "
+        "without --resume, such a folder is refused)",
+    )
+    parser.add_argument(
         "--allow-python-yaml",
         action="store_true",
         help="load a config file (or _BASE_ file) holding !!python/... tags, which can run "
@@ -79,7 +86,7 @@ def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentPars
 
 
 def _allow_python_yaml(args: argparse.Namespace) -> bool:
-    """``--allow-python-yaml``; False for a script without the flag (tools/predict.py)."""
+    """``--allow-python-yaml``; False for a command line without the flag."""
     return getattr(args, "allow_python_yaml", False)
 
 
@@ -188,7 +195,10 @@ def check_and_launch(
     included) are named as ignored, once. With ``output_dir`` (the run's ``OUTPUT_DIR`` of
     ``args``), the first process of the job owns that folder for the run
     (:class:`~largedet.engine.run_lock.OutputDirLock`): a folder that a live run owns is
-    the same one line and exit status 2."""
+    the same one line and exit status 2, and so is a fresh training run (no ``--resume``)
+    on a folder that holds a previous run's checkpoints or metrics, unless ``--overwrite``
+    moves them aside (:func:`~largedet.engine.run_lock.claim_for_fresh_run`). Nothing has
+    built a model yet."""
     if getattr(args, "launcher", None) == "slurm":  # one Slurm task: env:// from Slurm's variables
         os.environ.update(slurm_task_environment(os.environ))
     first = not launched_per_process(args) or os.environ.get("RANK", "0") == "0"
@@ -205,7 +215,13 @@ def check_and_launch(
     try:
         check(args)
         if output_dir is not None and first and (launched_per_process(args) or args.machine_rank == 0):
-            lock = OutputDirLock(output_dir(args)).acquire()
+            directory = output_dir(args)
+            lock = OutputDirLock(directory).acquire()
+            if not (args.eval_only or args.resume):  # a fresh run never writes over another's
+                aside = claim_for_fresh_run(directory, getattr(args, "overwrite", False))
+                if aside:
+                    print(f"--overwrite: the previous run's files of {directory} moved to {aside}",
+                          file=sys.stderr)  # fmt: skip
     except (OutputDirInUseError, *(errors or (ConfigError,))) as e:
         if first:
             print(f"error: {e}", file=sys.stderr)

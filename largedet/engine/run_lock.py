@@ -9,26 +9,47 @@ which process holds it. A second run on the folder, a ``--resume`` included, is 
 :class:`OutputDirInUseError` naming that process. The operating system drops the lock when
 its process ends, however it ends (a kill -9, a crash), so a dead run's ``run.lock`` never
 blocks the next run: the file is left in place, and only the lock counts.
+
+A fresh run (no ``--resume``) on a folder that holds a previous run's results (checkpoints,
+``metrics.json`` records: :func:`previous_results`) would write over its checkpoints and
+append its steps to the same ``metrics.json``; :func:`claim_for_fresh_run`, called under
+the lock, refuses it with :class:`PreviousRunError` or, with ``--overwrite``, moves the
+folder's files aside first.
 """
 
 from __future__ import annotations
 
 import datetime
 import fcntl
+import glob
 import os
 import socket
 import sys
-from typing import Optional
+from typing import List, Optional
 
 from ..config.validate import ConfigError
 
-__all__ = ["LOCK_FILE", "OutputDirInUseError", "OutputDirLock"]
+__all__ = [
+    "LOCK_FILE",
+    "OutputDirInUseError",
+    "OutputDirLock",
+    "PreviousRunError",
+    "claim_for_fresh_run",
+    "previous_results",
+]
 
 LOCK_FILE = "run.lock"
+#: the folder of OUTPUT_DIR that ``--overwrite`` moves a previous run's files into
+#: (``overwritten_<UTC time>``)
+OVERWRITTEN_PREFIX = "overwritten_"
 
 
 class OutputDirInUseError(ConfigError):
     """``OUTPUT_DIR`` belongs to a live run; the message names its process."""
+
+
+class PreviousRunError(ConfigError):
+    """A fresh run on an ``OUTPUT_DIR`` that holds a previous run's results (one line)."""
 
 
 class OutputDirLock:
@@ -76,3 +97,47 @@ class OutputDirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def previous_results(output_dir: str) -> List[str]:
+    """The files of ``output_dir`` that show a previous run: ``last_checkpoint``,
+    ``model_*.pth`` and a ``metrics.json`` holding a record (names, sorted)."""
+    found = [os.path.basename(p) for p in glob.glob(os.path.join(output_dir, "model_*.pth"))]
+    if os.path.isfile(os.path.join(output_dir, "last_checkpoint")):
+        found.append("last_checkpoint")
+    metrics = os.path.join(output_dir, "metrics.json")
+    try:
+        if os.path.isfile(metrics):  # a regular file (not /dev/full, which reads without end)
+            with open(metrics, "rb") as f:
+                if f.read(4096).strip():
+                    found.append("metrics.json")
+    except OSError:
+        pass
+    return sorted(found)
+
+
+def claim_for_fresh_run(output_dir: str, overwrite: bool) -> Optional[str]:
+    """Make ``output_dir`` ready for a fresh run, called by the process that holds its
+    :class:`OutputDirLock`. Where it holds a previous run's results
+    (:func:`previous_results`), raise :class:`PreviousRunError` naming the folder,
+    ``--resume`` and ``--overwrite``; with ``overwrite``, move every file and folder of it
+    but the lock and earlier such folders into ``OUTPUT_DIR/overwritten_<UTC time>`` and
+    return that folder's path. Returns None for a folder without results."""
+    found = previous_results(output_dir)
+    if not found:
+        return None
+    if not overwrite:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise PreviousRunError(
+            f"OUTPUT_DIR {output_dir} holds a previous run's results ({shown}); pass --resume to "
+            "continue that run, or --overwrite to start a new one (its files are moved to "
+            f"{os.path.join(output_dir, OVERWRITTEN_PREFIX)}<time>/)"
+        )
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    aside = os.path.join(output_dir, OVERWRITTEN_PREFIX + stamp)
+    os.makedirs(aside)
+    for name in sorted(os.listdir(output_dir)):
+        if name == LOCK_FILE or name.startswith(OVERWRITTEN_PREFIX):
+            continue
+        os.replace(os.path.join(output_dir, name), os.path.join(aside, name))
+    return aside
