@@ -478,7 +478,10 @@ def results_summary() -> str:
 def _wrap(text: str, width: int = 88) -> str:
     import textwrap
 
-    return "\n".join(textwrap.wrap(text, width=width, break_on_hyphens=False))
+    # a row citation "regime: <cell>" stays on one line
+    glued = text.replace("regime: ", "regime:\u00a0")
+    lines = textwrap.wrap(glued, width=width, break_on_hyphens=False)
+    return "\n".join(line.replace("\u00a0", " ") for line in lines)
 
 
 def config_regime() -> str:
