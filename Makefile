@@ -26,11 +26,11 @@ setup:
 	$(PYTHON) tools/install_detectron2.py
 
 demo: setup
-	$(PYTHON) tools/train_net.py --config $(DEMO_CONFIG)
+	$(PYTHON) tools/train_net.py --config $(DEMO_CONFIG) --overwrite
 	$(PYTHON) tools/predict.py --config $(DEMO_CONFIG) --resume --dataset shapes_val --num-images 8 --scale 2
 
 video-demo: setup
-	$(PYTHON) projects/video/train.py
+	$(PYTHON) projects/video/train.py --overwrite
 
 test: setup
 	$(PYTHON) -m pytest -q

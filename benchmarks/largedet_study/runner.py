@@ -192,6 +192,12 @@ def train(overrides: Sequence[str], run_dir: str, args) -> Tuple[int, str, float
     resuming = os.path.exists(os.path.join(run_dir, "last_checkpoint"))
     if resuming:
         cmd.append("--resume")
+    else:
+        # a cell stopped before its first checkpoint starts again from step 0: the records of
+        # that attempt go (the trainer refuses a fresh run on a folder that holds results)
+        for stale in ["metrics.json", *(n for n in os.listdir(run_dir) if n.startswith("model_") and n.endswith(".pth"))]:
+            if os.path.isfile(os.path.join(run_dir, stale)):
+                os.remove(os.path.join(run_dir, stale))
     cmd += list(overrides)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     log_path = os.path.join(run_dir, "study_log.txt")

@@ -374,6 +374,26 @@ def test_wall_clock_adds_up_over_resumed_invocations(study, tmp_path, monkeypatc
     assert again < total
 
 
+def test_a_cell_stopped_before_its_first_checkpoint_starts_clean(study, tmp_path, monkeypatch):
+    # the trainer refuses a fresh run on a folder holding results: the runner clears the records
+    # of an attempt that left no checkpoint, and keeps those of one that did
+    script = tmp_path / "fake_train.py"
+    script.write_text("import os, sys; print(sorted(os.listdir(sys.argv[-1])))\n")
+    monkeypatch.setattr(study, "TRAIN_COMMAND", (sys.executable, str(script)))
+    args = types.SimpleNamespace(grid_obj=study.build_grid("steps"), num_gpus=1, threads=1)
+    run_dir = tmp_path / "cell"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text('{"iteration": 3}\n')
+    (run_dir / "model_0000003.pth").write_bytes(b"x")
+    _, text, _ = study.train([str(run_dir)], str(run_dir), args)
+    assert "--resume" not in text and "metrics.json" not in text and "model_0000003.pth" not in text
+    (run_dir / "metrics.json").write_text('{"iteration": 3}\n')
+    (run_dir / "last_checkpoint").write_text("model_0000003.pth")
+    (run_dir / "model_0000003.pth").write_bytes(b"x")
+    _, text, _ = study.train([str(run_dir)], str(run_dir), args)
+    assert "--resume" in text and "metrics.json" in text and "model_0000003.pth" in text
+
+
 def test_archive_copies_config_and_metrics(study, tmp_path):
     run_dir = tmp_path / "run"
     fake_run(str(run_dir), ap=1.0)
