@@ -200,6 +200,11 @@ def test_every_declared_key_is_in_the_config_reference(site):
     assert len(largedet_keys) > 50 and len(video_keys) > 30
     assert not set(largedet_keys) - set(documented), sorted(set(largedet_keys) - set(documented))
     assert not set(video_keys) - set(documented), sorted(set(video_keys) - set(documented))
+    # and Detectron2's keys that largedet checks or maps
+    from largedet.config.keys import DETECTRON2_KEYS
+
+    for key, _, _ in DETECTRON2_KEYS:
+        assert f'<span class="pre">{key}</span>' in page, key
     # each entry gives its default and where it is declared
     entry = page[page.index('id="confkey-SOLVER.PMD.PERIOD"'):][:3000]
     assert "<code" in entry and ">200<" in entry and "largedet/config/defaults.py:" in entry

@@ -14,8 +14,9 @@ Three things Sphinx does not do by itself:
   listed submodules that the package does not re-export, each under a heading;
   ``:exclude-modules:`` leaves out objects defined in those submodules (documented on
   another page). ``{largedet-config-keys} largedet_video`` lists the keys a project adds to
-  Detectron2's config (:func:`declared_keys`), and ``{largedet-optimizer-registry}`` the
-  names ``SOLVER.OPTIMIZER`` takes.
+  Detectron2's config (:func:`declared_keys`), ``{largedet-detectron2-keys}`` the keys of
+  Detectron2's that largedet checks or maps, and ``{largedet-optimizer-registry}`` the names
+  ``SOLVER.OPTIMIZER`` takes.
 * **Config keys as objects**: ``confkey`` entries, with an index entry and an anchor,
   referenced as ``{confkey}`\\`SOLVER.PMD.PERIOD\\```.
 * **Links to repository files outside docs/** (configs, CSVs, run folders, the scripts):
@@ -265,6 +266,18 @@ def config_keys_page(project: str) -> str:
     return "\n".join(out)
 
 
+def detectron2_keys_page(_: str) -> str:
+    """Detectron2's keys that largedet checks before launch or maps from a LazyConfig
+    (:data:`largedet.config.keys.DETECTRON2_KEYS`), as a MyST table."""
+    from largedet.config.keys import DETECTRON2_KEYS
+
+    out = ["| Key | Allowed | LazyConfig |", "| --- | --- | --- |"]
+    for key, rule, lazy in DETECTRON2_KEYS:
+        allowed = _md(rule.need) if rule else ""
+        out.append(f"| `{key}` | {allowed} | {_code('train.' + lazy) if lazy else ''} |")
+    return "\n".join(out) + "\n"
+
+
 def _rst_roles_to_myst(text: str) -> str:
     """A docstring's reStructuredText inline markup in MyST: ``:class:`X``` -> ``{py:class}`X```,
     double backquotes -> single."""
@@ -368,6 +381,7 @@ GENERATORS = {
     "largedet-api": api_page,
     "largedet-config-keys": lambda argument, options: config_keys_page(argument),
     "largedet-optimizer-registry": lambda argument, options: optimizer_registry_page(argument),
+    "largedet-detectron2-keys": lambda argument, options: detectron2_keys_page(argument),
 }
 
 
