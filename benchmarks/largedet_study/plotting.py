@@ -216,7 +216,7 @@ _SEED_SUFFIX = re.compile(r"-s\d+$")
 EPOCH_RECIPES = {"": "", "-lrwsd-wd0.01": "WSD LR, weight decay 0.01"}
 # the batch-16 SGD baseline of a grid: the steps grid's sgd-bs16-wu2, the regime grid's
 # sgd-bs16-wu0.65 (each with Detectron2's warm-up in its own epochs)
-_BASELINE_CELL = re.compile(r"^sgd-bs16-wu[\d.]+(?:-s\d+)?$")
+_BASELINE_FAMILY = re.compile(r"^sgd-bs16-wu[\d.]+(?:-[a-z][\w.]*)*?(?:-s\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -231,14 +231,32 @@ class EpochPoint:
     recipe: str = ""  # the cell-name suffix of the recipe (EPOCH_RECIPES); "": the study's
 
 
+def _strongest_baseline(rows: Sequence[dict]) -> List[tuple]:
+    """The (held-out, reported) AP of each seed of the grid's strongest batch-16 SGD recipe:
+    of the families ``sgd-bs16-wu<w>[-<recipe>]``, the best held-out mean among those with
+    three seeds or more (among all where none has three), as the study's report chooses it."""
+    families: Dict[str, List[tuple]] = {}
+    for r in rows:
+        if _BASELINE_FAMILY.match(r["cell"]) and r["box_ap"] is not None and r["diverged"] != "yes":
+            families.setdefault(_SEED_SUFFIX.sub("", r["cell"]), []).append((r["holdout_ap"], r["box_ap"]))
+    if not families:
+        return []
+
+    def held_out_mean(seeds):
+        values = [h for h, _ in seeds if h is not None]
+        return sum(values) / len(values) if values else float("-inf")
+
+    enough = {k: v for k, v in families.items() if len(v) >= 3} or families
+    return enough[max(enough, key=lambda k: held_out_mean(enough[k]))]
+
+
 def epoch_curve(rows: Sequence[dict], recipes: Sequence[str] = tuple(EPOCH_RECIPES)) -> tuple:
     """The epochs-to-parity curves of a steps-grid study: ``(points, baseline)``. ``points``
     are the PMD-LAMB cells that change nothing but the batch and the epochs of one of
     ``recipes`` (``pmd_lamb-bs<B>[-ep<f>x]<recipe>[-s<n>]``), their seeds averaged, sorted
-    by batch, recipe and factor; ``baseline`` is the batch-16 SGD cell's seeds
-    (``sgd-bs16-wu2[-s<n>]``) as a list of (held-out, reported) AP."""
-    baseline = [(r["holdout_ap"], r["box_ap"]) for r in rows if _BASELINE_CELL.match(r["cell"])
-                and r["box_ap"] is not None]  # fmt: skip
+    by batch, recipe and factor; ``baseline`` is the seeds of the grid's strongest batch-16
+    SGD recipe (:func:`_strongest_baseline`) as a list of (held-out, reported) AP."""
+    baseline = _strongest_baseline(rows)
     groups: Dict[tuple, List[dict]] = {}
     for r in rows:
         m = _CURVE_CELL.match(_SEED_SUFFIX.sub("", r["cell"]))

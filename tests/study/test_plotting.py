@@ -342,3 +342,18 @@ def test_the_throughput_chart_says_what_red_means(tmp_path, monkeypatch):
     import matplotlib.colors
 
     assert matplotlib.colors.to_hex(red.get_facecolor()) == matplotlib.colors.to_hex("tab:red")
+
+
+def test_epoch_curve_takes_the_strongest_batch16_baseline():
+    from largedet_study.plotting import epoch_curve
+
+    def row(cell, h, r):
+        return {"cell": cell, "holdout_ap": h, "box_ap": r, "diverged": "no", "batch": 16}
+
+    rows = [row("sgd-bs16-wu0.65", 80.0, 81.0), row("sgd-bs16-wu0.65-s1", 80.2, 81.2),
+            row("sgd-bs16-wu0.65-s2", 80.4, 81.4),
+            row("sgd-bs16-wu0.65-lrwsd", 81.0, 82.0), row("sgd-bs16-wu0.65-lrwsd-s1", 81.2, 82.2)]
+    # two seeds of the better recipe are not enough while another has three
+    assert epoch_curve(rows)[1] == [(80.0, 81.0), (80.2, 81.2), (80.4, 81.4)]
+    rows.append(row("sgd-bs16-wu0.65-lrwsd-s2", 81.4, 82.4))
+    assert epoch_curve(rows)[1] == [(81.0, 82.0), (81.2, 82.2), (81.4, 82.4)]
