@@ -75,7 +75,7 @@ MULTIGRID_OVERRIDES = (
 
 
 #: a cell's LR schedule after warm-up -> SOLVER.LR_SCHEDULER_NAME
-VIDEO_LR_SCHEDULES = {"cosine": "WarmupCosineLR", "wsd": "WarmupStableDecayLR"}
+VIDEO_LR_SCHEDULES = {"cosine": "WarmupCosineLR", "wsd": "WarmupStableDecayLR", "step": "WarmupMultiStepLR"}
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,9 @@ class VideoCell:
     backbone: str = "TSMResNet"
     epochs_factor: float = 1.0  # multiplies the grid's epochs
     warmup_epochs: Optional[float] = None  # None: the grid's
-    # after warm-up: "cosine" (to 0 over the run, the paper's) or "wsd" (the peak to 80% of
-    # the run, then linear to 0); the multigrid cell keeps its step schedule
+    # after warm-up: "cosine" (to 0 over the run, the paper's), "wsd" (the peak to 80% of
+    # the run, then linear to 0) or "step" (x0.1 at 3/4 and 11/12, the schedule multigrid
+    # needs: a multigrid cell always has it)
     lr_schedule: str = "cosine"
 
     @property
@@ -173,6 +174,13 @@ def _tsm4k_cells() -> List[VideoCell]:
         VideoCell("sgd", 256),
         VideoCell("sgd", 16, seed=2),
         *rows,
+        # multigrid whose coarsest stage is 25% of N (base batch 128: 8x the clips, 1024 a
+        # step), against its own row without multigrid at equal epochs (the step schedule
+        # multigrid needs on both), two seeds each: top-1 and the CPU wall-clock
+        VideoCell("sgd", 128, multigrid=True),
+        VideoCell("sgd", 128, lr_schedule="step"),
+        VideoCell("sgd", 128, multigrid=True, seed=1),
+        VideoCell("sgd", 128, lr_schedule="step", seed=1),
     ]
 
 
@@ -248,7 +256,7 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
     warmup = min(iterations // 2, max(1, round(warmup_epochs * grid.num_train / cell.batch)))
     per_device = min(grid.ims_per_device, cell.batch // world)
     period = max(1, iterations // 4) if recipe.name == "PMD_LAMB" else None
-    steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if cell.multigrid else None
+    steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if cell.multigrid or cell.lr_schedule == "step" else None
     overrides = list(grid.extra_overrides) + [
         "SOLVER.OPTIMIZER", recipe.name,
         "SOLVER.IMS_PER_BATCH", str(cell.batch),
@@ -267,6 +275,8 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
     ] + list(recipe.overrides)  # fmt: skip
     if cell.lr_schedule != "cosine" and not cell.multigrid:
         overrides += ["SOLVER.LR_SCHEDULER_NAME", VIDEO_LR_SCHEDULES[cell.lr_schedule]]
+        if steps:
+            overrides += ["SOLVER.STEPS", f"({steps[0]}, {steps[1]})"]
     if cell.multigrid:
         overrides += ["SOLVER.LR_SCHEDULER_NAME", "WarmupMultiStepLR",
                       "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", *MULTIGRID_OVERRIDES]  # fmt: skip
