@@ -27,7 +27,10 @@ trained twice, and with exact resume (``SEED >= 0``, ``RESEED_EVERY_ITER``) the 
 the weights of an uninterrupted one. A job that Slurm requeues by itself
 (``PreemptMode=REQUEUE``, a node failure) resumes too (``SLURM_RESTART_COUNT``), from the
 last checkpoint written. The training processes ignore submitit's signal themselves: only
-the job decides when they stop.
+the job decides when they stop. A training script that another signal stopped (``scancel
+--signal``, ``scontrol requeue``) exits 75 with its checkpoint written; the job then takes
+the same requeue path as submitit's signal, not an error. Any other
+non-zero exit fails the job (``CalledProcessError``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence
 
 import submitit
+
+from ..engine.preemption import PREEMPTED_EXIT_CODE
 
 __all__ = ["Placement", "SlurmResources", "TrainingJob", "placement", "submit"]
 
@@ -201,6 +206,9 @@ class TrainingJob(submitit.helpers.Checkpointable):
         return cmd + list(self.opts)
 
     def __call__(self) -> None:
+        # the job's own log lines, beside submitit's in the task's log (a no-op where the
+        # process has set up logging already)
+        logging.basicConfig(level=logging.INFO, format="largedet %(levelname)s (%(asctime)s) - %(message)s")
         env = submitit.JobEnvironment()
         cmd = self.command(None if self.srun else placement(env, self.attempt))
         logger.info("%s, attempt %d: %s", env, self.attempt, " ".join(cmd))
@@ -217,8 +225,31 @@ class TrainingJob(submitit.helpers.Checkpointable):
                 time.sleep(POLL_S)
         finally:
             self._stop()
-        if self._process.returncode != 0:
-            raise subprocess.CalledProcessError(self._process.returncode, cmd)
+        returncode = self._process.returncode
+        if returncode == PREEMPTED_EXIT_CODE:
+            self._requeue_preempted()
+        elif returncode != 0:
+            raise subprocess.CalledProcessError(returncode, cmd)
+
+    def _requeue_preempted(self) -> None:
+        """The training script exited :data:`~largedet.engine.preemption.PREEMPTED_EXIT_CODE`:
+        it was signalled (``scancel --signal``, ``scontrol requeue``, a signal to the batch
+        shell) and wrote its pre-emption checkpoint. Hand the job to submitit's own
+        pre-emption path, as Slurm's ``USR2`` does: submitit's handler for that signal (in
+        the task of node 0) calls :meth:`checkpoint`, saves the job with ``--resume`` and
+        requeues it, and the task exits without an error; in the other tasks it does
+        nothing and the task ends. Where Slurm refuses the requeue (a job that
+        ``scontrol requeue`` is requeuing already) the task exits with the script's status,
+        in one line: a job Slurm restarts resumes all the same (``SLURM_RESTART_COUNT``)."""
+        logger.info(
+            "The training script exited %d (pre-empted, checkpoint written): requeuing",
+            PREEMPTED_EXIT_CODE,
+        )
+        try:
+            signal.raise_signal(_preemption_signal())
+        except subprocess.CalledProcessError as e:  # submitit's `scontrol requeue`
+            logger.warning("Slurm refused to requeue the job (%s)", e)
+            sys.exit(PREEMPTED_EXIT_CODE)
 
     def checkpoint(self) -> submitit.helpers.DelayedSubmission:
         """Called by submitit on pre-emption or time-out (in the task of node 0): stop the

@@ -4,6 +4,7 @@ that resumes to the weights of an uninterrupted run (two gloo processes, tools/t
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -193,3 +194,80 @@ def test_resources_without_gpus_and_with_sbatch_options():
     assert (params["tasks_per_node"], params["cpus_per_task"]) == (2, 3)
     assert (params["slurm_account"], params["slurm_qos"], params["slurm_constraint"], params["slurm_exclude"]) == ("a", "q", "c", "n1")
     assert params["slurm_additional_parameters"] == {"requeue": True, "mail-type": "END", "exclusive": True}
+
+
+# --- the training script's exit status ---------------------------------------------------------
+
+FAKE_TRAINER = """import sys
+# exits with the status given as its last argument; with --resume, 0
+sys.exit(0 if "--resume" in sys.argv else int(sys.argv[-1]))
+"""
+
+
+@pytest.fixture
+def fake_trainer(tmp_path):
+    script = tmp_path / "fake_train_net.py"
+    script.write_text(FAKE_TRAINER)
+    return str(script)
+
+
+@pytest.fixture
+def local_task_env(monkeypatch):
+    """The variables submitit's local executor sets in a job's task (task 0 of job 7)."""
+    for name, value in {"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_JOB_ID": "7",
+                        "SUBMITIT_LOCAL_NTASKS": "1", "SUBMITIT_LOCAL_JOB_NUM_NODES": "1",
+                        "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_GLOBALID": "0",
+                        "SUBMITIT_LOCAL_LOCALID": "0"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+
+
+@pytest.fixture
+def submitit_handlers(tmp_path):
+    """submitit's signal handlers installed for a job as its task installs them
+    (``process_job``); the previous handlers restored afterwards."""
+    signals = (signal.SIGTERM, signal.SIGCONT, submitit.JobEnvironment._usr_sig())
+    before = {s: signal.getsignal(s) for s in signals}
+
+    def install(job):
+        delayed = submitit.helpers.DelayedSubmission(job)
+        delayed.set_timeout(30, 3)
+        paths = submitit.core.utils.JobPaths(tmp_path / "jobs", job_id="7")
+        paths.folder.mkdir(parents=True)
+        submitit.JobEnvironment()._handle_signals(paths, delayed)
+        return paths
+
+    yield install
+    for s, handler in before.items():
+        signal.signal(s, handler)
+
+
+def test_exit_75_requeues_through_submitits_preemption_path(fake_trainer, local_task_env, submitit_handlers):
+    job = TrainingJob(fake_trainer, 1, opts=["75"])
+    paths = submitit_handlers(job)
+    with pytest.raises(SystemExit) as exited:  # no CalledProcessError: submitit requeues
+        job()
+    from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE
+
+    assert exited.value.code == LOCAL_REQUEUE_RETURN_CODE  # the local executor's "requeue me"
+    requeued = submitit.helpers.DelayedSubmission.load(paths.submitted_pickle).function
+    assert requeued == TrainingJob(fake_trainer, 1, opts=["75"], resume=True, attempt=1)
+
+
+def test_other_exit_statuses_of_the_training_script(fake_trainer, local_task_env, submitit_handlers):
+    submitit_handlers(TrainingJob(fake_trainer, 1))
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        TrainingJob(fake_trainer, 1, opts=["1"])()
+    assert failed.value.returncode == 1
+    assert TrainingJob(fake_trainer, 1, opts=["0"])() is None
+
+
+def test_exit_75_under_the_local_executor_is_a_requeue_not_an_exception(fake_trainer, tmp_path):
+    resources = SlurmResources(nodes=1, gpus_per_node=1, cpus_per_gpu=1, timeout_min=60)
+    job = submit(TrainingJob(fake_trainer, 1, opts=["75"]), resources, str(tmp_path / "jobs"),
+                 cluster="local")  # fmt: skip
+    assert job.result() is None  # the requeued run (--resume) exits 0
+    log = job.stdout() + job.stderr()
+    assert "exited 75 (pre-empted, checkpoint written): requeuing" in log
+    assert "this job is preempted" in log and "Requeued job" in log
+    assert "triggered an exception" not in log and "CalledProcessError" not in log
