@@ -8,7 +8,7 @@ resumes from its last checkpoint by itself.
         --nodes 1 --gpus-per-node 8 --partition P train.max_iter=600
     python tools/submit.py --video --config projects/video/configs/kinetics400_tsm_r50_8f.yaml \\
         --nodes 4 --gpus-per-node 8 --partition P --time 720
-    python tools/submit.py --local --gpus-per-node 2 --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
+    python tools/submit.py --local --gpus-per-node 2 --config shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
     python tools/submit.py --config configs/r50_fpn_bs1056.yaml --nodes 33 --gpus-per-node 8 \
         --srun --account A --qos high --constraint volta32gb --exclude 'node[01-04]' \
         --sbatch mail-type=END --sbatch exclusive --no-data-check
@@ -20,7 +20,9 @@ or projects/video/train.py with --video; the config and the trailing overrides a
 it as to that script. Each node runs it once with --num-gpus GPUS_PER_NODE and Detectron2's
 multi-machine flags (largedet.launch.slurm); with --srun each training process is a Slurm task
 of its own, which joins the process group from Slurm's variables (--launcher slurm).
---gpus-per-node 0 asks for no GPUs: --processes-per-node CPU processes (default 1). A
+--gpus-per-node 0 asks for no GPUs: --processes-per-node CPU processes (default 1), one core
+each unless --cpus-per-gpu says otherwise. --config takes a file or the name of one of
+largedet's configs, as train_net.py does. A
 detection config is checked here, as the script checks it, for nodes x processes before
 anything is queued, its data files included unless --no-data-check (the job's machines may
 see a file system this one does not; the script checks them again at job start). --local
@@ -29,11 +31,14 @@ runs the job on this machine under submitit's local executor (one node; without 
 """
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 from typing import Optional
 
-from largedet.launch.slurm import SlurmResources, TrainingJob, submit
+from largedet.launch.slurm import CPUS_PER_GPU, SlurmResources, TrainingJob, submit
+from largedet.model_zoo import resolve_config_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {
@@ -48,7 +53,10 @@ def argument_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--config", "--config-file", dest="config_file", metavar="FILE", default=None
+        "--config", "--config-file", dest="config_file", metavar="FILE", default=None,
+        type=resolve_config_file,
+        help="the run's config: a file, or largedet's config of that name "
+        "(shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml, video/...), as train_net.py takes it",
     )
     parser.add_argument("--video", action="store_true", help="train with projects/video/train.py")
     parser.add_argument("--nodes", type=int, default=1)
@@ -56,7 +64,9 @@ def argument_parser() -> argparse.ArgumentParser:
                         help="GPUs per node, one training process each; 0: none (CPU processes)")  # fmt: skip
     parser.add_argument("--processes-per-node", type=int, default=0,
                         help="training processes per node (default: one per GPU, 1 without GPUs)")  # fmt: skip
-    parser.add_argument("--cpus-per-gpu", type=int, default=10, help="cores per training process")
+    parser.add_argument("--cpus-per-gpu", type=int, default=0,
+                        help=f"cores per training process (default: {CPUS_PER_GPU} with GPUs, 1 "
+                        "with --gpus-per-node 0)")  # fmt: skip
     parser.add_argument("--srun", action="store_true",
                         help="one Slurm task per training process (srun), not one per node")  # fmt: skip
     parser.add_argument("--partition", default="", help="Slurm partition (default: the cluster's)")
@@ -152,11 +162,16 @@ def main() -> None:
         opts=list(args.opts),
         resume=args.resume,
     )
+    # submitit prints sbatch's refusal itself, then raises it: printed once, here
+    refusal = io.StringIO()
     try:
-        submitted = submit(job, resources, args.job_dir, cluster="local" if args.local else "slurm")
+        with contextlib.redirect_stderr(refusal):
+            submitted = submit(job, resources, args.job_dir, cluster="local" if args.local else "slurm")
     except (RuntimeError, ValueError) as e:  # submitit: no Slurm (no srun), sbatch refused
-        print(f"error: {e}", file=sys.stderr)
+        message = " ".join(str(e).split()) or " ".join(refusal.getvalue().split())
+        print(f"error: {message}", file=sys.stderr)
         sys.exit(1)
+    sys.stderr.write(refusal.getvalue())
     where = f"{args.gpus_per_node} GPU(s)" if args.gpus_per_node else "no GPU"
     print(f"Submitted job {submitted.job_id} ({args.nodes} node(s) x {resources.processes} "
           f"process(es), {where} per node{', one Slurm task each' if args.srun else ''}); "

@@ -60,12 +60,16 @@ STOP_TIMEOUT_S = 30
 STOP_MARGIN_S = 20
 #: Seconds between two looks at whether the training script has exited.
 POLL_S = 1.0
+#: Cores per training process on GPU nodes, unless the job is given another number.
+CPUS_PER_GPU = 10
 
 
 @dataclass(frozen=True)
 class SlurmResources:
     """What a training job asks Slurm for: ``processes_per_node`` training processes on each
-    node (default one per GPU; one without GPUs), ``cpus_per_gpu`` cores each. By default
+    node (default one per GPU; one without GPUs), ``cpus_per_gpu`` cores each (0, the
+    default: :data:`CPUS_PER_GPU` with GPUs; without them one core per process, which a
+    small CPU node can give: :attr:`cpus_per_process`). By default
     one Slurm task per node holds all of the node's GPUs and starts the processes; with
     ``srun`` each process is a Slurm task of its own. ``gpus_per_node`` 0 asks for no GPUs
     (no gres): the processes run on CPUs. ``account``, ``qos``, ``constraint`` and
@@ -74,7 +78,7 @@ class SlurmResources:
 
     nodes: int = 1
     gpus_per_node: int = 8  # 0: no GPUs (CPU processes)
-    cpus_per_gpu: int = 10  # cores per training process
+    cpus_per_gpu: int = 0  # cores per training process; 0: CPUS_PER_GPU with GPUs, 1 without
     processes_per_node: int = 0  # 0: gpus_per_node, or 1 where that is 0
     srun: bool = False  # one Slurm task per training process
     partition: str = ""  # "" = the cluster's default partition
@@ -90,11 +94,11 @@ class SlurmResources:
     sbatch: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        if min(self.nodes, self.cpus_per_gpu, self.timeout_min) < 1 or min(self.gpus_per_node, self.processes_per_node) < 0:
+        if min(self.nodes, self.timeout_min) < 1 or min(self.gpus_per_node, self.processes_per_node, self.cpus_per_gpu) < 0:
             raise ValueError(
-                f"need nodes, cpus_per_gpu and timeout_min >= 1 and gpus_per_node, processes_per_node "
-                f">= 0, got {self.nodes}, {self.cpus_per_gpu}, {self.timeout_min}, {self.gpus_per_node} "
-                f"and {self.processes_per_node}"
+                f"need nodes and timeout_min >= 1 and gpus_per_node, processes_per_node, cpus_per_gpu "
+                f">= 0, got {self.nodes}, {self.timeout_min}, {self.gpus_per_node}, "
+                f"{self.processes_per_node} and {self.cpus_per_gpu}"
             )
         if self.gpus_per_node and self.processes_per_node not in (0, self.gpus_per_node):
             raise ValueError(
@@ -107,6 +111,13 @@ class SlurmResources:
         """Training processes per node."""
         return self.processes_per_node or self.gpus_per_node or 1
 
+    @property
+    def cpus_per_process(self) -> int:
+        """Cores asked for each training process: ``cpus_per_gpu``, else :data:`CPUS_PER_GPU`
+        with GPUs and 1 without (a CPU node of a few cores could never hold the GPU default,
+        and the job would pend for ever)."""
+        return self.cpus_per_gpu or (CPUS_PER_GPU if self.gpus_per_node else 1)
+
     def executor_parameters(self) -> Dict[str, Any]:
         """The keyword arguments of submitit's ``AutoExecutor.update_parameters``; the
         ``slurm_`` ones are ignored by the local executor."""
@@ -115,7 +126,7 @@ class SlurmResources:
             name=self.name,
             nodes=self.nodes,
             tasks_per_node=tasks,
-            cpus_per_task=self.cpus_per_gpu * self.processes // tasks,
+            cpus_per_task=self.cpus_per_process * self.processes // tasks,
             timeout_min=self.timeout_min,
             slurm_signal_delay_s=self.signal_delay_s,
             # requeueable: `scontrol requeue` (submitit's requeue) is refused otherwise where
