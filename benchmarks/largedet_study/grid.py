@@ -54,7 +54,9 @@ __all__ = [
     "final_ap",
     "cell_config",
     "cell_run_plan",
+    "per_device_batch",
     "plan_cell",
+    "recipe_overrides",
 ]
 
 
@@ -584,6 +586,37 @@ def cell_run_plan(config: str, overrides: Sequence[str], world: int, dataset_siz
     return run_plan(cell_config(config, overrides, new_config), world, dataset_size)
 
 
+def per_device_batch(ims_per_device: int, batch: int, world: int) -> int:
+    """The images one device holds per pass in a study cell: the grid's, or fewer where the
+    global batch is smaller than that on every device (the trainer accumulates the rest)."""
+    return min(ims_per_device, batch // world)
+
+
+def recipe_overrides(recipe: OptimizerRecipe, batch: int, per_device: int, lr_factor: float,
+                     weight_decay: Optional[float], iterations: int, warmup: int,
+                     output_dir: str) -> List[str]:  # fmt: skip
+    """The overrides every study cell (detection and video) sets: the optimizer and its LR
+    rule from ``recipe`` (the reference LR x ``lr_factor``), the global and per-device batch,
+    the weight decay (None: the recipe's), the run's length and warm-up, about ten
+    checkpoints a run (an interrupted cell loses at most a tenth of it), about 24 log lines
+    and the output folder; then the recipe's own overrides."""
+    return [
+        "SOLVER.OPTIMIZER", recipe.name,
+        "SOLVER.IMS_PER_BATCH", str(batch),
+        "SOLVER.IMS_PER_DEVICE", str(per_device),
+        "SOLVER.LSR.ENABLED", "True",
+        "SOLVER.LSR.RULE", recipe.rule,
+        "SOLVER.LSR.REFERENCE_BATCH", str(REFERENCE_BATCH),
+        "SOLVER.LSR.REFERENCE_LR", repr(recipe.reference_lr * lr_factor),
+        "SOLVER.WEIGHT_DECAY", repr(recipe.weight_decay if weight_decay is None else weight_decay),
+        "SOLVER.MAX_ITER", str(iterations),
+        "SOLVER.WARMUP_ITERS", str(warmup),
+        "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 10)),
+        "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
+        "OUTPUT_DIR", output_dir,
+    ] + list(recipe.overrides)  # fmt: skip
+
+
 def plan_cell(
     grid: Grid, cell: Cell, warmup_epochs: Optional[float], output_dir: str, world: int
 ) -> Plan:
@@ -610,32 +643,19 @@ def plan_cell(
     steps = None
     if cell.lr_schedule == "step":
         steps = (round(iterations * 3 / 4), round(iterations * 11 / 12))
-    per_device = min(grid.ims_per_device, cell.batch // world)
+    per_device = per_device_batch(grid.ims_per_device, cell.batch, world)
     period = None
     if recipe.name == "PMD_LAMB":
         period = cell.pmd_period or max(1, iterations // 4)
     overrides = list(grid.extra_overrides) + [
         "DATASETS.SHAPES.NUM_TRAIN", str(grid.num_train),
-        "SOLVER.OPTIMIZER", recipe.name,
-        "SOLVER.IMS_PER_BATCH", str(cell.batch),
-        "SOLVER.IMS_PER_DEVICE", str(per_device),
-        "SOLVER.LSR.ENABLED", "True",
-        "SOLVER.LSR.RULE", recipe.rule,
-        "SOLVER.LSR.REFERENCE_BATCH", str(REFERENCE_BATCH),
-        "SOLVER.LSR.REFERENCE_LR", repr(recipe.reference_lr * cell.lr_factor),
-        "SOLVER.WEIGHT_DECAY", repr(recipe.weight_decay if cell.weight_decay is None else cell.weight_decay),
-        "SOLVER.MAX_ITER", str(iterations),
-        "SOLVER.WARMUP_ITERS", str(warmup),
         "SOLVER.LR_SCHEDULER_NAME", LR_SCHEDULES[cell.lr_schedule],
         "SOLVER.STEPS", f"({steps[0]}, {steps[1]})" if steps else "()",
         "SOLVER.BASE_LR_END", "0.0",
-        # about ten checkpoints a run: an interrupted cell loses at most a tenth of it
-        "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 10)),
         "SOLVER.DIVERGENCE.WINDOW", "20",
         "TEST.EVAL_PERIOD", "0",
-        "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
-        "OUTPUT_DIR", output_dir,
-    ] + list(recipe.overrides)  # fmt: skip
+    ] + recipe_overrides(recipe, cell.batch, per_device, cell.lr_factor, cell.weight_decay,
+                         iterations, warmup, output_dir)  # fmt: skip
     if cell.seed is not None:
         overrides += ["SEED", str(cell.seed)]
     if cell.beta2 is not None:

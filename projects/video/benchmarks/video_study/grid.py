@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from largedet_study.grid import OptimizerRecipe, REFERENCE_BATCH, cell_config, cell_run_plan
+from largedet_study.grid import OptimizerRecipe, cell_config, cell_run_plan, per_device_batch, recipe_overrides
 
 
 #: the checkout (projects/video/benchmarks/video_study/ -> four levels up)
@@ -254,25 +254,12 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
     iterations = round(images) // cell.batch
     warmup_epochs = grid.warmup_epochs if cell.warmup_epochs is None else cell.warmup_epochs
     warmup = min(iterations // 2, max(1, round(warmup_epochs * grid.num_train / cell.batch)))
-    per_device = min(grid.ims_per_device, cell.batch // world)
+    per_device = per_device_batch(grid.ims_per_device, cell.batch, world)
     period = max(1, iterations // 4) if recipe.name == "PMD_LAMB" else None
     steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if cell.multigrid or cell.lr_schedule == "step" else None
-    overrides = list(grid.extra_overrides) + [
-        "SOLVER.OPTIMIZER", recipe.name,
-        "SOLVER.IMS_PER_BATCH", str(cell.batch),
-        "SOLVER.IMS_PER_DEVICE", str(per_device),
-        "SOLVER.LSR.ENABLED", "True",
-        "SOLVER.LSR.RULE", recipe.rule,
-        "SOLVER.LSR.REFERENCE_BATCH", str(REFERENCE_BATCH),
-        "SOLVER.LSR.REFERENCE_LR", repr(recipe.reference_lr * cell.lr_factor),
-        "SOLVER.WEIGHT_DECAY", repr(recipe.weight_decay),
-        "SOLVER.MAX_ITER", str(iterations),
-        "SOLVER.WARMUP_ITERS", str(warmup),
-        # about ten checkpoints a run: an interrupted cell loses at most a tenth of it
-        "SOLVER.CHECKPOINT_PERIOD", str(max(1, iterations // 10)),
-        "LOG_PERIOD", str(max(1, min(20, iterations // 24))),
-        "OUTPUT_DIR", output_dir,
-    ] + list(recipe.overrides)  # fmt: skip
+    overrides = list(grid.extra_overrides) + recipe_overrides(
+        recipe, cell.batch, per_device, cell.lr_factor, None, iterations, warmup, output_dir
+    )
     if cell.lr_schedule != "cosine" and not cell.multigrid:
         overrides += ["SOLVER.LR_SCHEDULER_NAME", VIDEO_LR_SCHEDULES[cell.lr_schedule]]
         if steps:
