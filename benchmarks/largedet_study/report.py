@@ -190,25 +190,25 @@ def _family(csv_name: str, name: str) -> Family:
     return fams[name]
 
 
-def _best_batch16(fams: Dict[str, Family], holdout: str, min_seeds: int) -> Optional[Family]:
-    """The batch-16 family with the highest held-out mean among those with at least
-    ``min_seeds`` trained seeds (any number where none has that many)."""
-    cands = [f for f in fams.values() if f.batch == 16 and f.summary(holdout) is not None]
-    enough = [f for f in cands if len(f.values(holdout)) >= min_seeds]
-    pool = enough or cands
-    return max(pool, key=lambda f: f.summary(holdout).mean) if pool else None
+def _best_batch16(fams: Dict[str, Family], holdout: str) -> Optional[Family]:
+    """The batch-16 family with the highest held-out mean, whatever its number of seeds: the
+    strongest reference so far (a check that needs three seeds asks for them on it)."""
+    cands = [f for f in fams.values() if f.batch == 16 and f.summary(holdout) is not None
+             and not f.name.startswith("tsn")]  # fmt: skip
+    return max(cands, key=lambda f: f.summary(holdout).mean) if cands else None
 
 
 def regime_baseline() -> Family:
-    """The regime grid's strongest batch-16 baseline: the best held-out mean of the batch-16
-    recipes with three seeds or more (of those with fewer where none has three)."""
-    return _best_batch16(families("regime"), "holdout_ap", 3)
+    """The regime grid's strongest batch-16 baseline: the best held-out mean of its batch-16
+    recipes."""
+    return _best_batch16(families("regime"), "holdout_ap")
 
 
 def video_baseline(csv_name: str = "video4k") -> Optional[Family]:
-    """The video grid's batch-16 SGD baseline (the held-out split chooses where it has one)."""
+    """The video grid's strongest batch-16 baseline (the held-out split chooses where the
+    grid has one)."""
     holdout, reported = SPLITS[csv_name]
-    return _best_batch16(families(csv_name), holdout or reported, 3)
+    return _best_batch16(families(csv_name), holdout or reported)
 
 
 # --- inline values ------------------------------------------------------------------------
@@ -388,7 +388,8 @@ def regime_verdict() -> str:
     text = [f"The strongest batch-16 baseline on the held-out split is `{base.name}` "
             f"(held-out {bh.text()}, `shapes_val` {br.text()})."]  # fmt: skip
     if len(base.trained) < 3:
-        text.append(f"It has {len(base.trained)} seeds, fewer than the three the check asks.")
+        text.append(f"It has {len(base.trained)} seed{'s' * (len(base.trained) != 1)}, fewer than "
+                    "the three the check asks: its other seeds are cells of the grid still to run.")
     if g.chosen is None:
         text.append("No large-batch recipe at <= 1.4x the epochs has three seeds yet.")
     else:

@@ -63,6 +63,15 @@ def test_the_strongest_baseline_is_chosen_on_held_out(fake_regime):
     assert report.regime_baseline().name == "sgd-bs16-wu0.65-lrwsd"
 
 
+def test_a_one_seed_batch16_recipe_above_the_rest_becomes_the_baseline_and_fails_the_check(fake_regime):
+    rows = list(csv.DictReader(open(fake_regime / "r" / "regime.csv")))
+    rows.append(_row("sgd-bs16-wu0.65-lrx2-lrwsd", 16, "83.5", "84.0"))
+    _write(fake_regime / "r" / "regime.csv", rows)
+    assert report.regime_baseline().name == "sgd-bs16-wu0.65-lrx2-lrwsd"
+    g = report.regime_goal()
+    assert not g.goal and "fewer than the three" in report.regime_verdict()
+
+
 def test_inline_values(fake_regime):
     assert report.value("regime/baseline/name") == "sgd-bs16-wu0.65-lrwsd"
     assert report.value("regime/baseline/mean/holdout_ap") == "82.70"
