@@ -94,8 +94,11 @@ def test_the_documented_launch_commands_are_found():
 
 
 def _write_coco(json_file: Path, image_root: Path) -> None:
+    from PIL import Image
+
     json_file.parent.mkdir(parents=True, exist_ok=True)
     image_root.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (8, 8)).save(image_root / "1.jpg")  # the size the json gives
     json_file.write_text(json.dumps({
         "images": [{"id": 1, "file_name": "1.jpg", "width": 8, "height": 8}],
         "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 4, 4],

@@ -18,7 +18,10 @@ model has been built and printed. :func:`largedet.engine.defaults.check_args` is
    one: ``DATASETS.COCO_JSONS``), the annotation file of a COCO-style dataset present and
    loadable (:func:`~largedet.data.check_coco_json`: JSON, category ids, boxes), its image
    folder present, an OpenImages split's files present (the built-in shapes set and the
-   OpenImages fixture are generated on first use);
+   OpenImages fixture are generated on first use); for training, the model's number of
+   classes against the categories of each COCO json it trains on
+   (:func:`check_num_classes`); with the run's files (:func:`check_files`), a sample of
+   each COCO json's image sizes against its images (:func:`check_image_files`);
 4. the batch arithmetic (:func:`~largedet.solver.batch.batch_plan`) and, with AGVM, its two
    gradient estimates per step.
 
@@ -39,7 +42,7 @@ from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
 from ..checkpoint import UnsafeWeightsError, check_output_dir, load_model_zoo_pickle
-from ..data.coco_json import COCO_JSONS_KEY, CocoJsonError, check_coco_json
+from ..data.coco_json import COCO_JSONS_KEY, CocoJsonError, check_coco_json, check_image_sizes
 from ..solver import OPTIMIZER_REGISTRY
 from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
 from . import defaults as _defaults  # noqa: F401  (importing it declares largedet's keys)
@@ -55,6 +58,8 @@ __all__ = [
     "check_config",
     "check_datasets",
     "check_files",
+    "check_image_files",
+    "check_num_classes",
     "check_values",
     "config_keys",
     "int_at_least",
@@ -327,6 +332,64 @@ def check_datasets(cfg: CfgNode, keys: Sequence[str], *, required: Sequence[str]
             _check_openimages_files(key, name)
 
 
+def _coco_json(name: str) -> tuple[str, str] | None:
+    """``(json_file, image_root)`` of the COCO-format dataset ``name`` whose annotation file
+    exists (checked by :func:`check_datasets`), None for another dataset or one generated on
+    first use."""
+    meta = MetadataCatalog.get(name)
+    json_file = meta.get("json_file", None)
+    if meta.get("evaluator_type", None) != "coco" or not json_file or _generated(meta):
+        return None
+    if not os.path.isfile(json_file):
+        return None
+    return json_file, meta.get("image_root", "")
+
+
+def _num_classes_key(cfg: CfgNode) -> str | None:
+    """The key of the model's number of classes: ``MODEL.RETINANET.NUM_CLASSES`` for a
+    RetinaNet, ``MODEL.ROI_HEADS.NUM_CLASSES`` for Detectron2's other detectors; None for a
+    config without either."""
+    retinanet = _lookup(cfg, "MODEL.META_ARCHITECTURE")[1] == "RetinaNet"
+    key = "MODEL.RETINANET.NUM_CLASSES" if retinanet else "MODEL.ROI_HEADS.NUM_CLASSES"
+    return key if _lookup(cfg, key)[0] else None
+
+
+def check_num_classes(names: Sequence[str], key: str, num_classes: int) -> None:
+    """A model of ``num_classes`` classes (the config key ``key``) must have one for each
+    category of every COCO json of the training datasets ``names``: Detectron2 maps the
+    categories to ``0 .. K-1`` and would train the classes past ``num_classes`` as
+    background, without a word. Raises :class:`ConfigError` naming the key, its value, the
+    json and its count. More classes than categories are allowed (the extra classes are
+    never trained), as Detectron2 allows them."""
+    for name in names:
+        found = _coco_json(name)
+        if found is None:
+            continue
+        categories = check_coco_json(found[0]).categories
+        if categories > num_classes:
+            raise ConfigError(
+                f"{key}: {num_classes}, but {found[0]} (dataset {name!r}) has {categories} "
+                f"categories, which the model could not tell apart; set {key} {categories}"
+            )
+
+
+def check_image_files(cfg: CfgNode, keys: Sequence[str]) -> None:
+    """For each COCO json of the datasets the config keys ``keys`` name, a sample of its
+    images read from their headers (:func:`~largedet.data.check_image_sizes`): a size that
+    is not the json's, or an image folder where none of them is, is a :class:`ConfigError`
+    naming the json or the folder, the dataset and the key."""
+    for key in keys:
+        for name in _lookup(cfg, key)[1]:
+            found = _coco_json(name)
+            if found is None or not found[1] or not os.path.isdir(found[1]):
+                continue
+            json_file, image_root = found
+            try:
+                check_image_sizes(json_file, image_root, check_coco_json(json_file).sample)
+            except CocoJsonError as e:
+                raise ConfigError(f"{e} (dataset {name!r}, {key})") from None
+
+
 # --- all together --------------------------------------------------------------------------------
 
 
@@ -343,6 +406,9 @@ def check_config(
         return None
     _check_training_values(cfg, extra_rules)
     check_datasets(cfg, ("DATASETS.TRAIN", "DATASETS.TEST"), required=("DATASETS.TRAIN",))
+    key = _num_classes_key(cfg)
+    if key is not None:
+        check_num_classes(cfg.DATASETS.TRAIN, key, _lookup(cfg, key)[1])
     try:
         plan = batch_plan(cfg, world_size)
         if when_agvm(cfg):
@@ -357,7 +423,9 @@ def check_files(cfg: CfgNode, training: bool, resume: bool = False) -> None:
     created and written; a local ``MODEL.WEIGHTS`` file exists (not needed where ``resume``
     and ``OUTPUT_DIR`` has a last checkpoint, which is loaded instead; URLs and
     ``detectron2://`` names are fetched by the workers) and, a ``.pkl``, holds only what a
-    model-zoo file holds (read without running code). Raises :class:`ConfigError`."""
+    model-zoo file holds (read without running code); a sample of the images of each COCO
+    json it trains (for training) and tests on (:func:`check_image_files`). Raises
+    :class:`ConfigError`."""
     if training:
         try:
             check_output_dir(cfg.OUTPUT_DIR)
@@ -373,3 +441,4 @@ def check_files(cfg: CfgNode, training: bool, resume: bool = False) -> None:
             load_model_zoo_pickle(weights)
         except UnsafeWeightsError as e:
             raise ConfigError(f"MODEL.WEIGHTS: {e}") from None
+    check_image_files(cfg, ("DATASETS.TRAIN", "DATASETS.TEST") if training else ("DATASETS.TEST",))

@@ -26,8 +26,9 @@ from .coco_json import (
     CocoJson,
     CocoJsonError,
     check_coco_json,
+    check_image_sizes,
     coco_jsons_from_config,
-    drop_negative_boxes,
+    drop_unusable_boxes,
     register_coco_jsons,
 )
 from .locations import build_once, cache_root, datasets_root
@@ -56,8 +57,9 @@ __all__ = [
     "CocoJson",
     "CocoJsonError",
     "check_coco_json",
+    "check_image_sizes",
     "coco_jsons_from_config",
-    "drop_negative_boxes",
+    "drop_unusable_boxes",
     "register_coco_jsons",
     "OpenImagesDataset",
     "OpenImagesFormatError",

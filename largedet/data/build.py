@@ -60,7 +60,7 @@ from detectron2.data.samplers import TrainingSampler
 from detectron2.utils import comm
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from .coco_json import drop_negative_boxes
+from .coco_json import drop_unusable_boxes
 from .unreadable import MAX_CONSECUTIVE_SKIPS, SkipUnreadable
 
 __all__ = [
@@ -448,9 +448,9 @@ def _max_consecutive_skips(cfg: CfgNode) -> int:
 
 def _training_dicts(cfg: CfgNode):
     """The dataset dicts of ``DATASETS.TRAIN`` as Detectron2's loader reads them, less the
-    boxes of negative width or height (:func:`~largedet.data.coco_json.drop_negative_boxes`,
-    counted in the log; with ``DATALOADER.FILTER_EMPTY_ANNOTATIONS`` an image left without
-    a box is left out too)."""
+    boxes of negative width or height or of zero area
+    (:func:`~largedet.data.coco_json.drop_unusable_boxes`, each kind counted in the log; with
+    ``DATALOADER.FILTER_EMPTY_ANNOTATIONS`` an image left without a box is left out too)."""
     names = cfg.DATASETS.TRAIN
     dataset = get_detection_dataset_dicts(
         names,
@@ -462,15 +462,13 @@ def _training_dicts(cfg: CfgNode):
     )
     if not isinstance(dataset, list):  # e.g. an OpenImagesDataset, whose boxes are checked as parsed
         return dataset
-    dropped = drop_negative_boxes(dataset)
-    if dropped:
-        logger.warning(
-            "%s: %d box(es) of negative width or height left out of training",
-            ", ".join(names),
-            dropped,
-        )
-        if cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS:
-            dataset = filter_images_with_only_crowd_annotations(dataset)
+    dropped = drop_unusable_boxes(dataset)
+    for count, what in ((dropped.negative, "of negative width or height"),
+                        (dropped.zero_area, "of zero area")):  # fmt: skip
+        if count:
+            logger.warning("%s: %d box(es) %s left out of training", ", ".join(names), count, what)
+    if (dropped.negative or dropped.zero_area) and cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS:
+        dataset = filter_images_with_only_crowd_annotations(dataset)
     return dataset
 
 

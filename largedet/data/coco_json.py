@@ -11,10 +11,16 @@ after the model is built: a file that is not JSON (cut short by a copy), a ``cat
 that ``categories`` does not list, an image without ``id`` or ``file_name``, a ``bbox``
 that is not four numbers.
 
+:func:`check_image_sizes` reads the headers of a few of the file's images (PIL, no decoding)
+and names the first whose size is not the file's ``width`` x ``height`` (Detectron2 stops
+on it in a worker, after the model is built), or an image folder that holds none of them
+(a wrong folder: otherwise ``MAX_CONSECUTIVE_SKIPS`` unreadable images in a row, later).
+
 A box of negative width or height (``bbox`` ``[x, y, w, h]`` with ``w < 0`` or ``h < 0``)
 would be trained on as the box its corners span (Detectron2's transforms take the min and
-max of the corners); :func:`drop_negative_boxes` leaves such boxes out of the training
-data, and the loader logs how many (:func:`largedet.data.build.build_train_loader`).
+max of the corners); a box of zero width or height has no area, and Detectron2's mapper
+drops it without a word. :func:`drop_unusable_boxes` leaves both kinds out of the training
+data, and the loader logs how many of each (:func:`largedet.data.build.build_train_loader`).
 """
 
 from __future__ import annotations
@@ -24,22 +30,30 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 from detectron2.structures import BoxMode
+from PIL import Image
 
 __all__ = [
     "COCO_JSONS_KEY",
+    "IMAGE_SAMPLE",
+    "CocoImage",
     "CocoJson",
     "CocoJsonError",
     "CocoJsonSummary",
+    "DroppedBoxes",
     "check_coco_json",
+    "check_image_sizes",
     "coco_jsons_from_config",
-    "drop_negative_boxes",
+    "drop_unusable_boxes",
     "register_coco_jsons",
 ]
+
+#: images of an annotation file whose sizes :func:`check_image_sizes` reads
+IMAGE_SAMPLE = 8
 
 #: the config key of the user's COCO-format datasets
 COCO_JSONS_KEY = "DATASETS.COCO_JSONS"
@@ -103,6 +117,17 @@ def register_coco_jsons(entries: Sequence[CocoJson]) -> None:
 
 
 @dataclass(frozen=True)
+class CocoImage:
+    """One entry of an annotation file's ``images``: its position there, its ``file_name``
+    (relative to the image folder) and its ``width`` and ``height`` in pixels."""
+
+    index: int
+    file_name: str
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
 class CocoJsonSummary:
     """What :func:`check_coco_json` found in a valid file."""
 
@@ -110,6 +135,9 @@ class CocoJsonSummary:
     annotations: int
     categories: int
     negative_boxes: int  # boxes of negative width or height, left out of training
+    zero_area_boxes: int = 0  # boxes of zero width or height, left out of training
+    #: up to :data:`IMAGE_SAMPLE` images that give their size, spread over the file
+    sample: Tuple[CocoImage, ...] = ()
 
 
 def _finite_number(v) -> bool:
@@ -175,7 +203,7 @@ def check_coco_json(path: str) -> CocoJsonSummary:
         if "id" not in category:
             raise CocoJsonError(f"{path}: categories[{i}] has no 'id'")
         category_ids.add(category["id"])
-    negative = 0
+    negative = zero_area = 0
     for i, ann in enumerate(annotations):
         where = f"annotations[{i}] (id {ann.get('id')!r}, image {ann.get('image_id')!r})"
         cid = ann.get("category_id")
@@ -193,34 +221,112 @@ def check_coco_json(path: str) -> CocoJsonSummary:
                     f"{path}: {where}: bbox must be [x, y, width, height], got {box!r}"
                 )
             negative += box[2] < 0 or box[3] < 0
-    summary = CocoJsonSummary(len(images), len(annotations), len(categories), negative)
+            zero_area += min(box[2], box[3]) == 0
+    summary = CocoJsonSummary(
+        len(images), len(annotations), len(categories), negative, zero_area, _sample(images)
+    )
     _checked[key] = summary
     return summary
 
 
-def _has_negative_size(ann: Dict[str, Any]) -> bool:
+def _sample(images: List[dict]) -> Tuple[CocoImage, ...]:
+    """Up to :data:`IMAGE_SAMPLE` of ``images`` with an integer ``width`` and ``height``,
+    evenly spread from the first to the last."""
+    sized = [
+        CocoImage(i, str(im["file_name"]), im["width"], im["height"])
+        for i, im in enumerate(images)
+        if isinstance(im.get("width"), int) and isinstance(im.get("height"), int)
+    ]
+    if len(sized) <= IMAGE_SAMPLE:
+        return tuple(sized)
+    step = (len(sized) - 1) / (IMAGE_SAMPLE - 1)
+    return tuple(sized[round(k * step)] for k in range(IMAGE_SAMPLE))
+
+
+#: EXIF orientations that turn the image by 90 degrees (Detectron2's ``read_image`` applies them)
+_TRANSPOSED = (5, 6, 7, 8)
+
+
+def _image_size(path: str) -> Tuple[int, int]:
+    """``(width, height)`` of the image at ``path`` as Detectron2's ``read_image`` gives it
+    (EXIF orientation applied), from its header alone."""
+    with Image.open(path) as image:
+        width, height = image.size
+        if image.getexif().get(0x0112, 1) in _TRANSPOSED:
+            width, height = height, width
+    return width, height
+
+
+def check_image_sizes(json_file: str, image_root: str, sample: Tuple[CocoImage, ...]) -> None:
+    """Read the size of each image of ``sample`` (:attr:`CocoJsonSummary.sample` of
+    ``json_file``) under ``image_root`` from its header, as Detectron2 would read it. Raises
+    :class:`CocoJsonError`, one line, naming the first image whose size is not the one
+    ``json_file`` gives, or ``image_root`` where none of the images can be read there (a
+    wrong folder). A few unreadable images are no error: training passes over them
+    (:class:`~largedet.data.unreadable.SkipUnreadable`)."""
+    first_unreadable: Optional[str] = None
+    readable = 0
+    for image in sample:
+        path = os.path.join(image_root, image.file_name)
+        try:
+            width, height = _image_size(path)
+        except (OSError, SyntaxError) as e:  # missing, not an image, a broken header
+            if first_unreadable is None:
+                reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                first_unreadable = f"{path}: {reason}"
+            continue
+        readable += 1
+        if (width, height) != (image.width, image.height):
+            raise CocoJsonError(
+                f"{json_file}: images[{image.index}] {image.file_name!r} is {image.width}x"
+                f"{image.height} (width x height) there, but its file {path} is {width}x{height}"
+            )
+    if sample and not readable:
+        raise CocoJsonError(
+            f"{image_root}: none of the {len(sample)} images of {json_file} looked up there "
+            f"can be read (the first: {first_unreadable}); is it this file's image folder?"
+        )
+
+
+def _box_size(ann: Dict[str, Any]) -> str:
+    """``"negative"`` for an annotation whose box has a negative width or height,
+    ``"zero_area"`` for one of zero width or height, ``""`` otherwise (or without a box)."""
     box = ann.get("bbox")
     if box is None:
-        return False
+        return ""
     mode = ann.get("bbox_mode", BoxMode.XYWH_ABS)
     if mode == BoxMode.XYWH_ABS:
-        return box[2] < 0 or box[3] < 0
-    if mode == BoxMode.XYXY_ABS:
-        return box[2] < box[0] or box[3] < box[1]
-    return False
+        width, height = box[2], box[3]
+    elif mode == BoxMode.XYXY_ABS:
+        width, height = box[2] - box[0], box[3] - box[1]
+    else:
+        return ""
+    if width < 0 or height < 0:
+        return "negative"
+    return "zero_area" if width == 0 or height == 0 else ""
 
 
-def drop_negative_boxes(dataset_dicts: List[Dict[str, Any]]) -> int:
+@dataclass(frozen=True)
+class DroppedBoxes:
+    """How many boxes :func:`drop_unusable_boxes` left out, of each kind."""
+
+    negative: int  # of negative width or height
+    zero_area: int  # of zero width or height (and none negative)
+
+
+def drop_unusable_boxes(dataset_dicts: List[Dict[str, Any]]) -> DroppedBoxes:
     """Remove, in place, the annotations of ``dataset_dicts`` (Detectron2's dataset dicts)
     whose box has a negative width or height (``XYWH_ABS``: ``w < 0`` or ``h < 0``;
-    ``XYXY_ABS``: ``x1 < x0`` or ``y1 < y0``). Returns how many were removed."""
-    dropped = 0
+    ``XYXY_ABS``: ``x1 < x0`` or ``y1 < y0``) or no area (a width or height of 0). Returns
+    how many of each were removed."""
+    counts = {"negative": 0, "zero_area": 0}
     for d in dataset_dicts:
         anns = d.get("annotations")
         if not anns:
             continue
-        kept = [a for a in anns if not _has_negative_size(a)]
-        if len(kept) != len(anns):
-            dropped += len(anns) - len(kept)
-            d["annotations"] = kept
-    return dropped
+        kinds = [_box_size(a) for a in anns]
+        if any(kinds):
+            for kind in filter(None, kinds):
+                counts[kind] += 1
+            d["annotations"] = [a for a, kind in zip(anns, kinds) if not kind]
+    return DroppedBoxes(**counts)

@@ -1,6 +1,7 @@
 """A user's own COCO json: DATASETS.COCO_JSONS registers it, check_coco_json names what
-Detectron2 would fail on, boxes of negative size are left out of training with a count,
-and tools/train_net.py trains and evaluates on it from the command line."""
+Detectron2 would fail on, check_image_sizes compares a sample of its images with it, boxes
+of negative size or zero area are left out of training with a count, and
+tools/train_net.py trains and evaluates on it from the command line."""
 
 import json
 import logging
@@ -19,12 +20,14 @@ from largedet.data import (
     ShapesSpec,
     build_train_loader,
     check_coco_json,
+    check_image_sizes,
     coco_jsons_from_config,
-    drop_negative_boxes,
+    drop_unusable_boxes,
     generate_shapes,
     register_coco_jsons,
 )
-from largedet.data.coco_json import CocoJson
+from largedet.data.coco_json import IMAGE_SAMPLE, CocoImage, CocoJson, DroppedBoxes
+from PIL import Image
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
@@ -34,8 +37,9 @@ CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.ya
 @pytest.fixture(scope="module")
 def user_coco(tmp_path_factory):
     """A user's COCO dataset made with the shapes generator (12 train / 4 val images, 64 px)
-    under their own file names, with the first training box's width made negative.
-    Returns (train json, train images, val json, val images, the bad annotation's id)."""
+    under their own file names, with the first training box's width made negative and the
+    second's height 0. Returns (train json, train images, val json, val images, the negative
+    box's id)."""
     root = tmp_path_factory.mktemp("user")
     spec = ShapesSpec(num_train=12, num_val=4, image_size=64, seed=11, root=str(root / "generated"))
     generate_shapes(spec)
@@ -43,6 +47,7 @@ def user_coco(tmp_path_factory):
         train = json.load(f)
     bad = train["annotations"][0]
     bad["bbox"][2] = -bad["bbox"][2]
+    train["annotations"][1]["bbox"][3] = 0  # and the second's height 0
     train_json, val_json = root / "my_train.json", root / "my_val.json"
     train_json.write_text(json.dumps(train))
     val_json.write_text(open(spec.json_file("val")).read())
@@ -66,8 +71,53 @@ GOOD = {
 
 
 def test_check_coco_json_counts_what_it_read(tmp_path):
-    summary = check_coco_json(write(tmp_path / "a.json", GOOD))
-    assert (summary.images, summary.annotations, summary.categories, summary.negative_boxes) == (1, 3, 2, 2)
+    data = json.loads(json.dumps(GOOD))
+    data["annotations"].append({"id": 4, "image_id": 1, "category_id": 1, "bbox": [1, 1, 0, 3]})
+    summary = check_coco_json(write(tmp_path / "a.json", data))
+    assert (summary.images, summary.annotations, summary.categories) == (1, 4, 2)
+    assert (summary.negative_boxes, summary.zero_area_boxes) == (2, 1)
+    assert summary.sample == (CocoImage(0, "a.jpg", 10, 10),)
+
+
+def test_the_image_sample_spreads_over_the_file(tmp_path):
+    images = [{"id": i, "file_name": f"{i}.jpg", "width": 4, "height": 3} for i in range(20)]
+    images[0].pop("width")  # no size given: Detectron2 checks none, nor does the sample
+    data = dict(GOOD, images=images, annotations=[])
+    sample = check_coco_json(write(tmp_path / "a.json", data)).sample
+    assert len(sample) == IMAGE_SAMPLE
+    # positions round(k * 18 / 7) of the 19 sized images, which start at index 1
+    assert [im.index for im in sample] == [1, 4, 6, 9, 11, 14, 16, 19]
+
+
+def image(path, width, height, orientation=None):
+    exif = Image.Exif()
+    if orientation is not None:
+        exif[0x0112] = orientation
+    Image.new("RGB", (width, height)).save(path, exif=exif)
+
+
+def test_check_image_sizes(tmp_path):
+    image(tmp_path / "a.jpg", 20, 12)
+    image(tmp_path / "b.jpg", 20, 12, orientation=6)  # shown turned: 12 x 20, as read_image reads it
+    sample = (CocoImage(0, "a.jpg", 20, 12), CocoImage(3, "b.jpg", 12, 20), CocoImage(5, "gone.jpg", 1, 1))
+    check_image_sizes("x.json", str(tmp_path), sample)  # one missing image: training passes over it
+
+    wrong = sample + (CocoImage(7, "a.jpg", 12, 20),)
+    with pytest.raises(CocoJsonError) as e:
+        check_image_sizes("x.json", str(tmp_path), wrong)
+    assert str(e.value) == (
+        f"x.json: images[7] 'a.jpg' is 12x20 (width x height) there, but its file "
+        f"{tmp_path / 'a.jpg'} is 20x12"
+    )
+
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(CocoJsonError) as e:
+        check_image_sizes("x.json", str(other), sample)
+    assert str(e.value) == (
+        f"{other}: none of the 3 images of x.json looked up there can be read (the first: "
+        f"{other / 'a.jpg'}: No such file or directory); is it this file's image folder?"
+    )
 
 
 @pytest.mark.parametrize(
@@ -105,17 +155,20 @@ def test_truncated_json(tmp_path):
     )
 
 
-def test_drop_negative_boxes_in_both_box_modes():
+def test_drop_unusable_boxes_in_both_box_modes():
     dicts = [
         {"annotations": [{"bbox": [0, 0, 5, 5], "bbox_mode": BoxMode.XYWH_ABS},
                          {"bbox": [0, 0, -1, 5], "bbox_mode": BoxMode.XYWH_ABS},
-                         {"bbox": [4, 4, 2, 9], "bbox_mode": BoxMode.XYXY_ABS}]},
-        {"annotations": [{"bbox": [0, 0, 0, 0], "bbox_mode": BoxMode.XYWH_ABS}]},
+                         {"bbox": [4, 4, 2, 9], "bbox_mode": BoxMode.XYXY_ABS},
+                         {"bbox": [4, 4, 4, 9], "bbox_mode": BoxMode.XYXY_ABS}]},
+        {"annotations": [{"bbox": [0, 0, 0, 0], "bbox_mode": BoxMode.XYWH_ABS},
+                         {"bbox": [1, 1, 3, 0], "bbox_mode": BoxMode.XYWH_ABS},
+                         {"bbox": [1, 1, 3, 2], "bbox_mode": BoxMode.XYWH_ABS}]},
         {},
     ]  # fmt: skip
-    assert drop_negative_boxes(dicts) == 2
+    assert drop_unusable_boxes(dicts) == DroppedBoxes(negative=2, zero_area=3)
     assert [a["bbox"] for a in dicts[0]["annotations"]] == [[0, 0, 5, 5]]
-    assert [a["bbox"] for a in dicts[1]["annotations"]] == [[0, 0, 0, 0]]  # empty, not negative: Detectron2 drops it
+    assert [a["bbox"] for a in dicts[1]["annotations"]] == [[1, 1, 3, 2]]
 
 
 def test_coco_jsons_entries_and_registration(tmp_path):
@@ -135,7 +188,7 @@ def test_coco_jsons_entries_and_registration(tmp_path):
     assert "coco_2017_val" in DatasetCatalog.list()
 
 
-def test_negative_boxes_are_not_trained_on(user_coco, tmp_path):
+def test_negative_and_zero_area_boxes_are_not_trained_on(user_coco, tmp_path):
     train_json, train_root, _, _, bad_id = user_coco
     register_coco_jsons([CocoJson("user_train_unit", train_json, train_root)])
     cfg = add_largedet_config(get_cfg())
@@ -157,9 +210,11 @@ def test_negative_boxes_are_not_trained_on(user_coco, tmp_path):
     loaded = [tuple(a["bbox"]) for i in range(len(dicts)) for a in dicts[i]["annotations"]]
     with open(train_json) as f:
         written = {a["id"]: tuple(a["bbox"]) for a in json.load(f)["annotations"]}
-    assert sorted(loaded) == sorted(box for i, box in written.items() if i != bad_id)
+    (flat_id,) = [i for i, box in written.items() if box[3] == 0]
+    assert sorted(loaded) == sorted(box for i, box in written.items() if i not in (bad_id, flat_id))
     assert written[bad_id][2] < 0
     assert "user_train_unit: 1 box(es) of negative width or height left out of training" in messages
+    assert "user_train_unit: 1 box(es) of zero area left out of training" in messages
 
 
 def test_train_on_a_users_coco_json_from_the_command_line(user_coco, tmp_path):
@@ -182,6 +237,7 @@ def test_train_on_a_users_coco_json_from_the_command_line(user_coco, tmp_path):
     device_line = "MODEL.DEVICE auto: no CUDA device found, running on the CPU"
     assert device_line in proc.stderr + proc.stdout and device_line in log
     assert "my_train: 1 box(es) of negative width or height left out of training" in log
+    assert "my_train: 1 box(es) of zero area left out of training" in log
     assert (out_dir / "model_final.pth").is_file()
     results = json.loads((out_dir / "inference" / "coco_instances_results.json").read_text())
     with open(val_json) as f:
