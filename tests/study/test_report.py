@@ -146,3 +146,36 @@ def test_docs_match_their_csvs():
     """Every generated table and number in README.md, docs/, the video README and the
     configs' comments is what its CSV gives (``python benchmarks/study_report.py``)."""
     assert report.check() == []
+
+
+def test_video_verdict_needs_three_seeds_and_4096_videos(tmp_path, monkeypatch):
+    fields = ["cell", "batch", "iterations", "top1", "holdout_top1", "diverged", "final_loss",
+              "device", "val_videos", "holdout_videos"]
+
+    def write(rows):
+        with open(tmp_path / "v.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: r.get(k, "") for k in fields})
+
+    def row(cell, batch, top1, holdout, videos=4096):
+        return dict(cell=cell, batch=batch, iterations=10, top1=top1, holdout_top1=holdout,
+                    diverged="no", final_loss="0.1", device="EPYC", val_videos=videos,
+                    holdout_videos=2048)
+
+    monkeypatch.setattr(report, "ROOT", str(tmp_path))
+    monkeypatch.setattr(report, "CSVS", {**report.CSVS, "video4k": "v.csv"})
+    base = [row("sgd-bs16", 16, "86.0", "85.0"), row("sgd-bs16-s1", 16, "86.4", "85.2"),
+            row("sgd-bs16-s2", 16, "86.2", "85.4")]
+    large = [row("pmd_lamb-bs256-ep1.4x", 256, "85.8", "85.0"), row("pmd_lamb-bs256-ep1.4x-s1", 256, "86.0", "85.1"),
+             row("pmd_lamb-bs256-ep1.4x-s2", 256, "85.6", "84.9"),
+             row("sgd-bs256-ep2x", 256, "99.0", "99.0"), row("sgd-bs256-ep2x-s1", 256, "99.0", "99.0"),
+             row("sgd-bs256-ep2x-s2", 256, "99.0", "99.0")]
+    write(base + large)
+    text = report.video_verdict("video4k")
+    # 2x is not <= 1.4x: the 1.4x PMD-LAMB rows are chosen; -0.40 with a bound above -2.0
+    assert "Goal: `pmd_lamb-bs256-ep1.4x` minus the baseline, reported top-1 within 1" in text
+    assert "**met**" in text.split("Moonshot")[0] and "Moonshot: no recipe" in text
+    write([row(r["cell"], r["batch"], r["top1"], r["holdout_top1"], videos=1024) for r in base] + large)
+    assert "**not met**" in report.video_verdict("video4k")
