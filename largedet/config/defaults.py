@@ -311,6 +311,18 @@ def _add_large_batch_config(cfg: CN) -> None:
     # (docs/reliability.md).
     cfg.PREEMPTION.SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
 
+    cfg.DISTRIBUTED = CN()
+    # Seconds a collective of the process group (gloo or NCCL: the gradient all-reduce,
+    # the losses' all-gather, a barrier) may wait for the other processes before it
+    # fails, a number > 0; passed to torch.distributed.init_process_group. A lost
+    # machine is detected within it: the survivors' step fails, each exits in one line
+    # with status 69, and torchrun's elastic agent restarts them (docs/launching.md,
+    # "Elastic runs"). torch's default is 30 minutes. It bounds every wait of one rank
+    # for another, the other ranks' wait while the main process evaluates or writes a
+    # checkpoint included: raise it where those take longer.
+    declare(cfg, "DISTRIBUTED.TIMEOUT_S", 120.0, ("a number of seconds > 0", positive),
+            lazy="distributed.timeout_s")  # fmt: skip
+
     # Optimizer steps between two writes of the logged metrics (console, metrics.json,
     # TensorBoard); an integer >= 1. Detectron2 writes every 20; short runs (a few dozen
     # large-batch steps) need fewer to draw their loss curves.

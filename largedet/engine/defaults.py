@@ -4,6 +4,7 @@ every process builds, the check before launch, and what ``main`` does with the c
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import math
 import os
@@ -11,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from typing import Optional
 
 from detectron2.config import CfgNode, get_cfg
@@ -31,6 +33,7 @@ from ..data import (
 )
 from ..model_zoo import resolve_config_file
 from ..solver.batch import BatchPlan
+from .elastic import record_torchrun_job, torchrun_job_id, torchrun_resume_reason
 from .ema import ModelEMA, evaluate_with_ema
 from .preemption import parse_signals
 from .run_summary import write_eval_results
@@ -165,6 +168,14 @@ def config_output_dir(args: argparse.Namespace) -> str:
     return cfg.OUTPUT_DIR
 
 
+def config_timeout_s(args: argparse.Namespace) -> float:
+    """``DISTRIBUTED.TIMEOUT_S`` of ``tools/train_net.py``'s config (``--config-file`` and
+    the overrides), read without building anything: the process group's timeout."""
+    cfg = add_largedet_config(get_cfg())
+    merge_checked(cfg, args.config_file, args.opts, allow_python_tags=_allow_python_yaml(args))
+    return float(cfg.DISTRIBUTED.TIMEOUT_S)
+
+
 def check_engine_keys(cfg: CfgNode) -> None:
     """The keys that the trainer's hooks read, checked before launch: ``PREEMPTION.SIGNALS``
     names signals that can be caught. Raises :class:`~largedet.config.validate.ConfigError`."""
@@ -185,6 +196,7 @@ def check_and_launch(
     check: Callable[[argparse.Namespace], object],
     errors: tuple[type[Exception], ...] | None = None,
     output_dir: Callable[[argparse.Namespace], str] | None = None,
+    timeout_s: Callable[[argparse.Namespace], float] | None = None,
 ) -> None:
     """``check(args)``, then :func:`launch`. An error of ``errors`` (default
     :class:`largedet.config.validate.ConfigError`) from ``check`` is one line on stderr
@@ -198,7 +210,15 @@ def check_and_launch(
     the same one line and exit status 2, and so is a fresh training run (no ``--resume``)
     on a folder that holds a previous run's checkpoints or metrics, unless ``--overwrite``
     moves them aside (:func:`~largedet.engine.run_lock.claim_for_fresh_run`). Nothing has
-    built a model yet."""
+    built a model yet.
+
+    ``timeout_s`` (the run's ``DISTRIBUTED.TIMEOUT_S`` of ``args``; default: the key's
+    default) is the process group's timeout. Under torchrun, a worker of a restarted job
+    continues the run of ``OUTPUT_DIR`` as with ``--resume``
+    (:func:`~largedet.engine.elastic.torchrun_resume_reason`: a restart after a failure, or
+    the folder's run being this job's, as after a restart that admits a machine): the
+    first process decides, names why in one line, and every process follows it; a lock
+    still held by the job's last round is waited for up to twice the timeout."""
     if getattr(args, "launcher", None) == "slurm":  # one Slurm task: env:// from Slurm's variables
         os.environ.update(slurm_task_environment(os.environ))
     first = not launched_per_process(args) or os.environ.get("RANK", "0") == "0"
@@ -211,12 +231,27 @@ def check_and_launch(
                 "this machine, torchrun's --nproc_per_node and --nnodes)",
                 file=sys.stderr,
             )
+        if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0 and torchrun_job_id() is None:
+            print(
+                "warning: torchrun job without --rdzv-id: a restart that admits a machine starts "
+                "the run afresh; give each job its own --rdzv-id",
+                file=sys.stderr,
+            )
     lock = None
+    timeout = None
     try:
         check(args)
+        timeout = timeout_s(args) if timeout_s is not None else _default_timeout_s()
         if output_dir is not None and first and (launched_per_process(args) or args.machine_rank == 0):
             directory = output_dir(args)
-            lock = OutputDirLock(directory).acquire()
+            lock = OutputDirLock(directory).acquire(same_job_wait_s=2 * timeout)
+            reason = torchrun_resume_reason(directory) if launched_by_torchrun() else None
+            if reason and not (args.eval_only or args.resume):
+                args.resume = True
+                print(f"{reason}: resuming from the newest complete checkpoint of {directory}",
+                      file=sys.stderr)  # fmt: skip
+            if launched_by_torchrun() and not args.eval_only:
+                record_torchrun_job(directory)
             if not (args.eval_only or args.resume):  # a fresh run never writes over another's
                 aside = claim_for_fresh_run(directory, getattr(args, "overwrite", False))
                 if aside:
@@ -231,11 +266,25 @@ def check_and_launch(
             # has printed, and the launcher stops this one then.
             time.sleep(OTHER_PROCESSES_WAIT_S)
         sys.exit(2)
+    if launched_by_torchrun() and not args.eval_only:
+        main_func = functools.partial(_resume_as_the_first_process, main_func)
     try:
-        launch(main_func, args)
+        launch(main_func, args, timeout=timedelta(seconds=timeout))
     finally:
         if lock is not None:
             lock.release()
+
+
+def _default_timeout_s() -> float:
+    """``DISTRIBUTED.TIMEOUT_S``'s declared default (a script that reads no config)."""
+    return float(add_largedet_config(get_cfg()).DISTRIBUTED.TIMEOUT_S)
+
+
+def _resume_as_the_first_process(main_func: Callable[[argparse.Namespace], object], args) -> object:
+    """``main_func(args)`` with ``args.resume`` as the job's first process decided it
+    (:func:`check_and_launch`), so that every process loads the same checkpoint."""
+    args.resume = comm.all_gather(bool(args.resume))[0]
+    return main_func(args)
 
 
 

@@ -9,8 +9,8 @@
 A script calls :func:`largedet.engine.defaults.check_and_launch`: its config is checked
 for :func:`planned_world_size` processes before any process starts, so that a batch that
 does not split over torchrun's processes is refused as it is for ``--num-gpus``. This
-module depends on Detectron2, torch and two leaf modules (the full-disk error,
-the pre-emption exit) only.
+module depends on Detectron2, torch and three leaf modules (the full-disk error,
+the pre-emption exit, :mod:`~largedet.engine.elastic`) only.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
 from ..checkpoint import DiskFullError
+from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
 
 __all__ = [
@@ -167,16 +168,17 @@ def launch(
                 )
             except mp.ProcessExitedException as e:
                 # the workers saved and exited, or one printed its one-line error
-                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE):
+                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE):
                     sys.exit(e.exit_code)
                 raise
         return
     has_gpu = torch.cuda.is_available()
     if has_gpu:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl" if has_gpu else "gloo", init_method="env://", timeout=timeout)
-    comm.create_local_process_group(int(os.environ["LOCAL_WORLD_SIZE"]))
-    comm.synchronize()
+    with _exit_on_lost_process():  # the job's other processes may be gone from the start
+        dist.init_process_group("nccl" if has_gpu else "gloo", init_method="env://", timeout=timeout)
+        comm.create_local_process_group(int(os.environ["LOCAL_WORLD_SIZE"]))
+        comm.synchronize()
     _run_then_shut_down(main_func, args)
 
 
@@ -208,12 +210,37 @@ def _one_line():
         sys.exit(DISK_FULL_EXIT_CODE)
 
 
+@contextlib.contextmanager
+def _exit_on_lost_process():
+    """A collective that failed because another process of the job was lost
+    (:func:`~largedet.engine.elastic.is_lost_process`) ends this process with one line on
+    stderr and :data:`~largedet.engine.elastic.LOST_PROCESS_EXIT_CODE`, on which torchrun's
+    elastic agent restarts the job's workers. Its process groups are left as they are:
+    destroying a group whose peer is gone can wait on that peer."""
+    try:
+        yield
+    except Exception as e:
+        if not is_lost_process(e):
+            raise
+        what = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if len(what) > 300:
+            what = what[:297] + "..."
+        print(
+            f"error: rank {comm.get_rank()}: a process of the job was lost ({what}); exiting "
+            f"with {LOST_PROCESS_EXIT_CODE}: under torchrun's elastic agent the job restarts from "
+            "the newest complete checkpoint",
+            file=sys.stderr,
+        )
+        sys.exit(LOST_PROCESS_EXIT_CODE)
+
+
 def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args) -> None:
     """``main_func(args)`` in one process of the job, then, once every process got there,
     the process groups destroyed (without a process group, nothing to do): every script's
-    workers end cleanly, evaluation-only runs included."""
+    workers end cleanly, evaluation-only runs included. A lost process of the job ends
+    this one in one line (:func:`_exit_on_lost_process`)."""
     try:
-        with _one_line():
+        with _exit_on_lost_process(), _one_line():
             main_func(args)
     except Preempted:  # every rank stopped at the same step, after the checkpoint
         comm.synchronize()

@@ -25,9 +25,11 @@ import glob
 import os
 import socket
 import sys
+import time
 from typing import List, Optional
 
 from ..config.validate import ConfigError
+from .elastic import torchrun_job_id
 
 __all__ = [
     "LOCK_FILE",
@@ -61,20 +63,31 @@ class OutputDirLock:
         self.path = os.path.join(output_dir, LOCK_FILE)
         self._fd: Optional[int] = None
 
-    def acquire(self) -> "OutputDirLock":
+    def acquire(self, same_job_wait_s: float = 0.0) -> "OutputDirLock":
         """Take the lock, or raise :class:`OutputDirInUseError` naming the live run that holds
-        it (one line)."""
+        it (one line). Under torchrun, a lock held by a process of the same job (its
+        ``--rdzv-id``, which the holder wrote into the file) is waited for up to
+        ``same_job_wait_s`` seconds: a worker of the job's last round on a lost machine
+        ends within the process group's timeout, and the restarted job takes the lock over."""
         os.makedirs(self.output_dir, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        job = torchrun_job_id()
+        mark = f"(torchrun job {job!r})" if job else None
+        deadline = time.monotonic() + same_job_wait_s
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 4096).decode(errors="replace").strip() or "a process"
-            os.close(fd)
-            raise OutputDirInUseError(
-                f"{self.path}: OUTPUT_DIR {self.output_dir} is in use by a live run ({holder}); "
-                "wait for it to end, or give this run another OUTPUT_DIR"
-            ) from None
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    holder = os.read(fd, 4096).decode(errors="replace").strip() or "a process"
+                    if mark is None or mark not in holder or time.monotonic() > deadline:
+                        raise OutputDirInUseError(
+                            f"{self.path}: OUTPUT_DIR {self.output_dir} is in use by a live run "
+                            f"({holder}); wait for it to end, or give this run another OUTPUT_DIR"
+                        ) from None
+                    time.sleep(0.5)
         except BaseException:
             os.close(fd)
             raise
@@ -83,7 +96,9 @@ class OutputDirLock:
         if len(command) > 200:
             command = command[:197] + "..."
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {started}: {command}\n".encode())
+        os.lseek(fd, 0, os.SEEK_SET)
+        where = f"pid {os.getpid()} on {socket.gethostname()}{' ' + mark if mark else ''}"
+        os.write(fd, f"{where}, since {started}: {command}\n".encode())
         self._fd = fd
         return self
 

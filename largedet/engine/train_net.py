@@ -11,6 +11,7 @@ from .defaults import (
     check_and_launch,
     check_args,
     config_output_dir,
+    config_timeout_s,
     largedet_argument_parser,
     print_box_ap,
     setup_cfg,
@@ -33,7 +34,7 @@ def main(args: argparse.Namespace) -> dict:
 def run(argv: Optional[Sequence[str]] = None) -> None:
     """Parse ``argv`` (default: the command line), check the config, start the processes."""
     args = largedet_argument_parser().parse_args(argv)
-    check_and_launch(main, args, check_args, output_dir=config_output_dir)
+    check_and_launch(main, args, check_args, output_dir=config_output_dir, timeout_s=config_timeout_s)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,7 @@ from .writers import (
     raise_if_a_log_found_no_space,
 )
 from .hooks import DivergenceGuard, PruningPeriodicCheckpointer, ReseedEveryIter, SkippedImagesHook
+from .elastic import LostProcessError, is_lost_process
 from .preemption import Preempted, PreemptionHook
 from .run_summary import RunSummaryHook
 from .launch import shut_down_distributed
@@ -538,6 +539,15 @@ class Trainer(TrainerBase):
                 raise
             except Exception as e:
                 self.end_status = "failed"
+                if comm.get_world_size() > 1 and is_lost_process(e):
+                    self.end_status = "lost_process"
+                    lost = LostProcessError(
+                        f"iteration {self.iter}: a collective failed, a process of the job was lost "
+                        f"({(str(e).strip().splitlines() or [type(e).__name__])[0][:300]}); "
+                        f"{last_checkpoint_state(self.cfg.OUTPUT_DIR)}"
+                    )
+                    loop_logger.error("%s", lost)
+                    raise lost from None
                 if not is_disk_full(e):
                     loop_logger.exception("Exception during training:")
                     raise
@@ -578,11 +588,16 @@ class Trainer(TrainerBase):
         (:class:`~largedet.checkpoint.DiskFullError`) in one hook lets the later ones run
         (the last metrics, ``run_summary.json`` with how the run ended) before it is
         raised. After a run that stopped on an error, another hook's error is logged in one
-        line and the later hooks still run. The pre-emption handlers are put back at the end."""
+        line and the later hooks still run. After a lost process of the job
+        (:class:`~largedet.engine.elastic.LostProcessError`) the evaluation and checkpoint
+        hooks do not run: they would wait on the broken process group, or save a step that
+        did not finish. The pre-emption handlers are put back at the end."""
         self.storage.iter = self.iter
         stopped = None
         try:
             for hook in self._hooks:
+                if self.end_status == "lost_process" and isinstance(hook, (EvalHook, d2_hooks.PeriodicCheckpointer)):
+                    continue
                 try:
                     hook.after_train()
                 except (Preempted, DiskFullError) as e:

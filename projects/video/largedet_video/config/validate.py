@@ -194,3 +194,14 @@ def video_output_dir(args: argparse.Namespace, default_config: str = DEFAULT_CON
         allow_python_tags=getattr(args, "allow_python_yaml", False),
     )  # fmt: skip
     return cfg.OUTPUT_DIR
+
+
+def video_timeout_s(args: argparse.Namespace, default_config: str = DEFAULT_CONFIG) -> float:
+    """``DISTRIBUTED.TIMEOUT_S`` of ``projects/video/train.py``'s config, read as
+    :func:`video_output_dir` reads ``OUTPUT_DIR``: the process group's timeout."""
+    cfg = add_video_config(get_cfg())
+    merge_checked(
+        cfg, args.config_file or default_config, args.opts,
+        allow_python_tags=getattr(args, "allow_python_yaml", False),
+    )  # fmt: skip
+    return float(cfg.DISTRIBUTED.TIMEOUT_S)

@@ -13,7 +13,7 @@ from largedet.engine import check_and_launch, largedet_argument_parser, train_or
 
 from .defaults import setup
 from .trainer import VideoTrainer
-from ..config.validate import check_video_args, video_output_dir
+from ..config.validate import check_video_args, video_output_dir, video_timeout_s
 
 __all__ = ["main", "run"]
 
@@ -34,7 +34,7 @@ def main(args: argparse.Namespace) -> dict:
 def run(argv: Optional[Sequence[str]] = None) -> None:
     """Parse ``argv`` (default: the command line), check the config, start the processes."""
     args = largedet_argument_parser().parse_args(argv)
-    check_and_launch(main, args, check_video_args, output_dir=video_output_dir)
+    check_and_launch(main, args, check_video_args, output_dir=video_output_dir, timeout_s=video_timeout_s)
 
 
 if __name__ == "__main__":
