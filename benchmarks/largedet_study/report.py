@@ -304,18 +304,22 @@ def cells_table(csv_name: str, extra: Sequence[str] = ()) -> str:
 
 def comparison_table(csv_name: str, baseline: Family, rows: Sequence[Tuple[str, Family]]) -> str:
     """``rows`` (label, family) against ``baseline``: n, the difference of the means on each
-    split with its pooled 95% interval and one-sided 95% lower bound."""
+    split with its pooled 95% interval, and the one-sided 95% lower bound."""
     holdout, reported = SPLITS[csv_name]
     splits = [(holdout, "held-out"), (reported, "reported")] if holdout else [(reported, "reported")]
     head = [f"against `{baseline.name}` ({baseline.machines})", "n", "machine"]
     for _, split in splits:
-        head += [f"{split} diff", "95% interval", "lower bound"]
+        head += [f"{split}: diff [95% interval]", "lower bound"]
     lines = ["| " + " | ".join(head) + " |", "| --- | ---: | --- | " + " | ".join("---:" for _ in head[3:]) + " |"]
     for label, f in rows:
-        cells = [label, f"{len(f.trained)} / {len(baseline.trained)}", f.machines]
+        cells = [label, f"{len(f.trained)}/{len(baseline.trained)}", f.machines]
         for column, _ in splits:
             a, b = f.values(column), baseline.values(column)
-            cells += _diff_cells(difference(a, b)) if a and b else ["-", "-", "-"]
+            if not (a and b):
+                cells += ["-", "-"]
+                continue
+            d = difference(a, b)
+            cells += [d.interval(), "-" if d.lower_bound is None else fmt(d.lower_bound, sign=True)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -385,24 +389,24 @@ def regime_verdict() -> str:
     g = regime_goal()
     base = g.baseline
     bh, br = base.summary("holdout_ap"), base.summary("box_ap")
-    text = [f"The strongest batch-16 baseline on the held-out split is `{base.name}` "
+    text = [f"- The strongest batch-16 baseline on the held-out split is `{base.name}` "
             f"(held-out {bh.text()}, `shapes_val` {br.text()})."]  # fmt: skip
     if len(base.trained) < 3:
-        text.append(f"It has {len(base.trained)} seed{'s' * (len(base.trained) != 1)}, fewer than "
-                    "the three the check asks: its other seeds are cells of the grid still to run.")
+        text[-1] += (f" It has {len(base.trained)} seed{'s' * (len(base.trained) != 1)}, fewer than "
+                     "the three the check asks: its other seeds are cells of the grid still to run.")
     if g.chosen is None:
-        text.append("No large-batch recipe at <= 1.4x the epochs has three seeds yet.")
+        text.append("- No large-batch recipe at <= 1.4x the epochs has three seeds yet.")
     else:
         welch = [difference(g.chosen.values(c), base.values(c), method="welch") for c in ("holdout_ap", "box_ap")]
         bounds = ", ".join("n/a" if w.lower_bound is None else f"{fmt(w.lower_bound, sign=True)}" for w in welch)
         text.append(
-            f"The large-batch recipe the held-out split chooses at <= 1.4x the epochs is "
+            f"- The large-batch recipe the held-out split chooses at <= 1.4x the epochs is "
             f"`{g.chosen.name}`: minus the baseline, held-out {claim(g.held_out, 0.5)}; "
             f"`shapes_val` {claim(g.reported, 0.5)}. Without pooling the variances (Welch) "
             f"the one-sided lower bounds are {bounds} (held-out, `shapes_val`)."
         )
     text.append(
-        "Goal (within 0.5 AP on both splits at <= 1.4x, held-out lower bound >= -1.0, three "
+        "- Goal (within 0.5 AP on both splits at <= 1.4x, held-out lower bound >= -1.0, three "
         f"seeds each): **{'met' if g.goal else 'not met'}**. Moonshot (the same at 1.0x with "
         f"the lower bound >= -0.5): **{'met' if g.moonshot else 'not met'}**."
     )
@@ -592,16 +596,16 @@ RECIPE_CONFIGS = {
         "[`..._pmdlamb_bs1024.yaml`](../configs/shapes/study/faster_rcnn_R10w16_FPN_64px_pmdlamb_bs1024.yaml)",
 }
 _GRID_N = {"regime": 24576, "steps": 1536, "video": 4096, "video4k": 4096}
-_GRID_LABEL = {"regime": "detection, regime grid", "steps": "detection, steps grid",
-               "video": "video, first grid", "video4k": "video, tsm4k grid"}  # fmt: skip
+_GRID_LABEL = {"regime": "Detection, regime grid", "steps": "Detection, steps grid",
+               "video": "Video, first grid", "video4k": "Video, tsm4k grid"}  # fmt: skip
 
 
 def recipe_table() -> str:
-    """One table to choose from: every recipe with two seeds or more at a batch above 16, as
-    a share of its grid's data, against the strongest batch-16 baseline of its grid (the
-    held-out split where the grid has one), with n and the pooled 95% interval."""
-    lines = ["| study | batch / N | recipe | epochs | n | against batch 16: diff [95% interval] "
-             "| lower bound | config |", "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    """One table per grid to choose from: every recipe with two seeds or more at a batch above
+    16, as a share of its grid's data, against the strongest batch-16 baseline of its grid (the
+    held-out split where the grid has one), with n and the pooled 95% interval; under each,
+    the configs that carry a recipe."""
+    out = []
     for csv_name in ("regime", "steps", "video4k", "video"):
         fams = families(csv_name)
         if not fams:
@@ -614,26 +618,33 @@ def recipe_table() -> str:
             base = fams.get("sgd-bs16-wu2")
         else:
             base = video_baseline(csv_name)
-        if base is None:
-            continue
         rows = sorted((f for f in fams.values() if f.batch > 16 and len(f.trained) >= 2),
                       key=lambda f: (f.batch, _epochs_factor(f.name), f.name))  # fmt: skip
+        if base is None or not rows:
+            continue
+        split = "held-out" if holdout else "reported"
+        out += [f"**{_GRID_LABEL[csv_name]}** (N = {_GRID_N[csv_name]:,}; the baseline `{base.name}`, "
+                f"n={len(base.trained)}; {split} split):", "",
+                "| batch / N | recipe | epochs | n | diff [95% interval] | lower bound |",
+                "| ---: | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+        carried = []
         for f in rows:
             d = difference(f.values(column), base.values(column))
-            recipe = describe(f.name).split(", ", 2)
-            what = ", ".join([recipe[0]] + recipe[2:]) if len(recipe) > 2 else recipe[0]
-            what = re.sub(r", [\d.]+x the epochs", "", what)
+            words = describe(f.name).split(", ")
+            what = ", ".join(w for w in [words[0]] + words[2:] if not w.endswith("x the epochs"))
             if " LR" not in what:
                 what += ", cosine LR" if csv_name.startswith("video") else ", step LR"
-            share = f"{f.batch} / {_GRID_N[csv_name]:,} = {100 * f.batch / _GRID_N[csv_name]:.3g}%"
-            split = "held-out" if holdout else "reported"
-            lines.append(
-                f"| {_GRID_LABEL[csv_name]} | {share} | {what} (`{f.name}`) | {_epochs_factor(f.name):g}x | "
-                f"{len(f.trained)} / {len(base.trained)} | {split} {d.interval()} | "
-                f"{'-' if d.lower_bound is None else fmt(d.lower_bound, sign=True)} | "
-                f"{RECIPE_CONFIGS.get((csv_name, f.name), '-')} |"
-            )
-    return "\n".join(lines)
+            what = what.replace("weight decay", "wd")
+            share = f"{100 * f.batch / _GRID_N[csv_name]:.3g}%"
+            bound = "-" if d.lower_bound is None else fmt(d.lower_bound, sign=True)
+            out.append(f"| {f.batch} ({share}) | {what} | {_epochs_factor(f.name):g}x | "
+                       f"{len(f.trained)}/{len(base.trained)} | {d.interval()} | {bound} |")  # fmt: skip
+            if (csv_name, f.name) in RECIPE_CONFIGS:
+                carried.append(f"`{f.name}`: {RECIPE_CONFIGS[(csv_name, f.name)]}")
+        out.append("")
+        if carried:
+            out += ["Carried by the configs: " + "; ".join(carried) + ".", ""]
+    return "\n".join(out).rstrip("\n")
 
 
 #: generated blocks by name

@@ -42,8 +42,8 @@ class Summary:
     sd: Optional[float]
 
     def text(self, digits: int = 2) -> str:
-        """``"83.04 +- 0.17 (n=3)"``; ``"83.04 (n=1)"`` for one value."""
-        spread = "" if self.sd is None else f" +- {fmt(self.sd, digits)}"
+        """``"83.04 ± 0.17 (n=3)"``; ``"83.04 (n=1)"`` for one value."""
+        spread = "" if self.sd is None else f" ± {fmt(self.sd, digits)}"
         return f"{fmt(self.mean, digits)}{spread} (n={self.n})"
 
 

@@ -41,7 +41,7 @@ def test_summary_uses_the_sample_sd():
     assert s.sd == pytest.approx(math.sqrt(14.0 / 3.0))
     assert summarize([5.0]).sd is None
     # (83.27 + 82.94) / 2 = 83.105, rounded half up as written in decimal
-    assert summarize([83.27, 82.94]).text() == "83.11 +- 0.23 (n=2)"
+    assert summarize([83.27, 82.94]).text() == "83.11 ± 0.23 (n=2)"
 
 
 def test_fmt_rounds_halves_up_as_written():
