@@ -11,17 +11,22 @@ datasets, set up logging).
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any, Dict, Tuple
 
 import torch
 from detectron2.config import CfgNode, LazyConfig, get_cfg, instantiate
 from detectron2.data import (
+    DatasetCatalog,
+    MetadataCatalog,
     build_detection_test_loader,
     build_detection_train_loader,
     get_detection_dataset_dicts,
 )
+from detectron2.data.datasets import register_coco_instances
 from detectron2.engine import default_setup
 from detectron2.solver import WarmupParamScheduler
 from detectron2.utils import comm
@@ -32,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from .. import optim
 
 from .defaults import add_largedet_config
+from .errors import ConfigError
 from .safe_yaml import check_config_tags
 from .keys import declared_train_keys
 from .device import device_for, resolve_device
@@ -42,6 +48,7 @@ __all__ = [
     "call_target",
     "ignored_keys",
     "lazy_output_dir",
+    "load_lazy_config",
     "lr_schedule",
     "register_datasets",
     "run_config",
@@ -307,9 +314,57 @@ def run_config(cfg: DictConfig) -> CfgNode:
     return run
 
 
+# LazyConfig files loaded in this process: (real path, size, modification time) -> the config
+_loaded: Dict[Tuple[str, int, int], DictConfig] = {}
+
+
+def load_lazy_config(path: str) -> DictConfig:
+    """Detectron2's ``LazyConfig.load(path)``, run once per process and file: a later call
+    returns a copy of the first load. A training script reads its config several times in
+    one process (the check before launch, the output folder, ``main``), and a config's
+    own code runs once: a ``register_coco_instances(...)`` in it registers its dataset
+    once instead of raising Detectron2's ``already registered`` the second time. Loading
+    it raises :class:`~largedet.config.errors.ConfigError` (one line naming the file) where the
+    config's code registers a dataset name that something else registered."""
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _loaded:
+        try:
+            _loaded[key] = LazyConfig.load(path)
+        except AssertionError as e:  # Detectron2's catalogs: "Dataset 'x' is already registered!"
+            raise ConfigError(f"{path}: {' '.join(str(e).split())}") from None
+    return copy.deepcopy(_loaded[key])
+
+
+def _register_coco_once(registration: DictConfig) -> bool:
+    """For ``L(register_coco_instances)(name=..., json_file=..., image_root=...)`` whose
+    name is registered already: True (nothing to do) where the registration is the same
+    (json and image folder), :class:`~largedet.config.errors.ConfigError` where it is not; False
+    for any other registration."""
+    if call_target(registration) is not register_coco_instances:
+        return False
+    name = registration.get("name")
+    if name not in DatasetCatalog.list():
+        return False
+    meta = MetadataCatalog.get(name)
+    given = (registration.get("json_file"), registration.get("image_root"))
+    registered = (meta.get("json_file", None), meta.get("image_root", None))
+    if given != registered:
+        raise ConfigError(
+            f"datasets: {name!r} is registered already, with json {registered[0]} and images "
+            f"{registered[1]}; this config registers {given[0]} and {given[1]}: give it another name"
+        )
+    return True
+
+
 def register_datasets(cfg: DictConfig) -> None:
-    """Instantiate each entry of ``cfg.datasets`` (dataset registrations), if any."""
+    """Instantiate each entry of ``cfg.datasets`` (dataset registrations), if any. An
+    ``L(register_coco_instances)(...)`` whose dataset is registered already with the same
+    json and image folder is left as it is (a script sets its config up more than once per
+    process); with another json or folder it is a :class:`~largedet.config.errors.ConfigError`."""
     for name, registration in cfg.get("datasets", {}).items():
+        if _register_coco_once(registration):
+            continue
         logger.debug("Registering datasets %s", name)
         instantiate(registration)
 
@@ -318,18 +373,19 @@ def lazy_output_dir(args: argparse.Namespace) -> str:
     """``train.output_dir`` of the LazyConfig ``args.config_file`` with the overrides
     ``args.opts``: the folder the run owns. Nothing is registered; call it after
     :func:`setup_lazy_config` has checked the file."""
-    cfg = LazyConfig.apply_overrides(LazyConfig.load(args.config_file), args.opts or [])
+    cfg = LazyConfig.apply_overrides(load_lazy_config(args.config_file), args.opts or [])
     return cfg.train.output_dir
 
 
 def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConfig:
-    """Load ``args.config_file`` with Detectron2's ``LazyConfig``, apply the trailing
+    """Load ``args.config_file`` with Detectron2's ``LazyConfig`` (once per process:
+    :func:`load_lazy_config`), apply the trailing
     ``key=value`` overrides (``args.opts``), register ``datasets``, and with ``log`` run
     Detectron2's ``default_setup`` (loggers, config dump to ``train.output_dir``, seeding
     with ``train.seed``) and set up the ``largedet`` logger as the yacs path does."""
     if args.config_file.endswith((".yaml", ".yml")):  # Detectron2 reads these with yaml.unsafe_load
         check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
-    cfg = LazyConfig.load(args.config_file)
+    cfg = load_lazy_config(args.config_file)
     cfg = LazyConfig.apply_overrides(cfg, args.opts or [])
     register_datasets(cfg)
     if log:

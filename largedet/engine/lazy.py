@@ -49,10 +49,10 @@ from detectron2.config import CfgNode, instantiate
 from detectron2.evaluation import inference_on_dataset, print_csv_format
 from detectron2.solver import LRMultiplier, WarmupParamScheduler
 from detectron2.utils import comm
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ..config.lazy import call_target, lr_schedule, run_config, setup_lazy_config
-from ..config.validate import check_values
+from ..config.validate import check_datasets, check_image_files, check_num_classes, check_values
 from ..data.build import build_test_loader, build_train_loader
 from ..layers import resolve_sync_batchnorm
 from ..solver import log_param_groups, lr_scaling, optimizer_param_groups
@@ -81,11 +81,29 @@ def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     keys' rules (:class:`~largedet.config.validate.ConfigError`, naming the yacs key), and
     :class:`~largedet.solver.batch.BatchArithmeticError` for a global batch that does not split
     into whole micro-batches. ``train.device`` is resolved on this machine, or taken as
-    ``cpu`` where ``args.check_device`` is False (the job runs elsewhere: ``tools/submit.py``)."""
+    ``cpu`` where ``args.check_device`` is False (the job runs elsewhere: ``tools/submit.py``).
+
+    The data are checked as ``tools/train_net.py`` checks them, with the same one-line
+    :class:`~largedet.config.validate.ConfigError`: the datasets of ``dataloader.train`` (and
+    of ``dataloader.test`` unless ``--eval-only``) registered, their annotation files and
+    image folders present (:func:`~largedet.config.validate.check_datasets`), for training
+    ``model.roi_heads.num_classes`` (where the model has it) against the categories of each
+    COCO json (:func:`~largedet.config.validate.check_num_classes`), and unless
+    ``args.check_data`` is False a sample of the images' sizes
+    (:func:`~largedet.config.validate.check_image_files`)."""
     if not getattr(args, "check_device", True):
         args = argparse.Namespace(**{**vars(args), "opts": [*(args.opts or []), "train.device=cpu"]})
-    run = run_config(setup_lazy_config(args, log=False))
+    cfg = setup_lazy_config(args, log=False)
+    run = run_config(cfg)
     check_values(run, LazyTrainer.value_rules())  # names the yacs key of the train.<name>
+    eval_only = getattr(args, "eval_only", False)
+    keys = ("DATASETS.TEST",) if eval_only else ("DATASETS.TRAIN", "DATASETS.TEST")
+    check_datasets(run, keys)
+    num_classes = OmegaConf.select(cfg, "model.roi_heads.num_classes", default=None)
+    if not eval_only and isinstance(num_classes, int):
+        check_num_classes(run.DATASETS.TRAIN, "model.roi_heads.num_classes", num_classes)
+    if getattr(args, "check_data", True):
+        check_image_files(run, keys)
     return batch_plan(run, planned_world_size(args))
 
 
