@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import errno
 import gc
+import logging
 import multiprocessing
 import os
 import re
@@ -215,8 +216,10 @@ def _exit_on_lost_process():
     """A collective that failed because another process of the job was lost
     (:func:`~largedet.engine.elastic.is_lost_process`) ends this process with one line on
     stderr and :data:`~largedet.engine.elastic.LOST_PROCESS_EXIT_CODE`, on which torchrun's
-    elastic agent restarts the job's workers. Its process groups are left as they are:
-    destroying a group whose peer is gone can wait on that peer."""
+    elastic agent restarts the job's workers. The process leaves at once, its logs flushed,
+    without the interpreter's shutdown: its process groups, whose peer is gone, are not
+    destroyed (that can wait on the peer), and tearing down torch and Detectron2 would
+    delay the restart. Loader workers end with it (PyTorch's watchdog)."""
     try:
         yield
     except Exception as e:
@@ -231,7 +234,10 @@ def _exit_on_lost_process():
             "the newest complete checkpoint",
             file=sys.stderr,
         )
-        sys.exit(LOST_PROCESS_EXIT_CODE)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(LOST_PROCESS_EXIT_CODE)
 
 
 def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args) -> None:
