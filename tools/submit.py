@@ -14,6 +14,8 @@ resumes from its last checkpoint by itself.
         --sbatch mail-type=END --sbatch exclusive --no-data-check
     python tools/submit.py --gpus-per-node 0 --processes-per-node 2 --cpus-per-gpu 4 \
         --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml
+    python tools/submit.py --config configs/r50_fpn_bs1056.yaml --nodes 12 --gpus-per-node 8 \
+        --elastic 11 --max-restarts 5 SOLVER.IMS_PER_DEVICE 1
 
 The run is tools/train_net.py, tools/lazyconfig_train_net.py for a .py (LazyConfig) config,
 or projects/video/train.py with --video; the config and the trailing overrides are given to
@@ -25,7 +27,11 @@ each unless --cpus-per-gpu says otherwise. --config takes a file or the name of 
 largedet's configs, as train_net.py does. A
 detection config is checked here, as the script checks it, for nodes x processes before
 anything is queued, its data files included unless --no-data-check (the job's machines may
-see a file system this one does not; the script checks them again at job start). --local
+see a file system this one does not; the script checks them again at job start). --elastic MIN
+runs each node's processes under an elastic torchrun agent (--nnodes MIN:NODES, c10d rendezvous
+on the first node): a lost node's survivors restart on the nodes left and resume from the newest
+complete checkpoint (docs/launching.md, "Elastic runs"); the config is checked for every node
+count from MIN to NODES. --local
 runs the job on this machine under submitit's local executor (one node; without GPUs,
 --gpus-per-node CPU processes), through the same signal, checkpoint and requeue path.
 """
@@ -69,6 +75,11 @@ def argument_parser() -> argparse.ArgumentParser:
                         "with --gpus-per-node 0)")  # fmt: skip
     parser.add_argument("--srun", action="store_true",
                         help="one Slurm task per training process (srun), not one per node")  # fmt: skip
+    parser.add_argument("--elastic", type=int, default=0, metavar="MIN",
+                        help="elastic job: torchrun --nnodes MIN:NODES on each node, restarted on the "
+                        "nodes left when one is lost (0: off)")  # fmt: skip
+    parser.add_argument("--max-restarts", type=int, default=3,
+                        help="torchrun's --max-restarts of an --elastic job")  # fmt: skip
     parser.add_argument("--partition", default="", help="Slurm partition (default: the cluster's)")
     parser.add_argument("--account", default="", help="sbatch --account")
     parser.add_argument("--qos", default="", help="sbatch --qos")
@@ -140,6 +151,8 @@ def main() -> None:
     kind = "video" if args.video else "lazy" if (args.config_file or "").endswith(".py") else "yacs"
     if args.local and args.srun:
         parser.error("--srun needs Slurm: not with --local")
+    if args.elastic and (args.local or args.srun):
+        parser.error("--elastic runs torchrun on each Slurm node: not with --local or --srun")
     try:
         resources = SlurmResources(
             nodes=args.nodes, gpus_per_node=args.gpus_per_node, cpus_per_gpu=args.cpus_per_gpu,
@@ -147,9 +160,12 @@ def main() -> None:
             partition=args.partition, timeout_min=args.time, mem_gb=args.mem_gb,
             max_num_timeout=args.max_timeouts, name=args.job_name, account=args.account,
             qos=args.qos, constraint=args.constraint, exclude=args.exclude,
-            sbatch=sbatch_options(args.sbatch),
+            sbatch=sbatch_options(args.sbatch), elastic_min_nodes=args.elastic,
+            max_restarts=args.max_restarts,
         )  # fmt: skip
-        check(kind, args, resources.processes)
+        # an elastic job runs on any node count from MIN to --nodes: each must split the batch
+        for nodes in range(args.elastic or args.nodes, args.nodes + 1):
+            check(kind, argparse.Namespace(**{**vars(args), "nodes": nodes}), resources.processes)
     except ValueError as e:  # ConfigError, BatchArithmeticError: one line naming the key
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -174,7 +190,8 @@ def main() -> None:
     sys.stderr.write(refusal.getvalue())
     where = f"{args.gpus_per_node} GPU(s)" if args.gpus_per_node else "no GPU"
     print(f"Submitted job {submitted.job_id} ({args.nodes} node(s) x {resources.processes} "
-          f"process(es), {where} per node{', one Slurm task each' if args.srun else ''}); "
+          f"process(es), {where} per node{', one Slurm task each' if args.srun else ''}"
+          f"{f', elastic down to {args.elastic} node(s)' if args.elastic else ''}); "
           f"logs: {submitted.paths.stdout.parent}")  # fmt: skip
 
 

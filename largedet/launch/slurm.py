@@ -13,6 +13,13 @@ node (:func:`largedet.engine.launch.slurm_task_environment`). Without GPUs
 (``gpus_per_node=0``) the job asks for none and its processes run on CPUs (gloo). The scripts keep their own ``main`` (the video project its trainer),
 so the job runs them as programs rather than importing them.
 
+With ``SlurmResources(elastic_min_nodes=M)`` each node's task runs the script under an elastic
+``torchrun`` agent instead (``--nnodes M:N``, c10d rendezvous on the job's first node,
+``--rdzv-id`` the Slurm job id, ``--max-restarts``) and the job asks Slurm not to end on a node
+failure (``--no-kill``): when a node is lost, the agents on the others restart their workers,
+which resume from the newest complete checkpoint on the nodes that are left
+(:mod:`largedet.engine.elastic`); the first node, which holds the rendezvous, must survive.
+
 Pre-emption and time-out: Slurm signals the job (``USR2``, ``signal_delay_s`` before the
 time limit, and on pre-emption where the cluster sends it:
 ``SlurmctldParameters=preempt_send_user_signal``). submitit's handler in the task of node 0
@@ -81,6 +88,8 @@ class SlurmResources:
     cpus_per_gpu: int = 0  # cores per training process; 0: CPUS_PER_GPU with GPUs, 1 without
     processes_per_node: int = 0  # 0: gpus_per_node, or 1 where that is 0
     srun: bool = False  # one Slurm task per training process
+    elastic_min_nodes: int = 0  # > 0: torchrun --nnodes MIN:nodes on each node, the job kept on a node failure
+    max_restarts: int = 3  # torchrun's --max-restarts of an elastic job
     partition: str = ""  # "" = the cluster's default partition
     timeout_min: int = 240  # the job's time limit, per (re)queued run, in minutes
     mem_gb: float = 0  # memory per node; 0 = the partition's default
@@ -99,6 +108,11 @@ class SlurmResources:
                 f"need nodes and timeout_min >= 1 and gpus_per_node, processes_per_node, cpus_per_gpu "
                 f">= 0, got {self.nodes}, {self.timeout_min}, {self.gpus_per_node}, "
                 f"{self.processes_per_node} and {self.cpus_per_gpu}"
+            )
+        if not 0 <= self.elastic_min_nodes <= self.nodes or (self.elastic_min_nodes and self.srun):
+            raise ValueError(
+                f"elastic_min_nodes must be in [0, nodes {self.nodes}] and without srun (torchrun "
+                f"starts the processes), got {self.elastic_min_nodes}"
             )
         if self.gpus_per_node and self.processes_per_node not in (0, self.gpus_per_node):
             raise ValueError(
@@ -131,7 +145,12 @@ class SlurmResources:
             slurm_signal_delay_s=self.signal_delay_s,
             # requeueable: `scontrol requeue` (submitit's requeue) is refused otherwise where
             # the cluster's JobRequeue is 0
-            slurm_additional_parameters={"requeue": True, **self.sbatch},
+            slurm_additional_parameters={
+                "requeue": True,
+                # elastic: a failed node leaves the job (and its other tasks) running
+                **({"no-kill": True} if self.elastic_min_nodes else {}),
+                **self.sbatch,
+            },
         )
         if self.gpus_per_node:  # no gres at all without GPUs: CPU partitions refuse one
             params["gpus_per_node"] = self.gpus_per_node
@@ -154,6 +173,11 @@ class Placement:
     def args(self) -> List[str]:
         return ["--num-machines", str(self.num_machines), "--machine-rank", str(self.machine_rank),
                 "--dist-url", self.dist_url]  # fmt: skip
+
+    @property
+    def rendezvous(self) -> str:
+        """``HOST:PORT`` of :attr:`dist_url`, torchrun's ``--rdzv-endpoint`` (one node: this one)."""
+        return "localhost:29400" if self.dist_url == "auto" else self.dist_url[len("tcp://"):]
 
 
 def placement(env: submitit.JobEnvironment, attempt: int = 0) -> Placement:
@@ -185,6 +209,10 @@ class TrainingJob(submitit.helpers.Checkpointable):
             slurm`` and joins the process group from Slurm's variables
             (:func:`largedet.engine.launch.slurm_task_environment`), without Detectron2's
             ``launch`` or the machine flags.
+        elastic_min_nodes: > 0: the script runs under ``torchrun --nnodes
+            MIN:NODES --rdzv-backend c10d`` on each node, restarted on the nodes left
+            when one is lost (``max_restarts`` times).
+        job_id: the Slurm job's id, torchrun's ``--rdzv-id`` (set in the job).
     """
 
     script: str
@@ -194,6 +222,9 @@ class TrainingJob(submitit.helpers.Checkpointable):
     resume: bool = False
     attempt: int = 0
     srun: bool = False
+    elastic_min_nodes: int = 0
+    max_restarts: int = 3
+    job_id: str = ""
     # seconds the training processes get to save and exit on SIGTERM (submit sets it
     # from the signal delay)
     stop_timeout_s: float = STOP_TIMEOUT_S
@@ -206,11 +237,18 @@ class TrainingJob(submitit.helpers.Checkpointable):
         when Slurm itself requeued the job (``SLURM_RESTART_COUNT`` > 0: pre-emption with
         ``PreemptMode=REQUEUE``, node failure), which does not go through :meth:`checkpoint`."""
         cmd = [sys.executable, self.script]
+        if self.elastic_min_nodes:
+            cmd[1:1] = [
+                "-m", "torch.distributed.run", "--nnodes", f"{self.elastic_min_nodes}:{where.num_machines}",
+                "--nproc-per-node", str(self.gpus_per_node), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", where.rendezvous, "--rdzv-id", f"slurm-{self.job_id}",
+                "--max-restarts", str(self.max_restarts),
+            ]  # fmt: skip
         if self.config_file:
             cmd += ["--config-file", self.config_file]
         if self.srun:
             cmd += ["--launcher", "slurm"]
-        else:
+        elif not self.elastic_min_nodes:
             cmd += ["--num-gpus", str(self.gpus_per_node), *where.args()]
         if self.resume or int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0:
             cmd.append("--resume")
@@ -221,6 +259,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         # process has set up logging already)
         logging.basicConfig(level=logging.INFO, format="largedet %(levelname)s (%(asctime)s) - %(message)s")
         env = submitit.JobEnvironment()
+        self.job_id = env.job_id
         cmd = self.command(None if self.srun else placement(env, self.attempt))
         logger.info("%s, attempt %d: %s", env, self.attempt, " ".join(cmd))
         preemption = _preemption_signal()
@@ -322,4 +361,7 @@ def submit(
     )
     executor.update_parameters(**resources.executor_parameters())
     stop = max(STOP_TIMEOUT_S, resources.signal_delay_s - STOP_MARGIN_S)
-    return executor.submit(replace(job, stop_timeout_s=stop, srun=resources.srun))
+    return executor.submit(replace(
+        job, stop_timeout_s=stop, srun=resources.srun,
+        elastic_min_nodes=resources.elastic_min_nodes, max_restarts=resources.max_restarts,
+    ))  # fmt: skip

@@ -271,3 +271,35 @@ def test_exit_75_under_the_local_executor_is_a_requeue_not_an_exception(fake_tra
     assert "exited 75 (pre-empted, checkpoint written): requeuing" in log
     assert "this job is preempted" in log and "Requeued job" in log
     assert "triggered an exception" not in log and "CalledProcessError" not in log
+
+
+def test_an_elastic_job_runs_torchrun_on_each_node_and_survives_a_node_failure(monkeypatch):
+    """--elastic MIN: each node's task is a torchrun agent (--nnodes MIN:NODES, c10d rendezvous
+    on the first node, the Slurm job id as --rdzv-id), and the job asks Slurm for --no-kill."""
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    job = TrainingJob(TRAIN_NET, 8, config_file="cfg.yaml", elastic_min_nodes=2, max_restarts=5, job_id="4242")
+    assert job.command(Placement(3, 1, "tcp://gpu-a:12345")) == [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "8",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", "gpu-a:12345", "--rdzv-id", "slurm-4242",
+        "--max-restarts", "5", TRAIN_NET, "--config-file", "cfg.yaml",
+    ]  # fmt: skip
+    params = SlurmResources(nodes=3, elastic_min_nodes=2).executor_parameters()
+    assert params["slurm_additional_parameters"] == {"requeue": True, "no-kill": True}
+    assert "no-kill" not in SlurmResources(nodes=3).executor_parameters()["slurm_additional_parameters"]
+    with pytest.raises(ValueError, match="elastic_min_nodes"):
+        SlurmResources(nodes=2, elastic_min_nodes=3)
+    with pytest.raises(ValueError, match="elastic_min_nodes"):
+        SlurmResources(nodes=2, elastic_min_nodes=1, srun=True)
+
+
+def test_submit_checks_an_elastic_job_for_every_node_count(tmp_path):
+    """A batch that splits over 2 nodes of 2 processes but not over 3 is refused before queuing."""
+    proc = subprocess.run(
+        [sys.executable, SUBMIT, "--nodes", "3", "--elastic", "2", "--gpus-per-node", "0",
+         "--processes-per-node", "2", "--config", CONFIG, "--job-dir", str(tmp_path / "jobs"),
+         "SOLVER.IMS_PER_BATCH", "8", "SOLVER.IMS_PER_DEVICE", "2"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "world size 6 x SOLVER.IMS_PER_DEVICE 2 = 12" in proc.stderr
+    assert not (tmp_path / "jobs").exists()
