@@ -422,14 +422,14 @@ def video_verdict(csv_name: str = "video4k") -> str:
     fams = families(csv_name)
     base = video_baseline(csv_name)
     if base is None:
-        return "No batch-16 baseline row yet."
+        return "- No batch-16 baseline row yet."
     videos = min(int(r.get("val_videos") or 0) for r in base.rows)
     bs = base.summary(reported)
-    text = [f"Baseline `{base.name}`: reported top-1 {bs.text()} on {videos} videos"
+    text = [f"- Baseline `{base.name}`: reported top-1 {bs.text()} on {videos} videos"
             + (f", held-out {base.summary(holdout).text()}" if holdout else "") + "."]
     ok_base = len(base.trained) >= 3 and bs.mean < 95.0 and videos >= 4096
     if not ok_base:
-        text.append("The baseline does not yet meet the check's terms (>= 3 seeds, below 95%, >= 4096 videos).")
+        text.append("- The baseline does not yet meet the check's terms (>= 3 seeds, below 95%, >= 4096 videos).")
 
     def chosen(min_batch, max_batch, max_factor):
         cands = [f for f in fams.values() if min_batch <= f.batch <= max_batch and "multigrid" not in f.name
@@ -440,13 +440,13 @@ def video_verdict(csv_name: str = "video4k") -> str:
     for label, lo, hi, factor in (("goal", 256, 10**9, 1.4), ("moonshot", 1024, 10**9, 2.0)):
         f = chosen(lo, hi, factor)
         if f is None:
-            text.append(f"{label.capitalize()}: no recipe at batch >= {lo} and <= {factor:g}x the epochs has three seeds yet: not met.")
+            text.append(f"- {label.capitalize()}: no recipe at batch >= {lo} and <= {factor:g}x the epochs has three seeds yet: not met.")
             verdicts.append(False)
             continue
         d = difference(f.values(reported), base.values(reported))
         met = ok_base and d.diff >= -1.0 and d.lower_bound is not None and d.lower_bound >= -2.0
         verdicts.append(met)
-        text.append(f"{label.capitalize()}: `{f.name}` minus the baseline, reported top-1 {claim(d, 1.0)}; "
+        text.append(f"- {label.capitalize()}: `{f.name}` minus the baseline, reported top-1 {claim(d, 1.0)}; "
                     f"lower bound {'n/a' if d.lower_bound is None else fmt(d.lower_bound, sign=True)}: "
                     f"**{'met' if met else 'not met'}**.")
     return "\n".join(text)

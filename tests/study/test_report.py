@@ -175,7 +175,7 @@ def test_video_verdict_needs_three_seeds_and_4096_videos(tmp_path, monkeypatch):
     write(base + large)
     text = report.video_verdict("video4k")
     # 2x is not <= 1.4x: the 1.4x PMD-LAMB rows are chosen; -0.40 with a bound above -2.0
-    assert "Goal: `pmd_lamb-bs256-ep1.4x` minus the baseline, reported top-1 within 1" in text
-    assert "**met**" in text.split("Moonshot")[0] and "Moonshot: no recipe" in text
+    assert "- Goal: `pmd_lamb-bs256-ep1.4x` minus the baseline, reported top-1 within 1" in text
+    assert "**met**" in text.split("Moonshot")[0] and "- Moonshot: no recipe" in text
     write([row(r["cell"], r["batch"], r["top1"], r["holdout_top1"], videos=1024) for r in base] + large)
     assert "**not met**" in report.video_verdict("video4k")
