@@ -139,4 +139,6 @@ def test_no_package_of_largedet_imports_one_that_imports_it_back():
 def test_launch_is_a_leaf_of_the_engine(module):
     graph = _graph()
     engine = {m for m in graph[module] if m.startswith("largedet.engine")}
-    assert engine <= {"largedet.engine.preemption"}, sorted(engine)
+    assert engine <= {"largedet.engine.preemption", "largedet.engine.elastic"}, sorted(engine)
+    # what an elastic job's processes share with launch: torch only
+    assert not {m for m in graph["largedet.engine.elastic"] if m.startswith("largedet")}
