@@ -596,7 +596,7 @@ class Trainer(TrainerBase):
         stopped = None
         try:
             for hook in self._hooks:
-                if self.end_status == "lost_process" and isinstance(hook, (EvalHook, d2_hooks.PeriodicCheckpointer)):
+                if getattr(self, "end_status", None) == "lost_process" and isinstance(hook, (EvalHook, d2_hooks.PeriodicCheckpointer)):
                     continue
                 try:
                     hook.after_train()
