@@ -603,7 +603,7 @@ class Trainer(TrainerBase):
                 except (Preempted, DiskFullError) as e:
                     if isinstance(e, Preempted):
                         self.end_status = "preempted"
-                    elif self.end_status != "preempted":
+                    elif getattr(self, "end_status", None) != "preempted":
                         self.end_status = "failed"
                     stopped = stopped or e
                 except Exception as e:
