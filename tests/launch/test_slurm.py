@@ -251,7 +251,9 @@ def test_exit_75_requeues_through_submitits_preemption_path(fake_trainer, local_
 
     assert exited.value.code == LOCAL_REQUEUE_RETURN_CODE  # the local executor's "requeue me"
     requeued = submitit.helpers.DelayedSubmission.load(paths.submitted_pickle).function
-    assert requeued == TrainingJob(fake_trainer, 1, opts=["75"], resume=True, attempt=1)
+    # the job learnt its id from the task's environment (torchrun's --rdzv-id for elastic jobs)
+    assert requeued == TrainingJob(fake_trainer, 1, opts=["75"], resume=True, attempt=1,
+                                   job_id=submitit.JobEnvironment().job_id)
 
 
 def test_other_exit_statuses_of_the_training_script(fake_trainer, local_task_env, submitit_handlers):
