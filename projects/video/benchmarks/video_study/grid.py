@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from largedet_study.grid import OptimizerRecipe, cell_config, cell_run_plan, per_device_batch, recipe_overrides
@@ -198,23 +198,7 @@ VIDEO_GRID_NAMES = ("tsm", "tsm4k")
 def build_video_grid(name: str = "tsm") -> VideoGrid:
     if name not in VIDEO_GRID_NAMES:
         raise ValueError(f"--grid must be one of {VIDEO_GRID_NAMES}, got {name!r}")
-    if name == "tsm4k":
-        return VideoGrid(
-            config="projects/video/configs/study/Base-Study-TSM-R18w16-8f-32px.yaml",
-            num_train=NUM_TRAIN,
-            epochs=EPOCHS,
-            warmup_epochs=WARMUP_EPOCHS,
-            ims_per_device=16,
-            cells=tuple(_tsm4k_cells()),
-            optimizers=VIDEO_OPTIMIZERS,
-            holdout_set=HOLDOUT_SET,
-            extra_overrides=(
-                "DATASETS.TEST", f"('{HOLDOUT_SET}', 'moving_shapes_val')",
-                "DATASETS.MOVING_SHAPES.NUM_VAL", str(TSM4K_NUM_VAL),
-                "DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL", str(TSM4K_NUM_HOLDOUT),
-            ),
-        )  # fmt: skip
-    return VideoGrid(
+    grid = VideoGrid(
         config="projects/video/configs/study/Base-Study-TSM-R18w16-8f-32px.yaml",
         num_train=NUM_TRAIN,
         epochs=EPOCHS,
@@ -223,6 +207,18 @@ def build_video_grid(name: str = "tsm") -> VideoGrid:
         cells=tuple(_video_cells()),
         optimizers=VIDEO_OPTIMIZERS,
     )
+    if name == "tsm4k":
+        grid = replace(
+            grid,
+            cells=tuple(_tsm4k_cells()),
+            holdout_set=HOLDOUT_SET,
+            extra_overrides=(
+                "DATASETS.TEST", f"('{HOLDOUT_SET}', 'moving_shapes_val')",
+                "DATASETS.MOVING_SHAPES.NUM_VAL", str(TSM4K_NUM_VAL),
+                "DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL", str(TSM4K_NUM_HOLDOUT),
+            ),
+        )  # fmt: skip
+    return grid
 
 
 @dataclass
