@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -67,6 +68,9 @@ STOP_TIMEOUT_S = 30
 STOP_MARGIN_S = 20
 #: Seconds between two looks at whether the training script has exited.
 POLL_S = 1.0
+#: Signals on which the job's task stops training with a checkpoint and requeues (submitit's
+#: own pre-emption signal, SIGUSR2, goes through :meth:`TrainingJob.checkpoint`).
+RELAYED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 #: Cores per training process on GPU nodes, unless the job is given another number.
 CPUS_PER_GPU = 10
 
@@ -132,6 +136,17 @@ class SlurmResources:
         and the job would pend for ever)."""
         return self.cpus_per_gpu or (CPUS_PER_GPU if self.gpus_per_node else 1)
 
+    @property
+    def task_in_batch_shell(self) -> bool:
+        """One node, one task: the batch script *becomes* the job's task (``exec``, no
+        ``srun``), so that a signal to the batch shell (``scancel --full``, ``scancel -b``)
+        reaches the job, which stops training with a checkpoint and requeues. With ``srun``
+        in the batch script (several nodes, ``srun`` mode, elastic) a SIGTERM, SIGHUP or
+        SIGQUIT that reaches ``srun`` itself (``scancel --full``) makes it SIGKILL its tasks:
+        pre-empt such jobs through their steps (``scancel --signal=TERM JOBID``, no
+        ``--full``) or with SIGUSR1/SIGUSR2, which ``srun`` forwards (docs/launching.md)."""
+        return self.nodes == 1 and not self.srun and not self.elastic_min_nodes
+
     def executor_parameters(self) -> Dict[str, Any]:
         """The keyword arguments of submitit's ``AutoExecutor.update_parameters``; the
         ``slurm_`` ones are ignored by the local executor."""
@@ -152,6 +167,8 @@ class SlurmResources:
                 **self.sbatch,
             },
         )
+        if self.task_in_batch_shell:
+            params["slurm_use_srun"] = False
         if self.gpus_per_node:  # no gres at all without GPUs: CPU partitions refuse one
             params["gpus_per_node"] = self.gpus_per_node
         for option in ("partition", "account", "qos", "constraint", "exclude"):
@@ -263,6 +280,9 @@ class TrainingJob(submitit.helpers.Checkpointable):
         cmd = self.command(None if self.srun else placement(env, self.attempt))
         logger.info("%s, attempt %d: %s", env, self.attempt, " ".join(cmd))
         preemption = _preemption_signal()
+        for sig in RELAYED_SIGNALS:
+            if sig != preemption:  # submitit's own: checkpoint() and requeue
+                signal.signal(sig, self._relay)
         self._process = subprocess.Popen(
             cmd,
             start_new_session=True,
@@ -280,6 +300,20 @@ class TrainingJob(submitit.helpers.Checkpointable):
             self._requeue_preempted()
         elif returncode != 0:
             raise subprocess.CalledProcessError(returncode, cmd)
+
+    def _relay(self, signum, frame) -> None:
+        """A stop signal to the job's task (``scancel --signal``, ``--full``, ``-b``; Slurm's
+        ``scontrol requeue``): SIGTERM to the training processes, which finish the step,
+        write a checkpoint and exit 75, which requeues the job (:meth:`_requeue_preempted`).
+        A second signal changes nothing (they are saving already)."""
+        logger.warning("Got %s: stopping training at the end of its step (checkpoint, then requeue)",
+                       signal.Signals(signum).name)  # fmt: skip
+        process = self._process
+        if process is not None and process.returncode is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def _requeue_preempted(self) -> None:
         """The training script exited :data:`~largedet.engine.preemption.PREEMPTED_EXIT_CODE`:
@@ -356,8 +390,10 @@ def submit(
         raise ValueError(f"the local executor runs one node, got nodes={resources.nodes}")
     if cluster == "local" and resources.srun:
         raise ValueError("the local executor runs no Slurm tasks: srun needs Slurm")
+    # the task replaces the batch shell (SlurmResources.task_in_batch_shell): signals to it reach the job
+    python = {"slurm_python": "exec " + shlex.quote(sys.executable)} if resources.task_in_batch_shell else {}
     executor = submitit.AutoExecutor(
-        folder=folder, cluster=cluster, slurm_max_num_timeout=resources.max_num_timeout
+        folder=folder, cluster=cluster, slurm_max_num_timeout=resources.max_num_timeout, **python
     )
     executor.update_parameters(**resources.executor_parameters())
     stop = max(STOP_TIMEOUT_S, resources.signal_delay_s - STOP_MARGIN_S)

@@ -54,6 +54,33 @@ def test_executor_parameters_and_sbatch_flags(tmp_path, monkeypatch):
         assert f"#SBATCH {flag}" in sbatch
 
 
+def _sbatch_script(resources, tmp_path, monkeypatch):
+    """The batch script ``submit`` would hand to sbatch for ``resources``."""
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 2))
+    captured = {}
+
+    def fake_submit(self, fn, *args, **kwargs):
+        inner = self._executor
+        captured["script"] = inner._make_submission_file_text(inner._submitit_command_str, "uid")
+
+    monkeypatch.setattr(submitit.AutoExecutor, "submit", fake_submit)
+    submit(TrainingJob(TRAIN_NET, 0), resources, str(tmp_path / "%j"))
+    return captured["script"].splitlines()
+
+
+def test_one_node_jobs_exec_their_task_in_the_batch_shell(tmp_path, monkeypatch):
+    """scancel --full and -b signal the batch shell: with one node it is the job's task itself
+    (exec, no srun, which would SIGKILL the training on a SIGTERM of its own)."""
+    one = SlurmResources(nodes=1, gpus_per_node=0)
+    assert one.task_in_batch_shell and one.executor_parameters()["slurm_use_srun"] is False
+    lines = _sbatch_script(one, tmp_path, monkeypatch)
+    assert lines[-1].startswith("exec " + sys.executable) and "srun" not in "\n".join(lines)
+    for several in (SlurmResources(nodes=2), SlurmResources(nodes=1, srun=True), SlurmResources(nodes=2, elastic_min_nodes=1)):
+        assert not several.task_in_batch_shell and "slurm_use_srun" not in several.executor_parameters()
+    lines = _sbatch_script(SlurmResources(nodes=2), tmp_path, monkeypatch)
+    assert lines[-1].startswith("srun ") and "exec " not in lines[-1]
+
+
 def fake_env(num_nodes, node, job_id="4242", hosts=("gpu-a", "gpu-b")):
     return SimpleNamespace(num_nodes=num_nodes, node=node, job_id=job_id, hostnames=list(hosts))
 

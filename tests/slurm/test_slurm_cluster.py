@@ -1,5 +1,6 @@
 """tools/submit.py against a real Slurm (docs/launching.md, "Testing against a real Slurm"):
-a CPU run submitted through sbatch, a running job pre-empted with ``scontrol requeue`` and
+a CPU run submitted through sbatch, a running job pre-empted with ``scontrol requeue``,
+``scancel --signal=TERM --full`` and ``scancel -s USR1 -b`` and each time requeued and
 resumed from its checkpoint with no step trained twice, and the srun mode with 2 tasks on
 1 node. Skipped where no cluster answers ``sinfo`` (``tests/slurm/start_slurm.sh`` starts a
 one-node one on Debian, as root)."""
@@ -96,12 +97,13 @@ def test_a_cpu_run_through_sbatch(tiny_shapes, tmp_path):
     assert _steps(out) == [0, 1, 2] and (out / "model_final.pth").is_file()
 
 
-def test_scontrol_requeue_resumes_from_the_checkpoint(tiny_shapes, tmp_path):
+def _preempt_and_resume(tiny_shapes, tmp_path, preempt, signal_name):
+    """A job of 8 steps, pre-empted by ``preempt(job_id)`` once it has trained two: the
+    training finishes its step, saves, and the job is requeued and resumes at the next step."""
     out = tmp_path / "run"
     job_id, _ = _submit(tmp_path, "--cpus-per-gpu", "1", "--config", CONFIG, *_overrides(tiny_shapes, out, 8))
-    # pre-empted once it has trained two steps: Slurm's SIGTERM, the step finished and saved
     _wait_for(lambda: (out / "metrics.json").is_file() and len(_steps(out)) >= 2, "two steps", 150)
-    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    preempt(job_id)
     # Slurm holds a requeued job back by itself (its begin time about two minutes ahead,
     # 166 s here under load): start it as soon as it is pending again, as an operator may,
     # so that the test measures largedet's resume, not Slurm's hold
@@ -114,7 +116,32 @@ def test_scontrol_requeue_resumes_from_the_checkpoint(tiny_shapes, tmp_path):
     assert second["start_iter"] == first["end_iter"] and 2 <= first["end_iter"] < 8
     assert _steps(out) == list(range(8))  # each step once: none trained twice, none lost
     log = (out / "log.txt").read_text()
-    assert f"pre-empted at iteration {first['end_iter'] - 1} (SIGTERM)" in log
+    assert f"pre-empted at iteration {first['end_iter'] - 1} ({signal_name})" in log
+    job_log = "".join(p.read_text() for p in sorted((tmp_path / "jobs" / job_id).glob("*_log.*")))
+    assert "triggered an exception" not in job_log and "CalledProcessError" not in job_log
+    return job_log
+
+
+def test_scontrol_requeue_resumes_from_the_checkpoint(tiny_shapes, tmp_path):
+    # Slurm's SIGTERM to every process of the job; the step finished and saved
+    _preempt_and_resume(tiny_shapes, tmp_path, lambda job: subprocess.run(["scontrol", "requeue", job], check=True), "SIGTERM")
+
+
+def test_scancel_full_term_requeues_and_resumes(tiny_shapes, tmp_path):
+    """``scancel --signal=TERM --full``: the batch shell (the job's task, exec'd), the training
+    and its workers all get SIGTERM; nothing kills the training before it has saved."""
+    scancel = lambda job: subprocess.run(["scancel", "--signal=TERM", "--full", job], check=True)  # noqa: E731
+    job_log = _preempt_and_resume(tiny_shapes, tmp_path, scancel, "SIGTERM")
+    assert "Got SIGTERM: stopping training at the end of its step" in job_log
+    assert "exited 75 (pre-empted, checkpoint written): requeuing" in job_log
+
+
+def test_scancel_batch_usr1_requeues_and_resumes(tiny_shapes, tmp_path):
+    """``scancel -s USR1 -b``: only the batch shell (the job's task) is signalled; it stops the
+    training, which saves, and the job requeues itself."""
+    scancel = lambda job: subprocess.run(["scancel", "-s", "USR1", "-b", job], check=True)  # noqa: E731
+    job_log = _preempt_and_resume(tiny_shapes, tmp_path, scancel, "SIGTERM")
+    assert "Got SIGUSR1: stopping training at the end of its step" in job_log
 
 
 def test_srun_mode_two_tasks_on_one_node(tiny_shapes, tmp_path):
