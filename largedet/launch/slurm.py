@@ -37,7 +37,10 @@ last checkpoint written. The training processes ignore submitit's signal themsel
 the job decides when they stop. A training script that another signal stopped (``scancel
 --signal``, ``scontrol requeue``) exits 75 with its checkpoint written; the job then takes
 the same requeue path as submitit's signal, not an error. Any other
-non-zero exit fails the job (``CalledProcessError``).
+non-zero exit fails the job (``CalledProcessError``). The job's task passes SIGTERM, SIGINT,
+SIGHUP and SIGUSR1 on to the training as a SIGTERM (:data:`RELAYED_SIGNALS`); a one-node job's
+task *is* its batch shell (:attr:`SlurmResources.task_in_batch_shell`), so ``scancel --full``
+and ``scancel -b`` reach it too.
 """
 
 from __future__ import annotations
