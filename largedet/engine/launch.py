@@ -163,7 +163,7 @@ def launch(
                     args.num_gpus,
                     num_machines=args.num_machines,
                     machine_rank=args.machine_rank,
-                    dist_url=args.dist_url,
+                    dist_url=_dist_url(args),
                     args=(main_func, args),
                     timeout=timeout,
                 )
@@ -181,6 +181,13 @@ def launch(
         comm.create_local_process_group(int(os.environ["LOCAL_WORLD_SIZE"]))
         comm.synchronize()
     _run_then_shut_down(main_func, args)
+
+
+def _dist_url(args: argparse.Namespace) -> str:
+    """``--dist-url``; on one machine, left at Detectron2's default (a fixed port per user,
+    which a second run at the same time would find taken), a free port of this machine."""
+    default = default_argument_parser().get_default("dist_url")
+    return "auto" if args.num_machines == 1 and args.dist_url == default else args.dist_url
 
 
 #: exit status of a run that could not write a checkpoint for lack of space (EX_IOERR)

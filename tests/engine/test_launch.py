@@ -144,6 +144,28 @@ def test_launch_routes_every_process_of_a_distributed_job_through_the_shut_down(
     assert seen == [one]
 
 
+def test_one_machine_at_the_default_dist_url_takes_a_free_port(monkeypatch):
+    """Two runs at once on one machine with Detectron2's default --dist-url (one fixed port per
+    user) would meet EADDRINUSE: on one machine the default becomes a free port ("auto");
+    a --dist-url given, and several machines, keep theirs."""
+    import importlib
+
+    from detectron2.engine import default_argument_parser
+
+    launch_module = importlib.import_module("largedet.engine.launch")
+    urls = []
+    monkeypatch.setattr(launch_module, "d2_launch", lambda fn, n, **kw: urls.append(kw["dist_url"]))
+    for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    default = default_argument_parser().parse_args([]).dist_url
+    assert default.startswith("tcp://127.0.0.1:")
+    for machines, given, expected in [(1, default, "auto"), (1, "tcp://127.0.0.1:23456", "tcp://127.0.0.1:23456"),
+                                      (2, default, default), (2, "tcp://head:1234", "tcp://head:1234")]:  # fmt: skip
+        args = argparse.Namespace(num_gpus=2, num_machines=machines, machine_rank=0, dist_url=given)
+        launch_module.launch(print, args)
+        assert urls[-1] == expected, (machines, given)
+
+
 @pytest.mark.parametrize("rank, prints, waits", [("0", True, False), ("1", False, True)])
 def test_a_refused_check_under_torchrun_lets_the_first_process_say_why(monkeypatch, capsys, rank, prints, waits):
     """torchrun stops every process when one exits: a process other than the first waits
