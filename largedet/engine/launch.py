@@ -169,6 +169,8 @@ def launch(
                 )
             except mp.ProcessExitedException as e:
                 # the workers saved and exited, or one printed its one-line error
+                if e.exit_code == PREEMPTED_EXIT_CODE:
+                    ignore_stop_signals_while_exiting()
                 if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE):
                     sys.exit(e.exit_code)
                 raise
@@ -196,8 +198,12 @@ DISK_FULL_EXIT_CODE = 74
 
 def _run_alone(main_func: Callable[[argparse.Namespace], object], args) -> None:
     """``main_func(args)`` in a one-process job, a full disk one line (:func:`_one_line`)."""
-    with _one_line():
-        main_func(args)
+    try:
+        with _one_line():
+            main_func(args)
+    except Preempted:
+        ignore_stop_signals_while_exiting()
+        raise
 
 
 @contextlib.contextmanager
@@ -256,6 +262,7 @@ def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args)
         with _exit_on_lost_process(), _one_line():
             main_func(args)
     except Preempted:  # every rank stopped at the same step, after the checkpoint
+        ignore_stop_signals_while_exiting()
         comm.synchronize()
         shut_down_distributed()
         raise
@@ -287,8 +294,30 @@ def _forwarding_signals(forward: bool):
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        if not _exiting_after_preemption:  # else the exit's handlers stay
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+_exiting_after_preemption = False
+
+
+def ignore_stop_signals_while_exiting() -> None:
+    """After the pre-emption checkpoint, until the process has exited with
+    :data:`PREEMPTED_EXIT_CODE`: a further stop signal (:data:`FORWARDED_SIGNALS`; a
+    cluster's second SIGTERM, an impatient Ctrl-C) is logged and ignored, so that it cannot
+    turn the exit status into 143 or 130 while the process groups shut down."""
+    global _exiting_after_preemption
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _exiting_after_preemption = True
+
+    def note(signum, frame):
+        print(f"{signal.Signals(signum).name} ignored: the checkpoint is written, exiting "
+              f"{PREEMPTED_EXIT_CODE}", file=sys.stderr, flush=True)  # fmt: skip
+
+    for sig in FORWARDED_SIGNALS:
+        signal.signal(sig, note)
 
 
 def shut_down_distributed() -> None:

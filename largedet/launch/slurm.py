@@ -251,6 +251,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
     _process: Optional[subprocess.Popen] = field(
         default=None, init=False, repr=False, compare=False
     )
+    # the job sent the training its stop signal (a relayed one, or checkpoint()'s)
+    _stop_sent: bool = field(default=False, init=False, repr=False, compare=False)
 
     def command(self, where: Optional[Placement]) -> List[str]:
         """The script's command line on a node placed at ``where`` (None with ``srun``); with ``--resume`` also
@@ -283,9 +285,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         cmd = self.command(None if self.srun else placement(env, self.attempt))
         logger.info("%s, attempt %d: %s", env, self.attempt, " ".join(cmd))
         preemption = _preemption_signal()
-        for sig in RELAYED_SIGNALS:
-            if sig != preemption:  # submitit's own: checkpoint() and requeue
-                signal.signal(sig, self._relay)
+        previous = {sig: signal.signal(sig, self._relay) for sig in RELAYED_SIGNALS if sig != preemption}
         self._process = subprocess.Popen(
             cmd,
             start_new_session=True,
@@ -298,9 +298,15 @@ class TrainingJob(submitit.helpers.Checkpointable):
                 time.sleep(POLL_S)
         finally:
             self._stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         returncode = self._process.returncode
         if returncode == PREEMPTED_EXIT_CODE:
-            self._requeue_preempted()
+            self._requeue_preempted(f"exited {returncode} (pre-empted, checkpoint written)")
+        elif returncode != 0 and self._stop_sent:
+            # stopped by the job on a cluster's signal: torchrun, for one, exits 1 when its
+            # workers have saved and exited 75; --resume continues from the newest checkpoint
+            self._requeue_preempted(f"exited {returncode} after the job's stop signal")
         elif returncode != 0:
             raise subprocess.CalledProcessError(returncode, cmd)
 
@@ -313,14 +319,15 @@ class TrainingJob(submitit.helpers.Checkpointable):
                        signal.Signals(signum).name)  # fmt: skip
         process = self._process
         if process is not None and process.returncode is None:
+            self._stop_sent = True
             try:
                 os.killpg(process.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
-    def _requeue_preempted(self) -> None:
-        """The training script exited :data:`~largedet.engine.preemption.PREEMPTED_EXIT_CODE`:
-        it was signalled (``scancel --signal``, ``scontrol requeue``, a signal to the batch
+    def _requeue_preempted(self, why: str) -> None:
+        """The training script exited :data:`~largedet.engine.preemption.PREEMPTED_EXIT_CODE`
+        (or another non-zero status after the job's own stop signal, as torchrun's): it was signalled (``scancel --signal``, ``scontrol requeue``, a signal to the batch
         shell) and wrote its pre-emption checkpoint. Hand the job to submitit's own
         pre-emption path, as Slurm's ``USR2`` does: submitit's handler for that signal (in
         the task of node 0) calls :meth:`checkpoint`, saves the job with ``--resume`` and
@@ -328,10 +335,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         nothing and the task ends. Where Slurm refuses the requeue (a job that
         ``scontrol requeue`` is requeuing already) the task exits with the script's status,
         in one line: a job Slurm restarts resumes all the same (``SLURM_RESTART_COUNT``)."""
-        logger.info(
-            "The training script exited %d (pre-empted, checkpoint written): requeuing",
-            PREEMPTED_EXIT_CODE,
-        )
+        logger.info("The training script %s: requeuing", why)
         try:
             signal.raise_signal(_preemption_signal())
         except subprocess.CalledProcessError as e:  # submitit's `scontrol requeue`
@@ -355,6 +359,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
         if process is None:
             return
         try:
+            if process.returncode is None:
+                self._stop_sent = True
             os.killpg(process.pid, signal.SIGTERM)
         except ProcessLookupError:  # the whole group has exited
             return

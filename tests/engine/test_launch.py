@@ -192,3 +192,35 @@ def test_a_refused_check_under_torchrun_lets_the_first_process_say_why(monkeypat
     err = capsys.readouterr().err
     assert (err == "error: SOLVER.IMS_PER_BATCH 3 is not divisible by the world size 2\n") is prints
     assert slept == ([defaults.OTHER_PROCESSES_WAIT_S] if waits else [])
+
+
+_EXIT_AFTER_PREEMPTION = """
+import argparse, atexit, os, signal, sys, time
+from largedet.engine.launch import launch
+from largedet.engine.preemption import Preempted
+
+
+def main(args):
+    raise Preempted(3, "model_0000003.pth")  # what every rank raises after the checkpoint
+
+
+def second_signal():  # a cluster's second SIGTERM while the process exits
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    atexit.register(second_signal)
+    launch(main, argparse.Namespace(num_gpus=int(sys.argv[1]), num_machines=1, machine_rank=0, dist_url="auto"))
+"""
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_second_signal_after_the_preemption_checkpoint_keeps_exit_75(tmp_path, processes):
+    script = tmp_path / "second_signal.py"
+    script.write_text(_EXIT_AFTER_PREEMPTION)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, str(script), str(processes)], capture_output=True, text=True,
+                          timeout=240, env={**env, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert done.returncode == 75, done.stderr[-2000:]
+    assert "SIGTERM ignored: the checkpoint is written, exiting 75" in done.stderr

@@ -283,6 +283,35 @@ def test_exit_75_requeues_through_submitits_preemption_path(fake_trainer, local_
                                    job_id=submitit.JobEnvironment().job_id)
 
 
+STOPPED_TRAINER = """import signal, sys, time
+# waits for SIGTERM, then exits 1, as torchrun does when its workers stop on a signal
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+while "--resume" not in sys.argv:
+    time.sleep(0.1)
+"""
+
+
+def test_a_job_requeues_on_a_cluster_signal_whatever_the_stopped_script_exits(tmp_path, local_task_env, submitit_handlers):
+    """scancel's SIGUSR1 to the job's task: the task stops the training (SIGTERM); the script
+    (torchrun-like) exits 1, not 75; the job requeues all the same, and puts back the
+    signal handlers it replaced."""
+    import threading
+
+    script = tmp_path / "torchrun_like.py"
+    script.write_text(STOPPED_TRAINER)
+    job = TrainingJob(str(script), 1)
+    paths = submitit_handlers(job)
+    before = signal.getsignal(signal.SIGUSR1)
+    threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+    with pytest.raises(SystemExit) as exited:
+        job()
+    from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE
+
+    assert exited.value.code == LOCAL_REQUEUE_RETURN_CODE
+    assert submitit.helpers.DelayedSubmission.load(paths.submitted_pickle).function.resume
+    assert signal.getsignal(signal.SIGUSR1) == before
+
+
 def test_other_exit_statuses_of_the_training_script(fake_trainer, local_task_env, submitit_handlers):
     submitit_handlers(TrainingJob(fake_trainer, 1))
     with pytest.raises(subprocess.CalledProcessError) as failed:
