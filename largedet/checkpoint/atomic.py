@@ -42,6 +42,14 @@ class NoCompleteCheckpointError(RuntimeError):
     that loads completely."""
 
 
+def _first_sentence(error: BaseException) -> str:
+    """The first sentence of an error's message, on one line (torch's own advice after it
+    would bury the file's name)."""
+    text = " ".join(str(error).split())
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
 class UnsafeWeightsError(ValueError):
     """A ``.pkl`` weights file names a Python object that a model-zoo file never holds."""
 
@@ -356,11 +364,11 @@ class AtomicCheckpointer(DetectionCheckpointer):
             return FoundCheckpoint(found[0], found[1], skipped, tag)
         if skipped or tag:
             reasons = [f"{name}: {why}" for name, why in skipped] + ([tag] if tag else [])
+            if len(reasons) > 3:
+                reasons = reasons[:3] + [f"and {len(reasons) - 3} more"]
             raise NoCompleteCheckpointError(
-                f"No checkpoint in {self.save_dir} loads completely:\n  "
-                + "\n  ".join(reasons)
-                + f"\nRestore a checkpoint, or remove these files (and {_TAG}) to start "
-                "from scratch."
+                f"--resume: no checkpoint in {self.save_dir} loads completely ({'; '.join(reasons)}); "
+                f"restore a checkpoint, or remove these files (and {_TAG}) to start from scratch"
             )
         return None
 
@@ -399,7 +407,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
             try:
                 data = self._torch_load(path)
             except Exception as e:  # any reason a file does not load makes it unusable
-                skipped.append((name, f"does not load ({type(e).__name__}: {e})"))
+                skipped.append((name, f"does not load ({type(e).__name__}: {_first_sentence(e)})"))
                 continue
             if not isinstance(data, dict):
                 skipped.append((name, f"holds a {type(data).__name__}, not a checkpoint dict"))

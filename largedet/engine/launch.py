@@ -38,7 +38,7 @@ from detectron2.engine import default_argument_parser
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-from ..checkpoint import DiskFullError
+from ..checkpoint import DiskFullError, NoCompleteCheckpointError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
 
@@ -171,7 +171,7 @@ def launch(
                 # the workers saved and exited, or one printed its one-line error
                 if e.exit_code == PREEMPTED_EXIT_CODE:
                     ignore_stop_signals_while_exiting()
-                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE):
+                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE, NO_CHECKPOINT_EXIT_CODE):
                     sys.exit(e.exit_code)
                 raise
         return
@@ -192,6 +192,9 @@ def _dist_url(args: argparse.Namespace) -> str:
     return "auto" if args.num_machines == 1 and args.dist_url == default else args.dist_url
 
 
+#: exit status of a ``--resume`` that found checkpoints but none that loads (EX_NOINPUT)
+NO_CHECKPOINT_EXIT_CODE = 66
+
 #: exit status of a run that could not write a checkpoint for lack of space (EX_IOERR)
 DISK_FULL_EXIT_CODE = 74
 
@@ -210,12 +213,19 @@ def _run_alone(main_func: Callable[[argparse.Namespace], object], args) -> None:
 def _one_line():
     """A file that found no space (:class:`~largedet.checkpoint.atomic.DiskFullError`: a
     checkpoint, ``metrics.json``, ``log.txt``, TensorBoard's events, ``run_summary.json``)
-    ends the process with its one line on stderr and :data:`DISK_FULL_EXIT_CODE`."""
+    ends the process with its one line on stderr and :data:`DISK_FULL_EXIT_CODE`; a
+    ``--resume`` that found checkpoints of which none loads
+    (:class:`~largedet.checkpoint.NoCompleteCheckpointError`), with its one line and
+    :data:`NO_CHECKPOINT_EXIT_CODE`."""
     try:
         yield
     except DiskFullError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(DISK_FULL_EXIT_CODE)
+    except NoCompleteCheckpointError as e:  # every process found the same: the first says it
+        if comm.get_rank() == 0:
+            print(f"error: {e}", file=sys.stderr)
+        sys.exit(NO_CHECKPOINT_EXIT_CODE)
     except OSError as e:  # a write outside the trainer's (the config dump, the evaluation's)
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise

@@ -19,7 +19,7 @@ from engine_testing import StopAt, tiny_cfg
 from largedet.checkpoint import AtomicCheckpointer, CheckpointSpaceError
 from largedet.checkpoint import atomic as ckpt
 from largedet.engine import Trainer
-from largedet.engine.launch import DISK_FULL_EXIT_CODE, _run_alone
+from largedet.engine.launch import DISK_FULL_EXIT_CODE, NO_CHECKPOINT_EXIT_CODE, _run_alone
 from largedet.engine.preemption import PREEMPTED_EXIT_CODE, Preempted
 from largedet.engine.run_lock import LOCK_FILE, OutputDirInUseError, OutputDirLock
 from largedet.engine.run_summary import read_run_summary, write_eval_results
@@ -372,3 +372,31 @@ def test_eval_results_json_holds_no_bare_nan(tmp_path):
     write_eval_results(str(tmp_path), {"bbox": {"AP": np.float32(41.5), "AP-kite": float("nan"), "n": np.int64(3),
                                                 "APl": float("inf")}})  # fmt: skip
     assert _strict_json(tmp_path / "eval_results.json") == {"bbox": {"AP": 41.5, "AP-kite": None, "n": 3, "APl": None}}
+
+
+# --- --resume with no checkpoint that loads -------------------------------------------------
+
+
+def test_resume_with_every_checkpoint_corrupt_is_one_line_and_exit_66(tiny_shapes, tmp_path, capfd):
+    out = tmp_path / "run"
+    trainer = Trainer(tiny_cfg(str(out), "SOLVER.MAX_ITER", 4, "SOLVER.CHECKPOINT_PERIOD", 2))
+    trainer.resume_or_load(resume=False)
+    trainer.train()
+    checkpoints = sorted(p.name for p in out.glob("model_*.pth"))
+    assert len(checkpoints) >= 2
+    for name in checkpoints:  # cut short, as by a copy that stopped half-way
+        data = (out / name).read_bytes()
+        (out / name).write_bytes(data[: len(data) // 3])
+    capfd.readouterr()
+
+    def main(args):
+        Trainer(tiny_cfg(str(out), "SOLVER.MAX_ITER", 6)).resume_or_load(resume=True)
+
+    with pytest.raises(SystemExit) as stop:
+        _run_alone(main, None)
+    assert stop.value.code == NO_CHECKPOINT_EXIT_CODE == 66
+    (line,) = _error_lines(capfd.readouterr().err)
+    assert line.startswith(f"error: --resume: no checkpoint in {out} loads completely (")
+    assert all(f"{name}: does not load" in line for name in checkpoints)
+    assert "restore a checkpoint, or remove these files (and last_checkpoint)" in line
+    assert sorted(p.name for p in out.glob("model_*.pth")) == checkpoints  # nothing removed
