@@ -12,6 +12,7 @@ from .atomic import (
     check_output_dir,
     is_disk_full,
     last_checkpoint_state,
+    check_torch_weights,
     load_model_zoo_pickle,
     warn_if_low_space,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "check_output_dir",
     "is_disk_full",
     "last_checkpoint_state",
+    "check_torch_weights",
     "load_model_zoo_pickle",
     "warn_if_low_space",
 ]

@@ -130,6 +130,27 @@ def load_model_zoo_pickle(filename: str, data: Optional[bytes] = None) -> Dict[s
     return {"model": model, "__author__": "Caffe2", "matching_heuristics": True}
 
 
+def check_torch_weights(filename: str) -> None:
+    """A ``.pth`` weights file loads as torch loads it, ``weights_only`` (tensors memory-mapped,
+    not read): :class:`UnsafeWeightsError` naming the Python object a crafted file holds, or
+    what else keeps it from loading, in one line."""
+    try:
+        try:
+            torch.load(filename, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):  # the legacy (non-zip) format cannot be mapped
+                raise
+            torch.load(filename, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"GLOBAL (\S+)", str(e))
+        what = f"it names the Python object {found.group(1)}" if found else _first_sentence(e)
+        raise UnsafeWeightsError(
+            f"refusing to load {filename}: {what}, which a weights file never holds; loading it could run code"
+        ) from None
+    except Exception as e:
+        raise UnsafeWeightsError(f"{filename}: does not load ({type(e).__name__}: {_first_sentence(e)})") from None
+
+
 # --- disk space -------------------------------------------------------------------------------
 
 

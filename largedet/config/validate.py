@@ -41,7 +41,7 @@ import yaml
 from detectron2.config import CfgNode
 from detectron2.data import DatasetCatalog, MetadataCatalog
 
-from ..checkpoint import UnsafeWeightsError, check_output_dir, load_model_zoo_pickle
+from ..checkpoint import UnsafeWeightsError, check_output_dir, check_torch_weights, load_model_zoo_pickle
 from ..data.coco_json import COCO_JSONS_KEY, CocoJsonError, check_coco_json, check_image_sizes
 from ..solver import OPTIMIZER_REGISTRY
 from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
@@ -436,9 +436,9 @@ def check_files(cfg: CfgNode, training: bool, resume: bool = False) -> None:
     if weights and "://" not in weights and not resumes and not os.path.isfile(weights):
         what = "is a folder, not a file" if os.path.isdir(weights) else "not found"
         raise ConfigError(f"MODEL.WEIGHTS: {weights}: {what}")
-    if weights.endswith(".pkl") and os.path.isfile(weights):
+    if os.path.isfile(weights):
         try:
-            load_model_zoo_pickle(weights)
+            load_model_zoo_pickle(weights) if weights.endswith(".pkl") else check_torch_weights(weights)
         except UnsafeWeightsError as e:
             raise ConfigError(f"MODEL.WEIGHTS: {e}") from None
     check_image_files(cfg, ("DATASETS.TRAIN", "DATASETS.TEST") if training else ("DATASETS.TEST",))

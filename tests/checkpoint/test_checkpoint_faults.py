@@ -63,6 +63,27 @@ def test_train_net_refuses_a_crafted_pkl_in_one_line_before_launch(tmp_path):
     assert "Traceback" not in proc.stderr and not os.path.exists(marker)
 
 
+def test_train_net_refuses_a_crafted_pth_in_one_line_before_launch(tmp_path):
+    """A .pth whose pickle names a callable: refused while the config is checked, before any
+    model is built, in one line without torch's advice to turn ``weights_only`` off."""
+    marker = str(tmp_path / "marker")
+    path = tmp_path / "evil.pth"
+    torch.save({"model": {"w": torch.zeros(2)}, "payload": _Evil(marker)}, path)
+    good = tmp_path / "good.pth"
+    torch.save({"model": nn.Linear(2, 2).state_dict()}, good)
+    ckpt.check_torch_weights(str(good))  # a weights file passes
+    with pytest.raises(UnsafeWeightsError, match=f"refusing to load {path}: it names the Python object"):
+        ckpt.check_torch_weights(str(path))
+    proc = subprocess.run([sys.executable, TRAIN_NET, "--config", CONFIG, "--eval-only", "MODEL.WEIGHTS", str(path),
+                           "OUTPUT_DIR", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0].startswith(f"error: MODEL.WEIGHTS: refusing to load {path}: it names the Python object ")
+    assert errors[0].endswith("which a weights file never holds; loading it could run code")
+    assert "Traceback" not in proc.stderr and "weights_only" not in proc.stderr and "Building" not in proc.stderr
+    assert not os.path.exists(marker)
+
+
 class Tiny(nn.Module):
     def __init__(self):
         super().__init__()
