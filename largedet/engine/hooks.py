@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..data.build import DetectionTrainLoader
 
 __all__ = [
+    "Diverged",
     "DivergenceGuard",
     "PruningPeriodicCheckpointer",
     "ReseedEveryIter",
@@ -51,6 +52,12 @@ class ReseedEveryIter(HookBase):
 
     def before_step(self):
         seed_all_rng(step_seed(self._seed, self.trainer.iter, comm.get_rank()))
+
+
+class Diverged(FloatingPointError):
+    """A run stopped on a divergence; the trainer has logged its one line (what diverged, at
+    which iteration, the last good checkpoint). The scripts exit
+    :data:`~largedet.engine.launch.DIVERGED_EXIT_CODE` on it without a traceback."""
 
 
 class DivergenceGuard(HookBase):

@@ -40,6 +40,7 @@ from detectron2.utils import comm
 
 from ..checkpoint import DiskFullError, NoCompleteCheckpointError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
+from .hooks import Diverged
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
 
 __all__ = [
@@ -171,7 +172,8 @@ def launch(
                 # the workers saved and exited, or one printed its one-line error
                 if e.exit_code == PREEMPTED_EXIT_CODE:
                     ignore_stop_signals_while_exiting()
-                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE, NO_CHECKPOINT_EXIT_CODE):
+                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE,
+                                   NO_CHECKPOINT_EXIT_CODE, DIVERGED_EXIT_CODE):
                     sys.exit(e.exit_code)
                 raise
         return
@@ -191,6 +193,9 @@ def _dist_url(args: argparse.Namespace) -> str:
     default = default_argument_parser().get_default("dist_url")
     return "auto" if args.num_machines == 1 and args.dist_url == default else args.dist_url
 
+
+#: exit status of a run stopped on a divergence (EX_DATAERR)
+DIVERGED_EXIT_CODE = 65
 
 #: exit status of a ``--resume`` that found checkpoints but none that loads (EX_NOINPUT)
 NO_CHECKPOINT_EXIT_CODE = 66
@@ -222,6 +227,8 @@ def _one_line():
     except DiskFullError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(DISK_FULL_EXIT_CODE)
+    except Diverged:  # the trainer logged its one line
+        sys.exit(DIVERGED_EXIT_CODE)
     except NoCompleteCheckpointError as e:  # every process found the same: the first says it
         if comm.get_rank() == 0:
             print(f"error: {e}", file=sys.stderr)

@@ -98,7 +98,7 @@ from .writers import (
     default_writers_stopping_on_full_disk,
     raise_if_a_log_found_no_space,
 )
-from .hooks import DivergenceGuard, PruningPeriodicCheckpointer, ReseedEveryIter, SkippedImagesHook
+from .hooks import Diverged, DivergenceGuard, PruningPeriodicCheckpointer, ReseedEveryIter, SkippedImagesHook
 from .elastic import LostProcessError, is_lost_process
 from .preemption import Preempted, PreemptionHook
 from .run_summary import RunSummaryHook
@@ -529,10 +529,15 @@ class Trainer(TrainerBase):
             except Preempted:
                 self.end_status = "preempted"
                 raise
-            except FloatingPointError:
+            except FloatingPointError as e:
                 self.end_status = "diverged"
-                loop_logger.exception("Exception during training:")
-                raise
+                message = str(e)
+                if not message.startswith("Training diverged"):  # Detectron2's own check
+                    tag = self.checkpointer.get_checkpoint_file() if self.checkpointer.has_checkpoint() else ""
+                    message = (f"Training diverged at iteration {self.iter}: {' '.join(message.split())} "
+                               f"(a check in the model's forward pass). Last good checkpoint: {tag or 'none'}")  # fmt: skip
+                loop_logger.error("%s; lower SOLVER.BASE_LR, or see SOLVER.DIVERGENCE.ROLLBACK", message)
+                raise Diverged(message) from None
             except DiskFullError as e:  # one line, no traceback
                 self.end_status = "failed"
                 loop_logger.error("%s", e)

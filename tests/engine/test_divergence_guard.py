@@ -110,6 +110,26 @@ class Record(HookBase):
         )
 
 
+def test_a_divergence_stops_the_script_in_one_logged_line_and_exit_65(tiny_shapes, tmp_path, caplog, capfd):
+    """Through the scripts' launch: no traceback, the guard's line once in the log, exit 65."""
+    import logging
+
+    from largedet.engine.launch import DIVERGED_EXIT_CODE, _run_alone
+
+    loop_logger = logging.getLogger("detectron2.engine.train_loop")
+    loop_logger.addHandler(caplog.handler)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            _run_alone(lambda args: run(tmp_path), None)
+    finally:
+        loop_logger.removeHandler(caplog.handler)
+    assert stop.value.code == DIVERGED_EXIT_CODE == 65
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.getMessage().startswith("Training diverged at iteration 3: non-finite loss nan")
+    assert f"Last good checkpoint: {tmp_path / 'model_0000001.pth'}; lower SOLVER.BASE_LR" in record.getMessage()
+    assert record.exc_info is None and "Traceback" not in capfd.readouterr().err
+
+
 def test_rollback_restores_the_last_good_checkpoint_and_lowers_the_lr(tiny_shapes, tmp_path):
     record = Record()
     trainer = run(tmp_path, "SOLVER.DIVERGENCE.ROLLBACK", True, "SOLVER.DIVERGENCE.ROLLBACK_LR_FACTOR", 0.25,
