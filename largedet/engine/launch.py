@@ -175,6 +175,12 @@ def launch(
                 if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE,
                                    NO_CHECKPOINT_EXIT_CODE, DIVERGED_EXIT_CODE):
                     sys.exit(e.exit_code)
+                if e.signal_name:  # killed from outside: one line, not a spawn traceback
+                    why = " (the kernel's out-of-memory killer, or kill -9)" if e.signal_name == "SIGKILL" else ""
+                    print(f"error: process {e.error_index} of the job (pid {e.error_pid}) was killed by "
+                          f"{e.signal_name}{why}; the job's other processes were stopped; --resume "
+                          "continues from the newest complete checkpoint", file=sys.stderr)  # fmt: skip
+                    sys.exit(LOST_PROCESS_EXIT_CODE)
                 raise
         return
     has_gpu = torch.cuda.is_available()

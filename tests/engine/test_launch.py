@@ -224,3 +224,33 @@ def test_a_second_signal_after_the_preemption_checkpoint_keeps_exit_75(tmp_path,
                           timeout=240, env={**env, "OMP_NUM_THREADS": "1"})  # fmt: skip
     assert done.returncode == 75, done.stderr[-2000:]
     assert "SIGTERM ignored: the checkpoint is written, exiting 75" in done.stderr
+
+
+_RANK_KILLED = """
+import argparse, os, signal, time
+from detectron2.utils import comm
+from largedet.engine.launch import launch
+
+
+def main(args):
+    if comm.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does
+    time.sleep(60)
+
+
+if __name__ == "__main__":
+    launch(main, argparse.Namespace(num_gpus=2, num_machines=1, machine_rank=0, dist_url="auto"))
+"""
+
+
+def test_a_killed_process_of_the_job_is_one_line_and_exit_69(tmp_path):
+    script = tmp_path / "rank_killed.py"
+    script.write_text(_RANK_KILLED)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                          env={**env, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 69 and len(errors) == 1, done.stderr[-2000:]
+    assert errors[0].startswith("error: process 1 of the job (pid ")
+    assert "was killed by SIGKILL (the kernel's out-of-memory killer, or kill -9)" in errors[0]
+    assert "Traceback" not in done.stderr
