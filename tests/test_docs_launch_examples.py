@@ -22,6 +22,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "projects/video/README.md"]
@@ -134,7 +135,7 @@ def stand_in_data(tmp_path, monkeypatch):
     resnet50.write_bytes(b"")
     weights = tmp_path / "output/r50_fpn_bs1056/model_final.pth"
     weights.parent.mkdir(parents=True)
-    weights.write_bytes(b"")
+    torch.save({"model": {}}, weights)  # a weights file (checked before launch with weights_only)
     user = tmp_path / "data" / "my"
     for split in ("train", "val"):
         _write_coco(user / f"{split}.json", user / split)

@@ -1,6 +1,6 @@
 """Checkpoints: written whole or not at all, resumed from the newest complete one, weights
-from ``.pkl`` files read without running code, a full disk one clear error
-(:mod:`.atomic`)."""
+from ``.pkl`` and ``.pth`` files checked without running code, weights at a URL that cannot
+be fetched and a full disk each one clear error (:mod:`.atomic`)."""
 
 from .atomic import (
     AtomicCheckpointer,
@@ -9,10 +9,11 @@ from .atomic import (
     FoundCheckpoint,
     NoCompleteCheckpointError,
     UnsafeWeightsError,
+    WeightsUnavailableError,
     check_output_dir,
+    check_torch_weights,
     is_disk_full,
     last_checkpoint_state,
-    check_torch_weights,
     load_model_zoo_pickle,
     warn_if_low_space,
 )
@@ -24,10 +25,11 @@ __all__ = [
     "FoundCheckpoint",
     "NoCompleteCheckpointError",
     "UnsafeWeightsError",
+    "WeightsUnavailableError",
     "check_output_dir",
+    "check_torch_weights",
     "is_disk_full",
     "last_checkpoint_state",
-    "check_torch_weights",
     "load_model_zoo_pickle",
     "warn_if_low_space",
 ]

@@ -11,6 +11,7 @@ import pickle
 import re
 import secrets
 import shutil
+from urllib.parse import urlparse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -25,7 +26,9 @@ __all__ = [
     "FoundCheckpoint",
     "NoCompleteCheckpointError",
     "UnsafeWeightsError",
+    "WeightsUnavailableError",
     "check_output_dir",
+    "check_torch_weights",
     "is_disk_full",
     "last_checkpoint_state",
     "load_model_zoo_pickle",
@@ -48,6 +51,10 @@ def _first_sentence(error: BaseException) -> str:
     text = " ".join(str(error).split())
     end = text.find(". ")
     return text if end < 0 else text[: end + 1]
+
+
+class WeightsUnavailableError(OSError):
+    """Weights named by a URL that could not be fetched."""
 
 
 class UnsafeWeightsError(ValueError):
@@ -286,6 +293,20 @@ class AtomicCheckpointer(DetectionCheckpointer):
 
     def _is_local(self) -> bool:
         return "://" not in self.save_dir
+
+    def load(self, path: str, *args: Any, **kwargs: Any) -> Dict[str, Any]:
+        """Detectron2's ``load``; weights named by a URL (``detectron2://``, ``https://``) that
+        cannot be fetched (an offline node) are :class:`WeightsUnavailableError`, one line."""
+        if path and "://" in path and not os.path.isfile(path):
+            try:
+                self.path_manager.get_local_path(urlparse(path)._replace(query="").geturl())
+            except OSError as e:  # URLError included
+                reason = getattr(e, "reason", None) or _first_sentence(e)
+                raise WeightsUnavailableError(
+                    f"{path}: cannot be fetched ({type(e).__name__}: {reason}); on a machine "
+                    "without internet, fetch the file where there is one and give its path"
+                ) from None
+        return super().load(path, *args, **kwargs)
 
     # --- saving --------------------------------------------------------------------------
 

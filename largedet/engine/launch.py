@@ -38,7 +38,7 @@ from detectron2.engine import default_argument_parser
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-from ..checkpoint import DiskFullError, NoCompleteCheckpointError
+from ..checkpoint import DiskFullError, NoCompleteCheckpointError, WeightsUnavailableError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
 from .hooks import Diverged
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
@@ -203,7 +203,8 @@ def _dist_url(args: argparse.Namespace) -> str:
 #: exit status of a run stopped on a divergence (EX_DATAERR)
 DIVERGED_EXIT_CODE = 65
 
-#: exit status of a ``--resume`` that found checkpoints but none that loads (EX_NOINPUT)
+#: exit status of a ``--resume`` that found checkpoints but none that loads, and of weights at
+#: a URL that cannot be fetched (EX_NOINPUT)
 NO_CHECKPOINT_EXIT_CODE = 66
 
 #: exit status of a run that could not write a checkpoint for lack of space (EX_IOERR)
@@ -235,7 +236,7 @@ def _one_line():
         sys.exit(DISK_FULL_EXIT_CODE)
     except Diverged:  # the trainer logged its one line
         sys.exit(DIVERGED_EXIT_CODE)
-    except NoCompleteCheckpointError as e:  # every process found the same: the first says it
+    except (NoCompleteCheckpointError, WeightsUnavailableError) as e:  # every process found the same: the first says it
         if comm.get_rank() == 0:
             print(f"error: {e}", file=sys.stderr)
         sys.exit(NO_CHECKPOINT_EXIT_CODE)

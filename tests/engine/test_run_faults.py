@@ -400,3 +400,19 @@ def test_resume_with_every_checkpoint_corrupt_is_one_line_and_exit_66(tiny_shape
     assert all(f"{name}: does not load" in line for name in checkpoints)
     assert "restore a checkpoint, or remove these files (and last_checkpoint)" in line
     assert sorted(p.name for p in out.glob("model_*.pth")) == checkpoints  # nothing removed
+
+
+def test_weights_at_a_url_that_cannot_be_fetched_are_one_line_and_exit_66(tiny_shapes, tmp_path, capfd):
+    """An offline node's ``detectron2://`` weights: a URL that refuses the connection here."""
+    url = "http://127.0.0.1:9/ImageNetPretrained/R-50.pkl"
+    capfd.readouterr()
+
+    def main(args):
+        Trainer(tiny_cfg(str(tmp_path / "run"), "MODEL.WEIGHTS", url)).resume_or_load(resume=False)
+
+    with pytest.raises(SystemExit) as stop:
+        _run_alone(main, None)
+    assert stop.value.code == NO_CHECKPOINT_EXIT_CODE == 66
+    (line,) = _error_lines(capfd.readouterr().err)
+    assert line.startswith(f"error: {url}: cannot be fetched (URLError: ")
+    assert line.endswith("on a machine without internet, fetch the file where there is one and give its path")
