@@ -76,6 +76,28 @@ def input_files(args: argparse.Namespace) -> list:
     return files
 
 
+
+def class_names(names):
+    """The metadata of the first dataset of ``names`` with class names, read from the dataset
+    where registration alone does not set them (a COCO json's categories), or None; one line
+    says which labels the boxes get."""
+    for name in names:
+        metadata = MetadataCatalog.get(name)
+        if not metadata.get("thing_classes", None) and name in DatasetCatalog.list():
+            try:
+                DatasetCatalog.get(name)  # loading sets thing_classes
+            except Exception as e:  # the dataset's files need not be here to predict on --input
+                print(f"labels: {name}'s class names could not be read ({type(e).__name__}: {e})")
+                continue
+        classes = metadata.get("thing_classes", None)
+        if classes:
+            shown = ", ".join(classes[:8]) + (f", ... ({len(classes)} classes)" if len(classes) > 8 else "")
+            print(f"labels: the class names of {name} ({shown})")
+            return metadata
+    print("labels: class numbers (no dataset of the config names its classes)")
+    return None
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     try:
@@ -95,9 +117,9 @@ def main(argv=None) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     names = [args.dataset] if args.dataset else [*cfg.DATASETS.TEST, *cfg.DATASETS.TRAIN]
-    metadata = MetadataCatalog.get(names[0]) if names else None
     predictor = Predictor(cfg, resume=args.resume)
     print(f"weights: {predictor.weights or 'none (random initialisation)'}")
+    metadata = class_names(names)
 
     output = args.output or os.path.join(cfg.OUTPUT_DIR, "predictions.jpg")
     one_picture = output.lower().endswith(PICTURE_EXTENSIONS)

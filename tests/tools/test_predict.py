@@ -71,6 +71,7 @@ def test_predict_draws_boxes_above_the_threshold_and_nothing_else(tiny_shapes, p
     none = run(PREDICT, *flags, "--confidence-threshold", "1.01", "--output", str(tmp_path / "none"), *overrides)
     assert none.returncode == 0, none.stderr[-3000:]
     assert none.stdout.splitlines()[0] == "weights: none (random initialisation)"
+    assert none.stdout.splitlines()[1] == "labels: the class names of shapes_val (circle, square, triangle)"
     for i in range(1, 4):
         assert np.array_equal(rgb(tmp_path / "none" / f"img{i}.png"), rgb(png_images / f"img{i}.png"))
     every = run(PREDICT, *flags, "--confidence-threshold", "0", "--output", str(tmp_path / "all"), *overrides)
