@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,7 @@ def test_the_wheel_holds_largedet_and_its_configs(installed_wheel):
     assert all(Path(p).is_file() for p in out), out
     assert out[2].endswith(f"largedet/model_zoo/configs/{DEMO}")
     assert out[3].endswith("largedet/model_zoo/configs/video/tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml")
-    for command in ("largedet-train", "largedet-video-train", "largedet-coco-eval"):
+    for command in ("largedet-train", "largedet-video-train", "largedet-coco-eval", "largedet-submit"):
         assert "usage:" in _run([venv / "bin" / command, "--help"], cwd=work, env=env).stdout
     # the studies are experiments beside their runners, not the library: not in the wheel
     packages = {p.name for p in site.iterdir()}
@@ -107,3 +108,23 @@ def test_largedet_train_trains_from_outside_the_checkout(installed_wheel):
     ], cwd=work, env=env)  # fmt: skip
     assert (work / "run" / "model_final.pth").is_file(), result.stdout + result.stderr
     assert str(ROOT) not in (work / "run" / "config.yaml").read_text()
+
+
+def test_largedet_submit_runs_a_job_from_outside_the_checkout(installed_wheel):
+    """The wheel's largedet-submit under submitit's local executor: the job runs
+    ``python -m largedet.engine.train_net`` of the wheel, no checkout needed."""
+    venv, python, work, env = installed_wheel
+    result = _run([
+        venv / "bin" / "largedet-submit", "--local", "--gpus-per-node", "0", "--job-dir", "jobs/%j",
+        "--config", DEMO, "MODEL.DEVICE", "cpu", "DATASETS.TEST", "()", "DATASETS.SHAPES.NUM_TRAIN", "16",
+        "DATASETS.SHAPES.NUM_VAL", "4", "SOLVER.MAX_ITER", "2", "SOLVER.IMS_PER_BATCH", "2",
+        "SOLVER.IMS_PER_DEVICE", "2", "SOLVER.WARMUP_ITERS", "1", "INPUT.MIN_SIZE_TRAIN", "(64,)",
+        "INPUT.MAX_SIZE_TRAIN", "64", "DATALOADER.NUM_WORKERS", "0", "OUTPUT_DIR", "submitted",
+    ], cwd=work, env=env)  # fmt: skip
+    assert "Submitted job" in result.stdout
+    deadline = time.monotonic() + 300
+    while not (work / "submitted" / "model_final.pth").is_file():
+        assert time.monotonic() < deadline, "".join(p.read_text() for p in (work / "jobs").rglob("*_log.*"))
+        time.sleep(1)
+    job_log = "".join(p.read_text() for p in (work / "jobs").rglob("*_log.*"))
+    assert "-m largedet.engine.train_net" in job_log and str(ROOT) not in job_log

@@ -217,7 +217,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
     """A training script run on every node of a submitit job, resumed after a requeue.
 
     Args:
-        script: the training script (``tools/train_net.py``, ...).
+        script: the training script (``tools/train_net.py``, ...), or ``"-m MODULE"`` to run a
+            module (``"-m largedet.engine.train_net"``, as the wheel's ``largedet-submit`` does).
         gpus_per_node: training processes per node (``--num-gpus``; on nodes without GPUs,
             CPU processes).
         config_file: ``--config-file`` (None: the script's default).
@@ -258,7 +259,9 @@ class TrainingJob(submitit.helpers.Checkpointable):
         """The script's command line on a node placed at ``where`` (None with ``srun``); with ``--resume`` also
         when Slurm itself requeued the job (``SLURM_RESTART_COUNT`` > 0: pre-emption with
         ``PreemptMode=REQUEUE``, node failure), which does not go through :meth:`checkpoint`."""
-        cmd = [sys.executable, self.script]
+        # a script file, or "-m package.module" (the wheel's commands: no tools/ folder)
+        script = self.script.split(maxsplit=1) if self.script.startswith("-m ") else [self.script]
+        cmd = [sys.executable, *script]
         if self.elastic_min_nodes:
             cmd[1:1] = [
                 "-m", "torch.distributed.run", "--nnodes", f"{self.elastic_min_nodes}:{where.num_machines}",

@@ -341,6 +341,11 @@ def test_an_elastic_job_runs_torchrun_on_each_node_and_survives_a_node_failure(m
         "--rdzv-backend", "c10d", "--rdzv-endpoint", "gpu-a:12345", "--rdzv-id", "slurm-4242",
         "--max-restarts", "5", TRAIN_NET, "--config-file", "cfg.yaml",
     ]  # fmt: skip
+    # the wheel's largedet-submit runs modules: torchrun's -m, then the module
+    module = TrainingJob("-m largedet.engine.train_net", 8, elastic_min_nodes=2, job_id="4242")
+    assert module.command(Placement(3, 1, "tcp://gpu-a:12345"))[-2:] == ["-m", "largedet.engine.train_net"]
+    assert TrainingJob("-m largedet.engine.train_net", 8).command(Placement(1, 0, "auto"))[:3] == [
+        sys.executable, "-m", "largedet.engine.train_net"]  # fmt: skip
     params = SlurmResources(nodes=3, elastic_min_nodes=2).executor_parameters()
     assert params["slurm_additional_parameters"] == {"requeue": True, "no-kill": True}
     assert "no-kill" not in SlurmResources(nodes=3).executor_parameters()["slurm_additional_parameters"]
