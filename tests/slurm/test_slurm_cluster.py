@@ -97,51 +97,72 @@ def test_a_cpu_run_through_sbatch(tiny_shapes, tmp_path):
     assert _steps(out) == [0, 1, 2] and (out / "model_final.pth").is_file()
 
 
-def _preempt_and_resume(tiny_shapes, tmp_path, preempt, signal_name):
-    """A job of 8 steps, pre-empted by ``preempt(job_id)`` once it has trained two: the
-    training finishes its step, saves, and the job is requeued and resumes at the next step."""
-    out = tmp_path / "run"
-    job_id, _ = _submit(tmp_path, "--cpus-per-gpu", "1", "--config", CONFIG, *_overrides(tiny_shapes, out, 8))
-    _wait_for(lambda: (out / "metrics.json").is_file() and len(_steps(out)) >= 2, "two steps", 150)
-    preempt(job_id)
-    # Slurm holds a requeued job back by itself (its begin time about two minutes ahead,
-    # 166 s here under load): start it as soon as it is pending again, as an operator may,
-    # so that the test measures largedet's resume, not Slurm's hold
-    _wait_for(lambda: _state(job_id) == "PENDING", "the requeued job to be pending", 120)
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
-    _wait_until_done(job_id, tmp_path, deadline_s=180)
-    summary = json.loads((out / "run_summary.json").read_text())
-    first, second = summary["invocations"]
-    assert first["status"] == "preempted" and second["status"] == "finished"
-    assert second["start_iter"] == first["end_iter"] and 2 <= first["end_iter"] < 8
-    assert _steps(out) == list(range(8))  # each step once: none trained twice, none lost
-    log = (out / "log.txt").read_text()
-    assert f"pre-empted at iteration {first['end_iter'] - 1} ({signal_name})" in log
-    job_log = "".join(p.read_text() for p in sorted((tmp_path / "jobs" / job_id).glob("*_log.*")))
-    assert "triggered an exception" not in job_log and "CalledProcessError" not in job_log
-    return job_log
-
-
-def test_scontrol_requeue_resumes_from_the_checkpoint(tiny_shapes, tmp_path):
+#: each way a job is pre-empted: the command (the job id appended) and a line of the job's log
+PREEMPTIONS = {
     # Slurm's SIGTERM to every process of the job; the step finished and saved
-    _preempt_and_resume(tiny_shapes, tmp_path, lambda job: subprocess.run(["scontrol", "requeue", job], check=True), "SIGTERM")
+    "scontrol-requeue": (["scontrol", "requeue"], "exited 75 (pre-empted, checkpoint written)"),
+    # the batch shell (the job's task, exec'd), the training and its workers all get SIGTERM:
+    # nothing kills the training before it has saved
+    "scancel-full": (["scancel", "--signal=TERM", "--full"], "Got SIGTERM: stopping training at the end of its step"),
+    # only the batch shell, the job's task: it stops the training, which saves
+    "scancel-batch": (["scancel", "-s", "USR1", "-b"], "Got SIGUSR1: stopping training at the end of its step"),
+}
 
 
-def test_scancel_full_term_requeues_and_resumes(tiny_shapes, tmp_path):
-    """``scancel --signal=TERM --full``: the batch shell (the job's task, exec'd), the training
-    and its workers all get SIGTERM; nothing kills the training before it has saved."""
-    scancel = lambda job: subprocess.run(["scancel", "--signal=TERM", "--full", job], check=True)  # noqa: E731
-    job_log = _preempt_and_resume(tiny_shapes, tmp_path, scancel, "SIGTERM")
-    assert "Got SIGTERM: stopping training at the end of its step" in job_log
-    assert "exited 75 (pre-empted, checkpoint written): requeuing" in job_log
+def test_each_preemption_ends_in_a_checkpoint_a_requeue_and_a_resume(tiny_shapes, tmp_path):
+    """Three jobs of 40 steps at once (the node runs two), each pre-empted its way once it has
+    trained two steps (the 38 left keep it running while the signal arrives): the training
+    finishes its step and saves, the job is requeued and resumes at the next step, every
+    step once in metrics.json, no exception in its log."""
+    jobs = {}
+    try:
+        for name in PREEMPTIONS:
+            out = tmp_path / name / "run"
+            opts = _overrides(tiny_shapes, out, STEPS, "SOLVER.BASE_LR", "0.002")  # 40 steps: a gentler LR
+            # held until all are submitted (a submission takes seconds; a job's 40 steps too)
+            job_id, _ = _submit(tmp_path / name, "--cpus-per-gpu", "1", "--sbatch", "hold", "--config", CONFIG, *opts)
+            jobs[name] = [job_id, out, "training"]
+        subprocess.run(["scontrol", "release", *(job[0] for job in jobs.values())], check=True)
+        _preempt_each(jobs)
+    finally:  # no job of this test outlives it
+        subprocess.run(["scancel", *(job[0] for job in jobs.values() if job[2] != "done")], capture_output=True)
+    for name, (job_id, out, _) in jobs.items():
+        _wait_until_done(job_id, tmp_path / name, deadline_s=1)  # COMPLETED, or its log
+        summary = json.loads((out / "run_summary.json").read_text())
+        first, second = summary["invocations"]
+        assert first["status"] == "preempted" and second["status"] == "finished", name
+        assert second["start_iter"] == first["end_iter"] and 2 <= first["end_iter"] < STEPS, name
+        assert _steps(out) == list(range(STEPS)), name  # each step once: none trained twice, none lost
+        log = (out / "log.txt").read_text()
+        assert f"pre-empted at iteration {first['end_iter'] - 1} (SIGTERM)" in log, name
+        job_log = "".join(p.read_text() for p in sorted((tmp_path / name / "jobs" / job_id).glob("*_log.*")))
+        assert PREEMPTIONS[name][1] in job_log, name
+        assert "triggered an exception" not in job_log and "CalledProcessError" not in job_log, name
 
 
-def test_scancel_batch_usr1_requeues_and_resumes(tiny_shapes, tmp_path):
-    """``scancel -s USR1 -b``: only the batch shell (the job's task) is signalled; it stops the
-    training, which saves, and the job requeues itself."""
-    scancel = lambda job: subprocess.run(["scancel", "-s", "USR1", "-b", job], check=True)  # noqa: E731
-    job_log = _preempt_and_resume(tiny_shapes, tmp_path, scancel, "SIGTERM")
-    assert "Got SIGUSR1: stopping training at the end of its step" in job_log
+STEPS = 40
+
+
+def _preempt_each(jobs):
+    """Pre-empt each job of ``jobs`` (name: [job id, OUTPUT_DIR, stage]) its way after two
+    steps, release it when it is requeued, until every one has ended."""
+    deadline = time.monotonic() + 480
+    while any(stage != "done" for _, _, stage in jobs.values()):
+        assert time.monotonic() < deadline, {name: (job[2], _state(job[0])) for name, job in jobs.items()}
+        for name, job in jobs.items():
+            job_id, out, stage = job
+            if stage == "training" and (out / "metrics.json").is_file() and len(_steps(out)) >= 2:
+                subprocess.run([*PREEMPTIONS[name][0], job_id], check=True)
+                job[2] = "pre-empted"
+            elif stage == "pre-empted" and _state(job_id) == "PENDING":
+                # Slurm holds a requeued job back by itself (its begin time about two minutes
+                # ahead): start it as soon as it is pending again, as an operator may, so that
+                # the test measures largedet's resume, not Slurm's hold
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+                job[2] = "released"
+            elif stage == "released" and _state(job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "GONE"):
+                job[2] = "done"
+        time.sleep(0.5)
 
 
 def test_srun_mode_two_tasks_on_one_node(tiny_shapes, tmp_path):
