@@ -1,6 +1,7 @@
 """Checkpoints: written whole or not at all, resumed from the newest complete one, weights
 from ``.pkl`` files read without running code, a full disk one clear error
-(:mod:`.atomic`)."""
+(:mod:`.atomic`); the checks of the output folder and the weights before launch
+(:mod:`.checks`)."""
 
 from .atomic import (
     AtomicCheckpointer,

@@ -105,8 +105,8 @@ def run_float32(cls, n_steps, fused, opt=None, params=None, seed=7, start=0, **k
         gen = torch.Generator().manual_seed(seed * 1000 + t)  # step t's gradients, however run
         for group in opt.param_groups:
             group["lr"] = 0.02 * (1 + t % 5) / 5
-            if "clock" in group:
-                group["clock"] = 0.75 * t
+        if isinstance(opt, PMDLAMB):
+            opt.set_clock(0.75 * t)
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen).to(p.dtype) + 0.1 * p.detach()
         opt.step()
