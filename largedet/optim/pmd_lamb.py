@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._compiled import trust_clamp, update_tensors
+from ._compiled import CompiledState, trust_clamp, update_tensors
 from ._base import (
     LOW_PRECISION_DTYPES,
     LayerwiseOptimizer,
@@ -224,7 +224,7 @@ class PMDLAMB(LayerwiseOptimizer):
 
     def _update_paths(self) -> Dict[str, Callable[..., None]]:
         return {
-            "compiled": _pmd_lamb_compiled,
+            "compiled": functools.partial(_pmd_lamb_compiled, state=self.compiled_state),
             "per_tensor": _pmd_lamb_per_tensor,
             "multi_tensor": functools.partial(_pmd_lamb_foreach, scratch=self.scratch),
         }
@@ -286,6 +286,7 @@ def _pmd_lamb_compiled(
     max_trust_ratio: Optional[float],
     min_numel: int = 0,
     foreach: bool = True,
+    state: CompiledState,
 ) -> None:
     """Compiled path (:func:`largedet.optim._compiled.pmd_lamb_moments` and
     :func:`~largedet.optim._compiled.pmd_lamb_apply`, tensor by tensor) for the tensors of
@@ -297,7 +298,7 @@ def _pmd_lamb_compiled(
     columns = [list(column) for column in zip(*tensors)]
     weights = zip(inputs.avg_weights, inputs.sq_keeps, inputs.sq_weights)
     numbers = [[*w, lr, eps, weight_decay, clamp, float(adapt)] for w in weights]
-    eager = update_tensors("pmd_lamb", columns, numbers, min_numel)
+    eager = update_tensors("pmd_lamb", columns, numbers, min_numel, state)
     if eager:
         update = _pmd_lamb_foreach if foreach else _pmd_lamb_per_tensor
         update(_subset(inputs, eager), lr=lr, eps=eps, weight_decay=weight_decay, adapt=adapt,
