@@ -451,7 +451,7 @@ class Trainer(TrainerBase):
 
     def after_train(self):
         """Every hook's ``after_train`` in order, as Detectron2's, except that a pre-emption
-        during the final evaluation (:class:`Preempted`) or a full disk
+        during the final evaluation (:class:`~largedet.launch.preemption.Preempted`) or a full disk
         (:class:`~largedet.checkpoint.DiskFullError`) in one hook lets the later ones run
         (the last metrics, ``run_summary.json`` with how the run ended) before it is
         raised. After a run that stopped on an error, another hook's error is logged in one

@@ -1,6 +1,6 @@
 """The LR schedule: Detectron2's warm-up around a schedule shape, over the run plan's peak LR.
 
-The peak LR is the run plan's (:attr:`largedet.solver.plan.RunPlan.lr`: ``SOLVER.BASE_LR``,
+The peak LR is the run plan's (``lr`` of :class:`largedet.solver.plan.RunPlan`: ``SOLVER.BASE_LR``,
 or the linear scaling rule's with ``SOLVER.LSR.ENABLED``), computed once there. Who writes
 the LR, once each:
 
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 def with_scaled_lr(cfg: CfgNode, scaling: LRScaling) -> CfgNode:
     """A copy of ``cfg`` whose ``SOLVER.BASE_LR`` is the peak LR ``scaling`` (the run plan's
-    :attr:`~largedet.solver.plan.RunPlan.lr`).
+    ``lr`` of :class:`~largedet.solver.plan.RunPlan`).
 
     For the builders that read ``SOLVER.BASE_LR`` (``largedet.solver.build_optimizer``,
     Detectron2's LR schedules); the copy is handed to them and not kept. Returns ``cfg``

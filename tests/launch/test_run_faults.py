@@ -134,7 +134,7 @@ def test_a_full_disk_at_log_txt_is_one_line_and_exit_74(tiny_shapes, tmp_path, c
 
 def test_run_summary_on_a_full_disk_is_rewritten_in_place(tmp_path, monkeypatch):
     """Where no new file fits, the summary's own blocks take its final state."""
-    from largedet.engine import run_summary
+    from largedet.launch import run_summary
 
     path = tmp_path / "run_summary.json"
     run_summary._write_json(str(path), {"status": "running", "note": "x" * 100})
