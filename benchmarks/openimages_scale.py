@@ -161,11 +161,8 @@ def run_phase(phase: str, workdir: str) -> dict:
         load_openimages_ground_truth,
         register_openimages,
     )
-    from largedet.evaluation.oid_evaluation import (
-        OIDGroundTruth,
-        evaluate_detections,
-        read_detections_csv,
-    )
+    from largedet.evaluation.oid_evaluation import OIDGroundTruth, evaluate_detections
+    from largedet.evaluation.oid_files import read_detections_csv
 
     paths = {
         k: os.path.join(workdir, f)

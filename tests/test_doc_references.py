@@ -99,7 +99,7 @@ def test_every_docstring_reference_resolves():
 def test_the_check_finds_a_broken_reference():
     import largedet_study.grid as grid
 
-    assert _resolve("largedet.solver.lr_scheduler.LSR_RULES", grid)
+    assert _resolve("largedet.solver.plan.LSR_RULES", grid)
     assert _resolve("Cell.name", grid) and _resolve("plan_cell", grid)
     assert not _resolve("largedet.utils.study", grid)
     assert not _resolve("largedet.solver.LSR_RULE", grid)

@@ -26,7 +26,10 @@ PACKAGES = {
     "largedet.optim": "reference/optim",
     "largedet.solver": "reference/solver",
     "largedet.engine": "reference/engine",
-    "largedet.engine.launch": "reference/launch",
+    "largedet.launch.processes": "reference/launch",
+    "largedet.launch.job": "reference/launch",
+    "largedet.launch.preemption": "reference/launch",
+    "largedet.launch.run_summary": "reference/launch",
     "largedet.launch.slurm": "reference/launch",
     "largedet.data": "reference/data",
     "largedet.evaluation": "reference/evaluation",
@@ -166,7 +169,8 @@ def test_every_optimizer_and_hook_is_documented(site):
     optimizers = _public_classes("largedet.optim", torch.optim.Optimizer)
     assert {c.__name__ for c in optimizers} >= {"PMDLAMB", "LAMB", "LARS"}
     assert "largedet.optim.AGVM" in site[1]["reference/optim"].ids  # per-part LR, not an Optimizer
-    hooks = {**_public_classes("largedet.engine", HookBase), **_public_classes("largedet_video.engine", HookBase)}
+    hooks = {**_public_classes("largedet.engine", HookBase), **_public_classes("largedet.launch", HookBase),
+             **_public_classes("largedet_video.engine", HookBase)}  # fmt: skip
     assert len(hooks) >= 8
     missing = [min(names) for names in {**optimizers, **hooks}.values() if not names & ids]
     assert not missing, "not in the API reference: " + ", ".join(missing)

@@ -1,7 +1,7 @@
 """The import graph of ``largedet`` and ``largedet_video``, read from the sources (every
 import statement, those inside functions included): no module imports itself through
-others, no package of ``largedet`` imports one that imports it back, and ``launch`` depends
-on nothing of ``largedet.engine`` above it."""
+others, no package of ``largedet`` imports one that imports it back, and ``largedet.launch``
+depends on nothing of ``largedet.engine`` above it."""
 
 import ast
 import os
@@ -118,7 +118,7 @@ def _package_graph(graph: dict) -> dict:
 def test_the_graph_is_read():
     graph = _graph()
     # edges this test must see, or it would pass on an empty graph
-    assert "largedet.engine.launch" in graph["largedet.engine.trainer"]
+    assert "largedet.launch.processes" in graph["largedet.engine.trainer"]
     assert "largedet.config.validate" in graph["largedet.engine.defaults"]
     assert "largedet.solver.batch" in graph["largedet_video.multigrid.build"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -135,10 +135,33 @@ def test_no_package_of_largedet_imports_one_that_imports_it_back():
     assert cycle is None, " -> ".join(cycle)
 
 
-@pytest.mark.parametrize("module", ["largedet.engine.launch"])
-def test_launch_is_a_leaf_of_the_engine(module):
+def test_launch_is_a_leaf_below_the_engine():
     graph = _graph()
-    engine = {m for m in graph[module] if m.startswith("largedet.engine")}
-    assert engine <= {"largedet.engine.preemption", "largedet.engine.elastic"}, sorted(engine)
+    room = [m for m in graph if m.startswith("largedet.launch")]
+    assert "largedet.launch.processes" in room and "largedet.launch.run_summary" in room
+    # the engine uses the job's room; the job's room never uses the engine
+    for module in room:
+        assert not {m for m in graph[module] if m.startswith("largedet.engine")}, module
+    # what starting the processes needs of the room: how a run is stopped and lost
+    launch = {m for m in graph["largedet.launch.processes"] if m.startswith("largedet.launch")}
+    assert launch <= {"largedet.launch.preemption", "largedet.launch.elastic"}, sorted(launch)
     # what an elastic job's processes share with launch: torch only
-    assert not {m for m in graph["largedet.engine.elastic"] if m.startswith("largedet")}
+    assert not {m for m in graph["largedet.launch.elastic"] if m.startswith("largedet")}
+
+
+def test_config_is_the_bottom_floor():
+    """``largedet.config`` imports no other room of largedet: the keys, their rules and the
+    checks of the config alone; the checks that need the data, the solver or the checkpoints
+    live beside what they check."""
+    graph = _graph()
+    config = [m for m in graph if m == "largedet.config" or m.startswith("largedet.config.")]
+    assert "largedet.config.validate" in config and "largedet.config.lazy" in config
+    for module in config:
+        others = {m for m in graph[module] if m.startswith("largedet") and not m.startswith("largedet.config")}
+        assert not others, (module, sorted(others))
+
+
+def test_the_graph_sees_an_import_of_another_room():
+    # the check above would pass on a graph without edges
+    assert "largedet.solver.plan" in _graph()["largedet.solver.lr_scheduler"]
+    assert "largedet.config" in _graph()["largedet.solver.plan"]

@@ -20,7 +20,7 @@ How each cell is set (see :func:`plan_cell`):
   * iterations = epochs x training images / batch; warm-up in epochs of images (at least
     3 steps, at most half the run); LR x0.1 at 3/4 and 11/12 of the run;
   * peak LR = the optimizer's reference LR at batch 16 scaled by its rule
-    (:data:`largedet.solver.lr_scheduler.LSR_RULES`): linear for SGD, square root for the adaptive ones;
+    (:data:`largedet.solver.plan.LSR_RULES`): linear for SGD, square root for the adaptive ones;
   * PMD-LAMB's period T = a quarter of the run's iterations unless the cell sets it.
 """
 
@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from detectron2.config import CfgNode, get_cfg
 
 from largedet.config import add_largedet_config
+from largedet.solver.batch import per_device_batch
 from largedet.solver.plan import RunPlan, run_plan
 
 #: the checkout (benchmarks/largedet_study/ -> two levels up)
@@ -54,7 +55,6 @@ __all__ = [
     "final_ap",
     "cell_config",
     "cell_run_plan",
-    "per_device_batch",
     "plan_cell",
     "recipe_overrides",
 ]
@@ -584,12 +584,6 @@ def cell_run_plan(config: str, overrides: Sequence[str], world: int, dataset_siz
     """The trainer's run plan (:func:`largedet.solver.plan.run_plan`) of a cell's config on
     ``world`` processes: the cell's LR and batch arithmetic are the trainer's, not a copy."""
     return run_plan(cell_config(config, overrides, new_config), world, dataset_size)
-
-
-def per_device_batch(ims_per_device: int, batch: int, world: int) -> int:
-    """The images one device holds per pass in a study cell: the grid's, or fewer where the
-    global batch is smaller than that on every device (the trainer accumulates the rest)."""
-    return min(ims_per_device, batch // world)
 
 
 def recipe_overrides(recipe: OptimizerRecipe, batch: int, per_device: int, lr_factor: float,

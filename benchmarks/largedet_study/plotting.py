@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Dict, List, Optional, Sequence
 
-from largedet.engine.run_summary import read_run_summary
+from largedet.launch.run_summary import read_run_summary
 from .grid import cell_kind
 
 __all__ = [

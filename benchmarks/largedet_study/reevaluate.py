@@ -3,7 +3,7 @@ evaluated again on ``shapes_holdout_val`` (the split that chooses the recipe) an
 ``shapes_val`` (the reported one) with more images each. The first 150 images of each are
 the ones every cell was evaluated on when it finished: the generator draws image ``i``
 from the same seed whatever the count. The AP is read from the ``eval_results.json`` that
-``--eval-only`` writes (:func:`largedet.engine.run_summary.read_eval_results`).
+``--eval-only`` writes (:func:`largedet.launch.run_summary.read_eval_results`).
 
 With 150 images, differences of about one AP between cells are within a split's sampling
 noise. Nothing is trained here: one ``tools/train_net.py --eval-only`` per cell, on its
@@ -20,7 +20,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Sequence
 
-from largedet.engine.run_summary import EVAL_RESULTS_FILE, read_eval_results
+from largedet.launch.run_summary import EVAL_RESULTS_FILE, read_eval_results
 from .grid import HOLDOUT_SET
 
 REPORT_SET = "shapes_val"

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from largedet.engine.run_summary import read_run_summary
+from largedet.launch.run_summary import read_run_summary
 from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, cell_config, final_ap, plan_cell
 from .reevaluate import read_csv_rows, reevaluate_cells, todo_cells
 

@@ -183,7 +183,19 @@ def declared_keys(add_config: Callable, base: Callable) -> List[KeyDoc]:
     before = _flatten(base())
     after = _flatten(add_config(base()))
     changed = {k for k, v in after.items() if k not in before or before[k] != v}
-    statements = _statements(module)
+    # the module's own statements, then those of the add_*_config functions of its package
+    # that it calls (largedet.config.agvm_keys for largedet.config.defaults)
+    package = module.__name__.rpartition(".")[0]
+    parts = [module] + [
+        sys.modules[f.__module__] for f in vars(module).values()
+        if inspect.isfunction(f) and f.__name__.startswith("add_") and f.__name__.endswith("_config")
+        and f.__module__ != module.__name__ and f.__module__.rpartition(".")[0] == package
+    ]  # fmt: skip
+    statements = {}
+    for order, part in enumerate(parts):
+        path = os.path.relpath(inspect.getsourcefile(part), ROOT)
+        for key, (line, comment) in _statements(part).items():
+            statements.setdefault(key, (line, comment, path, order))
     missing = sorted(changed - set(statements))
     uncommented = sorted(k for k in changed & set(statements) if not statements[k][1])
     if missing or uncommented:
@@ -191,9 +203,8 @@ def declared_keys(add_config: Callable, base: Callable) -> List[KeyDoc]:
     lazy = {key: name for name, key in registry.train_keys.items()}
     if registry is LARGEDET_KEYS:
         lazy.update({key: name for key, _, name in DETECTRON2_KEYS if name})
-    path = os.path.relpath(inspect.getsourcefile(module), ROOT)
     docs = []
-    for key, (line, comment) in sorted(statements.items(), key=lambda kv: kv[1][0]):
+    for key, (line, comment, path, _) in sorted(statements.items(), key=lambda kv: (kv[1][3], kv[1][0])):
         if key not in after:  # a CfgNode
             continue
         rule = registry.rules.get(key)

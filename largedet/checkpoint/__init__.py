@@ -1,6 +1,7 @@
 """Checkpoints: written whole or not at all, resumed from the newest complete one, weights
 from ``.pkl`` and ``.pth`` files checked without running code, weights at a URL that cannot
-be fetched and a full disk each one clear error (:mod:`.atomic`)."""
+be fetched and a full disk each one clear error (:mod:`.atomic`); the checks of the output
+folder and the weights before launch (:mod:`.checks`)."""
 
 from .atomic import (
     AtomicCheckpointer,

@@ -10,10 +10,8 @@ steps, scaled LR) are never stored here; they are computed and logged at start.
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
-from ..optim import COMPILED_STEP_MODES, MOMENT_DECAYS
-from ..solver.lr_scheduler import LSR_RULES
+from .agvm_keys import add_agvm_config
 from .keys import (
-    clamp,
     declare,
     fraction,
     int_at_least,
@@ -25,13 +23,20 @@ from .keys import (
     positive,
     positive_or_none,
     spike_factor,
-    when_agvm,
     when_ema,
     when_lsr,
     when_wsd,
 )
 
-__all__ = ["AMP_PRECISIONS", "BUFFER_MODES", "EMA_EVAL_MODES", "add_largedet_config"]
+__all__ = [
+    "AMP_PRECISIONS",
+    "BUFFER_MODES",
+    "COMPILED_STEP_MODES",
+    "EMA_EVAL_MODES",
+    "LSR_RULES",
+    "MOMENT_DECAYS",
+    "add_largedet_config",
+]
 
 #: MODEL_EMA.BUFFERS: what the average does with floating-point buffers
 BUFFER_MODES = ("average", "copy")
@@ -39,6 +44,12 @@ BUFFER_MODES = ("average", "copy")
 EMA_EVAL_MODES = ("ema", "model", "both")
 #: SOLVER.AMP.PRECISION: the autocast dtypes
 AMP_PRECISIONS = ("bfloat16", "float16")
+#: SOLVER.LSR.RULE: the scaling rules (each formula: :data:`largedet.solver.plan.LSR_RULES`)
+LSR_RULES = ("linear", "sqrt")
+#: SOLVER.PMD.DECAY: the decay shapes inside a period (:data:`largedet.optim.MOMENT_DECAYS`)
+MOMENT_DECAYS = ("cosine", "linear", "none")
+#: SOLVER.COMPILED_STEP: when the compiled step runs (:data:`largedet.optim.COMPILED_STEP_MODES`)
+COMPILED_STEP_MODES = ("auto", "always", "never")
 
 
 def add_largedet_config(cfg: CN) -> CN:
@@ -46,7 +57,7 @@ def add_largedet_config(cfg: CN) -> CN:
     _add_data_config(cfg)
     _add_solver_config(cfg)
     _add_large_batch_config(cfg)
-    _add_agvm_config(cfg)
+    add_agvm_config(cfg)
     _add_ema_config(cfg)
     _add_openimages_config(cfg)
     _add_logging_config(cfg)
@@ -331,108 +342,6 @@ def _add_large_batch_config(cfg: CN) -> None:
     # Sync-BN needs no key: a norm "SyncBN" (MODEL.RESNETS.NORM, MODEL.FPN.NORM, ...)
     # runs as torch's nn.SyncBatchNorm on GPUs and as Detectron2's NaiveSyncBatchNorm
     # on the CPU (largedet.layers); statistics are over one micro-batch on all devices.
-
-
-def _add_agvm_config(cfg: CN) -> None:
-    # --- AGVM: per-part LR from gradient variance (largedet.optim.agvm) ----------
-    cfg.SOLVER.AGVM = CN()
-    # Adaptive gradient variance modulation (Xue et al., NeurIPS 2022), for any
-    # SOLVER.OPTIMIZER. Every PERIOD optimizer steps from START_ITER, each model part
-    # (GROUPS) compares two independent estimates g_A, g_B of the step's gradient:
-    # phi = 1 - cos(g_A, g_B) (on g / (sqrt(v_hat) + eps) for Adam-type optimizers);
-    # mu = sqrt(clamp(phi_REFERENCE / phi, CLAMP)), averaged over estimates with
-    # MOMENTUM, multiplies the part's LR at every step (the LR schedule stays the one
-    # owner of the base LR: mu is applied around optimizer.step() only). The two
-    # estimates are the first and second halves of the K = IMS_PER_BATCH / (world size x
-    # IMS_PER_DEVICE) accumulated micro-batches (all-reduced under DDP), or, with K = 1
-    # under DDP, the first and second halves of the processes. One process with K = 1
-    # has no two estimates: an error. Logged per part: agvm/phi/<part>, agvm/mu/<part>.
-    # true or false.
-    declare(cfg, "SOLVER.AGVM.ENABLED", False, lazy="agvm.enabled")
-    # Model parts, as (part name, module-name prefix) pairs. A trainable parameter
-    # belongs to the part of the longest prefix its name (as in model.named_parameters(),
-    # without DDP's "module.") starts with; a parameter that matches none is an error.
-    # A part may be named by several pairs. Each part gets its own optimizer param groups
-    # (with the usual weight-decay / trust-ratio splits inside it), carrying the part's
-    # name. The defaults fit Detectron2's GeneralizedRCNN: backbone (ResNet), fpn (the
-    # rest of the backbone), rpn, box_head (box head and predictor), mask_head. For the
-    # video project's classifier: (("backbone", "backbone"), ("head", "head")).
-    declare(
-        cfg,
-        "SOLVER.AGVM.GROUPS",
-        [
-            ["backbone", "backbone.bottom_up"],
-            ["fpn", "backbone"],
-            ["rpn", "proposal_generator"],
-            ["box_head", "roi_heads.box_"],
-            ["mask_head", "roi_heads.mask_"],
-        ],
-        lazy="agvm.groups",
-    )
-    # The part the others are aligned with; its mu stays 1. A name in GROUPS.
-    declare(cfg, "SOLVER.AGVM.REFERENCE", "backbone", lazy="agvm.reference")
-    # Optimizer steps between two variance estimates (tau in the paper); an integer >= 1.
-    declare(
-        cfg,
-        "SOLVER.AGVM.PERIOD",
-        10,
-        ("an integer >= 1", int_at_least(1)),
-        when=when_agvm,
-        lazy="agvm.period",
-    )
-    # First optimizer step (0-based iteration) that estimates; mu is 1 before it.
-    # -1 means SOLVER.WARMUP_ITERS: AGVM starts when the warmup ends.
-    declare(
-        cfg,
-        "SOLVER.AGVM.START_ITER",
-        -1,
-        ("an integer >= 0, or -1", int_at_least(-1)),
-        when=when_agvm,
-        lazy="agvm.start_iter",
-    )
-    # (lo, hi) bounds of phi_REFERENCE / phi before the square root, so mu_hat lies in
-    # [sqrt(lo), sqrt(hi)]; 0 < lo <= 1 <= hi.
-    declare(
-        cfg,
-        "SOLVER.AGVM.CLAMP",
-        (0.5, 10.0),
-        ("(lo, hi) with 0 < lo <= 1 <= hi", clamp),
-        when=when_agvm,
-        lazy="agvm.clamp",
-    )
-    # Momentum m of the moving average mu <- m mu + (1 - m) mu_hat, updated once per
-    # estimate (every PERIOD steps); in [0, 1). mu starts at 1.
-    declare(
-        cfg,
-        "SOLVER.AGVM.MOMENTUM",
-        0.97,
-        ("a number in [0, 1)", fraction),
-        when=when_agvm,
-        lazy="agvm.momentum",
-    )
-    # Gradient-norm clipping around the end of warmup, where the LR peaks and mu starts
-    # to move: the total L2 norm of all gradients (after averaging over micro-batches
-    # and devices) is clipped to CLIP_MAX_NORM at the iterations in
-    # [SOLVER.WARMUP_ITERS - CLIP_ITERS[0], SOLVER.WARMUP_ITERS + CLIP_ITERS[1]).
-    # A float >= 0; 0 turns it off. Only when AGVM is enabled.
-    declare(
-        cfg,
-        "SOLVER.AGVM.CLIP_MAX_NORM",
-        0.0,
-        ("a number >= 0 (0: off)", non_negative),
-        when=when_agvm,
-        lazy="agvm.clip_max_norm",
-    )
-    # (before, after): optimizer steps before and after the end of warmup that clip;
-    # integers >= 0.
-    declare(
-        cfg,
-        "SOLVER.AGVM.CLIP_ITERS",
-        (50, 50),
-        ("two integers >= 0", pair_of(int_at_least(0))),
-        when=when_agvm,
-        lazy="agvm.clip_iters",
-    )
 
 
 def _add_ema_config(cfg: CN) -> None:

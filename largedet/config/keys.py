@@ -17,11 +17,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from detectron2.config import CfgNode
 
-from ..solver.lr_scheduler import LR_SCHEDULES
-
 __all__ = [
     "DETECTRON2_KEYS",
     "LARGEDET_KEYS",
+    "LR_SCHEDULES",
     "KeyRegistry",
     "Rule",
     "declare",
@@ -30,6 +29,11 @@ __all__ = [
     "int_at_least",
     "one_of",
 ]
+
+
+#: SOLVER.LR_SCHEDULER_NAME: Detectron2's three schedules and warm-up-stable-decay (each
+#: built by :func:`largedet.solver.lr_scheduler.lr_multiplier`)
+LR_SCHEDULES = ("WarmupMultiStepLR", "WarmupCosineLR", "WarmupStepWithFixedGammaLR", "WarmupStableDecayLR")
 
 
 def _is_int(value) -> bool:

@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping
 from typing import Any, Dict, Tuple
 
-import torch
 from detectron2.config import CfgNode, LazyConfig, get_cfg, instantiate
 from detectron2.data import (
     DatasetCatalog,
@@ -34,7 +33,6 @@ from detectron2.utils.logger import setup_logger
 from detectron2.utils.registry import locate
 from omegaconf import DictConfig, OmegaConf
 
-from .. import optim
 
 from .defaults import add_largedet_config
 from .errors import ConfigError
@@ -230,16 +228,18 @@ def _optimizer_name(cfg: DictConfig) -> str:
     """``SOLVER.OPTIMIZER`` of ``optimizer``: the registered name of its class
     (``PMDLAMB`` -> ``"PMD_LAMB"``), else the class name."""
     target = call_target(cfg.optimizer)
-    for name, optimizer_class in _registered_optimizers().items():
-        if target is optimizer_class:
-            return name
-    return _target_name(cfg.optimizer)
+    path = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
+    return _REGISTERED_OPTIMIZERS.get(path) or _target_name(cfg.optimizer)
 
 
-def _registered_optimizers() -> Dict[str, type]:
-    # the SOLVER.OPTIMIZER builders' classes (largedet.solver.build)
-    return {"SGD": torch.optim.SGD, "AdamW": torch.optim.AdamW, "LAMB": optim.LAMB,
-            "PMD_LAMB": optim.PMDLAMB, "LARS": optim.LARS}  # fmt: skip
+#: the classes of SOLVER.OPTIMIZER's built-in builders (largedet.solver.build), by import path
+_REGISTERED_OPTIMIZERS = {
+    "torch.optim.sgd.SGD": "SGD",
+    "torch.optim.adamw.AdamW": "AdamW",
+    "largedet.optim.pmd_lamb.LAMB": "LAMB",
+    "largedet.optim.pmd_lamb.PMDLAMB": "PMD_LAMB",
+    "largedet.optim.lars.LARS": "LARS",
+}
 
 
 def _dataset_names(dataset: DictConfig, key: str) -> Tuple[str, ...]:

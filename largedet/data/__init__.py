@@ -1,6 +1,8 @@
 """Datasets: the built-in shapes set; the user's own COCO files (``DATASETS.COCO_JSONS``,
 :mod:`.coco_json`); OpenImages from the official files; the resumable training loader and
-its sampler, and the test loader that skips unreadable images (:mod:`.build`).
+its sampler (:mod:`.build`) and its worker processes (:mod:`.workers`); the data position
+a checkpoint holds (:mod:`.position`); the test loader that skips unreadable images
+(:mod:`.test_loader`); the checks of a run's datasets before launch (:mod:`.checks`).
 
 Importing this package registers the OpenImages V6 splits (under
 :func:`~largedet.data.openimages.default_openimages_root`) in Detectron2's catalogs,

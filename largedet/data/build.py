@@ -31,14 +31,9 @@ group takes its place (the stream position stays the same) and it is counted in
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
-import multiprocessing
-import multiprocessing.util
-import os
 import random
-import signal
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -47,21 +42,18 @@ from detectron2.config import CfgNode
 from detectron2.data import (
     DatasetFromList,
     DatasetMapper,
-    build_detection_test_loader,
     build_detection_train_loader,
     get_detection_dataset_dicts,
 )
-from detectron2.data.build import (
-    filter_images_with_only_crowd_annotations,
-    trivial_batch_collator,
-    worker_init_reset_seed,
-)
+from detectron2.data.build import filter_images_with_only_crowd_annotations, trivial_batch_collator
 from detectron2.data.samplers import TrainingSampler
 from detectron2.utils import comm
-from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .coco_json import drop_unusable_boxes
-from .unreadable import MAX_CONSECUTIVE_SKIPS, SkipUnreadable
+from .unreadable import SkipUnreadable, max_consecutive_skips
+from .test_loader import SkippingTestLoader, build_test_loader
+from .workers import JOB_SIGNALS, end_loader_workers_at_exit, ignore_job_signals, loader_worker_init, worker_init_fn
 
 __all__ = [
     "DetectionTrainLoader",
@@ -74,6 +66,7 @@ __all__ = [
     "build_train_loader",
     "end_loader_workers_at_exit",
     "group_by_aspect_ratio",
+    "JOB_SIGNALS",
     "ignore_job_signals",
     "image_seed",
     "loader_worker_init",
@@ -82,65 +75,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Entry = Tuple[int, int]  # (position in the global stream, dataset index)
-
-#: what loader workers always ignore: what a cluster (SIGTERM) and Ctrl-C (SIGINT) send to
-#: every process of the job, the workers included
-JOB_SIGNALS = ("SIGTERM", "SIGINT")
-
-
-def ignore_job_signals(names: Sequence[str] = ()) -> None:
-    """Ignore :data:`JOB_SIGNALS` and the signals ``names`` (``PREEMPTION.SIGNALS``) in this
-    process: a loader worker that a signal to the whole process group killed would end the
-    run with PyTorch's ``DataLoader worker ... is killed by signal`` before the main process
-    writes its pre-emption checkpoint. A worker still ends with the main process (PyTorch
-    stops its workers, and a worker whose parent died exits)."""
-    for name in dict.fromkeys((*JOB_SIGNALS, *names)):
-        signal.signal(signal.Signals[name], signal.SIG_IGN)
-
-
-def loader_worker_init(worker_id: int, signals: Sequence[str] = ()) -> None:
-    """Every largedet loader's ``worker_init_fn``: :func:`ignore_job_signals` (``signals``:
-    ``PREEMPTION.SIGNALS``), then Detectron2's ``worker_init_reset_seed``."""
-    ignore_job_signals(signals)
-    worker_init_reset_seed(worker_id)
-
-
-def _worker_init_fn(cfg: CfgNode) -> Callable[[int], None]:
-    if cfg.DATALOADER.NUM_WORKERS > 0:
-        end_loader_workers_at_exit()
-    return functools.partial(loader_worker_init, signals=tuple(cfg.PREEMPTION.SIGNALS))
-
-
-@functools.lru_cache(maxsize=None)
-def end_loader_workers_at_exit() -> None:
-    """Once per process: as it exits, kill the loader workers still alive, before
-    ``multiprocessing`` sends its daemonic children SIGTERM and waits for them.
-
-    A loader whose iterator outlives training (kept by the traceback of a pre-emption or
-    an error) has not stopped its workers; they ignore SIGTERM (:func:`ignore_job_signals`),
-    so that wait would never end. Registered as a ``multiprocessing`` finalizer of
-    priority 0, which runs before that wait both at interpreter exit and at the end of a
-    process started by ``multiprocessing`` (Detectron2's ``launch``)."""
-    multiprocessing.util.Finalize(None, _kill_loader_workers, exitpriority=0)
-
-
-def _kill_loader_workers() -> None:
-    for child in multiprocessing.active_children():
-        if child.daemon and _is_loader_worker(child.pid):
-            child.kill()
-            child.join()
-
-
-def _is_loader_worker(pid: int) -> bool:
-    """Whether process ``pid`` is a PyTorch loader worker (which names itself
-    ``pt_data_worker``); where ``/proc`` is absent, every daemonic child is taken for one
-    (``multiprocessing`` would end it at exit anyway)."""
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip() == "pt_data_worker"
-    except FileNotFoundError:
-        return not os.path.isdir("/proc")
-
 
 class ResumableTrainingSampler(TrainingSampler):
     """Detectron2's ``TrainingSampler``, started ``position`` entries into the global stream.
@@ -442,10 +376,6 @@ class DetectionTrainLoader(ResumableLoader):
             yield batch
 
 
-def _max_consecutive_skips(cfg: CfgNode) -> int:
-    return cfg.DATALOADER.get("MAX_CONSECUTIVE_SKIPS", MAX_CONSECUTIVE_SKIPS)
-
-
 def _training_dicts(cfg: CfgNode):
     """The dataset dicts of ``DATASETS.TRAIN`` as Detectron2's loader reads them, less the
     boxes of negative width or height or of zero area
@@ -489,7 +419,7 @@ def build_train_loader(
     """
     mapper = SkipUnreadable(
         DatasetMapper(cfg, is_train=True) if mapper is None else mapper,
-        _max_consecutive_skips(cfg),
+        max_consecutive_skips(cfg),
     )
     dataset = _training_dicts(cfg)
     if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":
@@ -527,75 +457,6 @@ def build_train_loader(
         batch_size=None,  # TrainBatches yields whole batches
         num_workers=cfg.DATALOADER.NUM_WORKERS,
         collate_fn=trivial_batch_collator,
-        worker_init_fn=_worker_init_fn(cfg),
+        worker_init_fn=worker_init_fn(cfg),
     )
     return DetectionTrainLoader(loader, sampler)
-
-
-class _Mapped(Dataset):
-    """``mapper(dataset[i])``, without Detectron2's ``MapDataset`` retrying a ``None`` on
-    another index."""
-
-    def __init__(self, dataset: Sequence, mapper: Callable):
-        self.dataset = dataset
-        self.mapper = mapper
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int):
-        return self.mapper(self.dataset[index])
-
-
-class SkippingTestLoader:
-    """The batches of a test loader whose unreadable images map to ``None``, with those
-    left out (a batch left empty is not yielded). :attr:`num_skipped`: the images left
-    out in the current or last pass, on this rank; logged at the end of a pass."""
-
-    def __init__(self, loader: DataLoader, dataset_name: str):
-        self.loader = loader
-        self.dataset_name = dataset_name
-        self.num_skipped = 0
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self) -> Iterator[List[Dict[str, Any]]]:
-        self.num_skipped = 0
-        for batch in self.loader:
-            kept = [x for x in batch if x is not None]
-            self.num_skipped += len(batch) - len(kept)
-            if kept:
-                yield kept
-        if self.num_skipped:
-            logger.warning(
-                "%s: %d unreadable images left out of the evaluation on this rank",
-                self.dataset_name,
-                self.num_skipped,
-            )
-
-
-def build_test_loader(cfg: CfgNode, dataset_name: str, mapper: Optional[Callable] = None):
-    """Detectron2's test loader of ``dataset_name`` (one image per batch, split over the
-    ranks by ``InferenceSampler``), as a :class:`SkippingTestLoader`: unreadable images are
-    logged and left out. ``mapper`` defaults to ``DatasetMapper(cfg, is_train=False)``."""
-    proposal_files = None
-    if cfg.MODEL.LOAD_PROPOSALS:
-        index = list(cfg.DATASETS.TEST).index(dataset_name)
-        proposal_files = [cfg.DATASETS.PROPOSAL_FILES_TEST[index]]
-    dataset = get_detection_dataset_dicts(
-        [dataset_name], filter_empty=False, proposal_files=proposal_files
-    )
-    mapper = SkipUnreadable(
-        DatasetMapper(cfg, is_train=False) if mapper is None else mapper,
-        _max_consecutive_skips(cfg),
-    )
-    if isinstance(dataset, list):
-        dataset = DatasetFromList(dataset, copy=False)
-    loader = build_detection_test_loader(
-        _Mapped(dataset, mapper),
-        mapper=None,
-        num_workers=cfg.DATALOADER.NUM_WORKERS,
-    )
-    loader.worker_init_fn = _worker_init_fn(cfg)  # Detectron2's builder takes none
-    return SkippingTestLoader(loader, dataset_name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Optional
 
-__all__ = ["MAX_CONSECUTIVE_SKIPS", "UNREADABLE_ERRORS", "SkipUnreadable"]
+__all__ = ["MAX_CONSECUTIVE_SKIPS", "UNREADABLE_ERRORS", "SkipUnreadable", "max_consecutive_skips"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,3 +79,9 @@ class SkipUnreadable:
             return None
         self._consecutive = 0
         return mapped
+
+
+def max_consecutive_skips(cfg) -> int:
+    """``DATALOADER.MAX_CONSECUTIVE_SKIPS`` of ``cfg`` (a config without it: the default
+    :data:`MAX_CONSECUTIVE_SKIPS`)."""
+    return cfg.DATALOADER.get("MAX_CONSECUTIVE_SKIPS", MAX_CONSECUTIVE_SKIPS)

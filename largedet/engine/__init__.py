@@ -1,15 +1,20 @@
-"""Training: the trainer (gradient accumulation, DDP no_sync, AMP), its loop and hooks
-(divergence guard, model EMA, pre-emption, run summary), the command line and set-up
-shared by the scripts, inference on single images (:class:`Predictor`), and process
-launch (Detectron2's ``launch``, ``torchrun``, Slurm).
+"""Training: the trainer as wiring (:class:`Trainer`, which builds and connects, as
+Detectron2's ``DefaultTrainer``), the loop of one optimizer step (gradient accumulation,
+DDP no_sync, AMP: :mod:`.train_loop`), the hooks (divergence guard and its rollback,
+per-step seeding, model EMA), the writers, the command line and set-up shared by the
+scripts (:mod:`.defaults`), LazyConfig training (:mod:`.lazy`) and inference on single
+images (:class:`Predictor`).
 
-Checkpoints are :mod:`largedet.checkpoint`, the training and test loaders
-:mod:`largedet.data`, the batch arithmetic :mod:`largedet.solver.batch`, the config's keys,
-checks and LazyConfig mapping :mod:`largedet.config`."""
+What the trainer connects lives elsewhere: every derived number in the run plan
+(:mod:`largedet.solver.plan`, nothing here recomputes it), the optimizers and LR schedule
+(:mod:`largedet.solver`), the data stream and its position (:mod:`largedet.data`),
+checkpoints (:mod:`largedet.checkpoint`), and the job around the run: processes,
+pre-emption, the output folder's lock and the run summary (:mod:`largedet.launch`,
+whose ``launch`` and ``check_and_launch`` are re-exported here)."""
 
 from .. import modeling  # noqa: F401  (registers largedet's backbones)
+from ..launch.job import check_and_launch
 from .defaults import (
-    check_and_launch,
     check_args,
     check_engine_keys,
     largedet_argument_parser,
@@ -19,10 +24,10 @@ from .defaults import (
 )
 from .ema import EMAHook, ModelEMA
 from .hooks import DivergenceGuard, ReseedEveryIter, step_seed
-from .launch import launch, launched_by_torchrun, planned_world_size, shut_down_distributed
+from ..launch.processes import launch, launched_by_torchrun, planned_world_size, shut_down_distributed
 from .predictor import Predictor
 from .train_loop import AccumulationTrainer
-from .trainer import Trainer, describe_run
+from .trainer import Trainer
 
 __all__ = [
     "AccumulationTrainer",
@@ -35,7 +40,6 @@ __all__ = [
     "check_and_launch",
     "check_args",
     "check_engine_keys",
-    "describe_run",
     "largedet_argument_parser",
     "launch",
     "launched_by_torchrun",

@@ -4,15 +4,10 @@ every process builds, the check before launch, and what ``main`` does with the c
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 import math
-import os
-import sys
-import time
-from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
+from collections.abc import Iterable
 from typing import Optional
 
 from detectron2.config import CfgNode, get_cfg
@@ -22,7 +17,9 @@ from detectron2.utils.logger import setup_logger
 
 from ..checkpoint import AtomicCheckpointer
 from ..config import DeviceUnavailableError, add_largedet_config, resolve_device
-from ..config.validate import ConfigError, check_config, check_files, merge_checked
+from ..checkpoint.checks import check_output_and_weights
+from ..config.keys import Rule, when_agvm
+from ..config.validate import ConfigError, check_training_values, check_values, lookup_key, merge_checked
 from ..data import (
     CocoJsonError,
     coco_jsons_from_config,
@@ -32,20 +29,13 @@ from ..data import (
     shapes_spec_from_config,
 )
 from ..model_zoo import resolve_config_file
-from ..solver.batch import BatchPlan
-from .elastic import record_torchrun_job, torchrun_job_id, torchrun_resume_reason
+from ..data.checks import check_datasets, check_image_files, check_num_classes, num_classes_key
+from ..solver import check_optimizer_name
+from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
 from .ema import ModelEMA, evaluate_with_ema
-from .preemption import parse_signals
-from .run_summary import write_eval_results
-from .launch import (
-    launch,
-    launched_by_torchrun,
-    launched_per_process,
-    planned_world_size,
-    process_flags_given,
-    slurm_task_environment,
-)
-from .run_lock import OutputDirInUseError, OutputDirLock, claim_for_fresh_run
+from ..launch.preemption import parse_signals
+from ..launch.run_summary import write_eval_results
+from ..launch.processes import planned_world_size
 from .writers import raise_if_a_log_found_no_space, set_up_log_files, stop_log_files_on_full_disk
 
 logger = logging.getLogger(__name__)
@@ -135,9 +125,9 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     """``tools/train_net.py``'s check before ``launch``: merge ``--config-file`` and the
     overrides (:func:`~largedet.config.validate.merge_checked`), build the config every
     worker will (:func:`setup_cfg`) and check it
-    (:func:`~largedet.config.validate.check_config`) for the job's processes (torchrun's
+    (:func:`check_config`) for the job's processes (torchrun's
     ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``:
-    :func:`~largedet.engine.launch.planned_world_size`), or for ``--eval-only``, with
+    :func:`~largedet.launch.processes.planned_world_size`), or for ``--eval-only``, with
     ``MODEL.DEVICE`` resolved on this machine, or as ``cpu`` where ``args.check_device`` is
     False (the job runs on other machines: ``tools/submit.py``); the files the run reads are
     not checked where ``args.check_data`` is False (``tools/submit.py --no-data-check``: this
@@ -158,6 +148,45 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
         check_files(cfg, training=not args.eval_only, resume=getattr(args, "resume", False))
     check_engine_keys(cfg)
     return plan
+
+
+def check_config(
+    cfg: CfgNode, world_size: int | None, extra_rules: Iterable[Rule] = ()
+) -> BatchPlan | None:
+    """Check a merged config, with its datasets registered, for training on ``world_size``
+    processes, or for evaluation only when ``world_size`` is None (then only the
+    ``DATASETS.TEST`` datasets are checked): its values
+    (:func:`~largedet.config.validate.check_training_values`, ``extra_rules`` a project's own
+    keys' rules), the optimizer's name (:func:`~largedet.solver.check_optimizer_name`), the
+    datasets and the classes (:mod:`largedet.data.checks`), the batch arithmetic and AGVM's
+    two estimates (:mod:`largedet.solver.batch`). Returns the training run's
+    :class:`BatchPlan`; raises :class:`ConfigError`."""
+    if world_size is None:
+        check_values(cfg, extra_rules)
+        check_datasets(cfg, ("DATASETS.TEST",))
+        return None
+    check_optimizer_name(cfg)
+    check_training_values(cfg, extra_rules)
+    check_datasets(cfg, ("DATASETS.TRAIN", "DATASETS.TEST"), required=("DATASETS.TRAIN",))
+    key = num_classes_key(cfg)
+    if key is not None:
+        check_num_classes(cfg.DATASETS.TRAIN, key, lookup_key(cfg, key)[1])
+    try:
+        plan = batch_plan(cfg, world_size)
+        if when_agvm(cfg):
+            check_agvm_estimates(plan.accumulation, world_size)
+    except ValueError as e:  # their messages start with the key
+        raise ConfigError(str(e)) from None
+    return plan
+
+
+def check_files(cfg: CfgNode, training: bool, resume: bool = False) -> None:
+    """What a run writes and reads before it starts: the output folder and the weights
+    (:func:`~largedet.checkpoint.checks.check_output_and_weights`) and a sample of the images
+    of each COCO json it trains (for training) and tests on
+    (:func:`~largedet.data.checks.check_image_files`). Raises :class:`ConfigError`."""
+    check_output_and_weights(cfg, training, resume)
+    check_image_files(cfg, ("DATASETS.TRAIN", "DATASETS.TEST") if training else ("DATASETS.TEST",))
 
 
 def config_output_dir(args: argparse.Namespace) -> str:
@@ -185,109 +214,6 @@ def check_engine_keys(cfg: CfgNode) -> None:
         raise ConfigError(str(e)) from None
 
 
-#: seconds a process other than the job's first waits, after its check before launch failed,
-#: for the first one to print the error and exit (the launcher then stops the others)
-OTHER_PROCESSES_WAIT_S = 60.0
-
-
-def check_and_launch(
-    main_func: Callable[[argparse.Namespace], object],
-    args: argparse.Namespace,
-    check: Callable[[argparse.Namespace], object],
-    errors: tuple[type[Exception], ...] | None = None,
-    output_dir: Callable[[argparse.Namespace], str] | None = None,
-    timeout_s: Callable[[argparse.Namespace], float] | None = None,
-) -> None:
-    """``check(args)``, then :func:`launch`. An error of ``errors`` (default
-    :class:`largedet.config.validate.ConfigError`) from ``check`` is one line on stderr
-    (``error: ...``) and exit status 2, before any process group or training starts; under
-    torchrun every process exits so and the first one alone prints the line. Under
-    torchrun, process flags given on the command line (``--num-gpus``, ``--num-machines``,
-    ``--machine-rank``, ``--dist-url``, set to other than their defaults, abbreviations
-    included) are named as ignored, once. With ``output_dir`` (the run's ``OUTPUT_DIR`` of
-    ``args``), the first process of the job owns that folder for the run
-    (:class:`~largedet.engine.run_lock.OutputDirLock`): a folder that a live run owns is
-    the same one line and exit status 2, and so is a fresh training run (no ``--resume``)
-    on a folder that holds a previous run's checkpoints or metrics, unless ``--overwrite``
-    moves them aside (:func:`~largedet.engine.run_lock.claim_for_fresh_run`). Nothing has
-    built a model yet.
-
-    ``timeout_s`` (the run's ``DISTRIBUTED.TIMEOUT_S`` of ``args``; default: the key's
-    default) is the process group's timeout. Under torchrun, a worker of a restarted job
-    continues the run of ``OUTPUT_DIR`` as with ``--resume``
-    (:func:`~largedet.engine.elastic.torchrun_resume_reason`: a restart after a failure, or
-    the folder's run being this job's, as after a restart that admits a machine): the
-    first process decides, names why in one line, and every process follows it; a lock
-    still held by the job's last round is waited for up to twice the timeout."""
-    if getattr(args, "launcher", None) == "slurm":  # one Slurm task: env:// from Slurm's variables
-        os.environ.update(slurm_task_environment(os.environ))
-    first = not launched_per_process(args) or os.environ.get("RANK", "0") == "0"
-    if launched_by_torchrun() and first:
-        given = process_flags_given(args)
-        if given:
-            print(
-                f"warning: {', '.join(given)} ignored under torchrun: the job has its "
-                f"{os.environ['WORLD_SIZE']} processes ({os.environ['LOCAL_WORLD_SIZE']} on "
-                "this machine, torchrun's --nproc_per_node and --nnodes)",
-                file=sys.stderr,
-            )
-        if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0 and torchrun_job_id() is None:
-            print(
-                "warning: torchrun job without --rdzv-id: a restart that admits a machine starts "
-                "the run afresh; give each job its own --rdzv-id",
-                file=sys.stderr,
-            )
-    lock = None
-    timeout = None
-    try:
-        check(args)
-        timeout = timeout_s(args) if timeout_s is not None else _default_timeout_s()
-        if output_dir is not None and first and (launched_per_process(args) or args.machine_rank == 0):
-            directory = output_dir(args)
-            lock = OutputDirLock(directory).acquire(same_job_wait_s=2 * timeout)
-            reason = torchrun_resume_reason(directory) if launched_by_torchrun() else None
-            if reason and not (args.eval_only or args.resume):
-                args.resume = True
-                print(f"{reason}: resuming from the newest complete checkpoint of {directory}",
-                      file=sys.stderr)  # fmt: skip
-            if launched_by_torchrun() and not args.eval_only:
-                record_torchrun_job(directory)
-            if not (args.eval_only or args.resume):  # a fresh run never writes over another's
-                aside = claim_for_fresh_run(directory, getattr(args, "overwrite", False))
-                if aside:
-                    print(f"--overwrite: the previous run's files of {directory} moved to {aside}",
-                          file=sys.stderr)  # fmt: skip
-    except (OutputDirInUseError, *(errors or (ConfigError,))) as e:
-        if first:
-            print(f"error: {e}", file=sys.stderr)
-        else:
-            # torchrun (and srun) stop every process as soon as one exits: the first
-            # process, still checking, would be stopped before its line. It exits 2 once it
-            # has printed, and the launcher stops this one then.
-            time.sleep(OTHER_PROCESSES_WAIT_S)
-        sys.exit(2)
-    if launched_by_torchrun() and not args.eval_only:
-        main_func = functools.partial(_resume_as_the_first_process, main_func)
-    try:
-        launch(main_func, args, timeout=timedelta(seconds=timeout))
-    finally:
-        if lock is not None:
-            lock.release()
-
-
-def _default_timeout_s() -> float:
-    """``DISTRIBUTED.TIMEOUT_S``'s declared default (a script that reads no config)."""
-    return float(add_largedet_config(get_cfg()).DISTRIBUTED.TIMEOUT_S)
-
-
-def _resume_as_the_first_process(main_func: Callable[[argparse.Namespace], object], args) -> object:
-    """``main_func(args)`` with ``args.resume`` as the job's first process decided it
-    (:func:`check_and_launch`), so that every process loads the same checkpoint."""
-    args.resume = comm.all_gather(bool(args.resume))[0]
-    return main_func(args)
-
-
-
 def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> dict:
     """What a training script's ``main`` does with its config, in each process: with
     ``--eval-only``, build ``trainer_cls``'s model, load ``MODEL.WEIGHTS`` (with
@@ -295,7 +221,7 @@ def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> di
     otherwise train a ``trainer_cls`` (``DefaultTrainer``'s interface), from the last
     checkpoint with ``--resume``. Returns the evaluation results (``{}`` when none ran);
     ``--eval-only`` also writes them to ``OUTPUT_DIR/eval_results.json``
-    (:func:`~largedet.engine.run_summary.write_eval_results`).
+    (:func:`~largedet.launch.run_summary.write_eval_results`).
     With ``MODEL_EMA.ENABLED``, ``--eval-only`` tests the weights ``MODEL_EMA.EVAL`` names,
     the average being the one the checkpoint holds (a warning, and the trained weights,
     where it holds none)."""

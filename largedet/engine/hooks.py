@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     from ..data.build import DetectionTrainLoader
 
 __all__ = [
-    "Diverged",
     "DivergenceGuard",
     "PruningPeriodicCheckpointer",
     "ReseedEveryIter",
     "SkippedImagesHook",
+    "StepRolledBack",
     "step_seed",
 ]
 
@@ -54,10 +54,11 @@ class ReseedEveryIter(HookBase):
         seed_all_rng(step_seed(self._seed, self.trainer.iter, comm.get_rank()))
 
 
-class Diverged(FloatingPointError):
-    """A run stopped on a divergence; the trainer has logged its one line (what diverged, at
-    which iteration, the last good checkpoint). The scripts exit
-    :data:`~largedet.engine.launch.DIVERGED_EXIT_CODE` on it without a traceback."""
+class StepRolledBack(Exception):
+    """Raised by a hook's ``after_step`` after it rolled the run back to a checkpoint
+    (:meth:`largedet.engine.Trainer.roll_back`): the step just trained was undone, so the
+    later hooks do not act on it (the trainer names them in a line) and training goes on
+    after the restored iteration."""
 
 
 class DivergenceGuard(HookBase):
@@ -80,13 +81,13 @@ class DivergenceGuard(HookBase):
     ``roll_back``: the weights and everything else the checkpoint holds (iteration, LR
     scheduler, optimizer, gradient scaler, AGVM's ``mu``, this hook's loss history) but
     the data position, so that the steps after the checkpoint are run again on the data
-    that follows, not on the batches that diverged; the hooks after this one get no
-    ``after_step`` for the undone step (no save, no LR step, no evaluation, no write).
-    Then it multiplies the LR (the
+    that follows, not on the batches that diverged. It multiplies the LR (the
     scheduler's base LRs and the optimizer's current LRs) by ``lr_factor``, relative to
     the LR before the rollback, so successive rollbacks compound. It raises instead when
     there is no checkpoint yet, when no checkpoint loads completely, or after
     ``max_rollbacks`` rollbacks (counted across resumes: the count is not rolled back).
+    After a rollback it raises :class:`StepRolledBack`: the hooks after this one get no
+    ``after_step`` for the undone step (no save, no LR step, no evaluation, no write).
     """
 
     def __init__(
@@ -167,17 +168,10 @@ class DivergenceGuard(HookBase):
         if found is None:
             raise FloatingPointError(message + " (nothing to roll back to)")
         self._roll_back(found)
-        logger.warning(
-            "%s. Rolled back to %s (iteration %d; weights, optimizer, LR scheduler, AGVM and "
-            "the other training state; the data stream goes on) with the LR x %g "
-            "(rollback %d of %d)%s",
-            message,
-            found.path,
-            trainer.iter,
-            self.lr_factor,
-            self.rollbacks,
-            self.max_rollbacks,
-            found.notes(),
+        raise StepRolledBack(
+            f"{message}. Rolled back to {found.path} (iteration {trainer.iter}; weights, optimizer, "
+            f"LR scheduler, AGVM and the other training state; the data stream goes on) with the "
+            f"LR x {self.lr_factor:g} (rollback {self.rollbacks} of {self.max_rollbacks}){found.notes()}"
         )
 
     def _roll_back(self, found: FoundCheckpoint) -> None:

@@ -52,14 +52,15 @@ from detectron2.utils import comm
 from omegaconf import DictConfig, OmegaConf
 
 from ..config.lazy import call_target, lr_schedule, run_config, setup_lazy_config
-from ..config.validate import check_datasets, check_image_files, check_num_classes, check_values
+from ..config.validate import check_values
 from ..data.build import build_test_loader, build_train_loader
+from ..data.checks import check_datasets, check_image_files, check_num_classes
+from ..launch.processes import planned_world_size
 from ..layers import resolve_sync_batchnorm
-from ..solver import log_param_groups, lr_scaling, optimizer_param_groups
+from ..solver import log_param_groups, optimizer_param_groups
 from ..solver.batch import BatchPlan, batch_plan
 from ..solver.lr_scheduler import ImageClockLRMultiplier
 from ..solver.plan import RunPlan
-from .launch import planned_world_size
 from .trainer import Trainer
 
 __all__ = [
@@ -86,11 +87,11 @@ def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     The data are checked as ``tools/train_net.py`` checks them, with the same one-line
     :class:`~largedet.config.validate.ConfigError`: the datasets of ``dataloader.train`` (and
     of ``dataloader.test`` unless ``--eval-only``) registered, their annotation files and
-    image folders present (:func:`~largedet.config.validate.check_datasets`), for training
+    image folders present (:func:`~largedet.data.checks.check_datasets`), for training
     ``model.roi_heads.num_classes`` (where the model has it) against the categories of each
-    COCO json (:func:`~largedet.config.validate.check_num_classes`), and unless
+    COCO json (:func:`~largedet.data.checks.check_num_classes`), and unless
     ``args.check_data`` is False a sample of the images' sizes
-    (:func:`~largedet.config.validate.check_image_files`)."""
+    (:func:`~largedet.data.checks.check_image_files`)."""
     if not getattr(args, "check_device", True):
         args = argparse.Namespace(**{**vars(args), "opts": [*(args.opts or []), "train.device=cpu"]})
     cfg = setup_lazy_config(args, log=False)
@@ -117,21 +118,16 @@ def build_lazy_model(cfg: DictConfig, device: str) -> torch.nn.Module:
 
 
 def build_lazy_optimizer(
-    cfg: DictConfig,
-    model: torch.nn.Module,
-    run: Optional[CfgNode] = None,
-    plan: Optional[RunPlan] = None,
+    cfg: DictConfig, model: torch.nn.Module, run: CfgNode, plan: RunPlan
 ) -> torch.optim.Optimizer:
-    """``cfg.optimizer`` for ``model`` at the peak LR of the run plan ``plan`` (without one,
-    of ``run``, :func:`run_config`): ``optimizer.lr``, or the LSR's when
-    ``train.lsr.enabled``. ``params.model`` is set to ``model``; with ``train.agvm.enabled``
+    """``cfg.optimizer`` for ``model`` at the peak LR of the run plan ``plan`` (of ``run``,
+    :func:`run_config`): ``optimizer.lr``, or the LSR's when ``train.lsr.enabled``. ``params.model`` is set to ``model``; with ``train.agvm.enabled``
     the param groups (which must come from :func:`~largedet.solver.optimizer_param_groups`)
     are split by the AGVM parts. The gradients are clipped by the training loop
     (``train.clip_gradients`` is the run plan's). ``cfg`` is not modified."""
-    run = run_config(cfg) if run is None else run
     root = copy.deepcopy(cfg)
     optimizer_cfg = root.optimizer
-    optimizer_cfg.lr = (plan.lr if plan is not None else lr_scaling(run)).lr
+    optimizer_cfg.lr = plan.lr.lr
     params = optimizer_cfg.get("params")
     if isinstance(params, DictConfig) and "_target_" in params:
         params.model = model
@@ -151,7 +147,7 @@ def build_lazy_lr_scheduler(
     cfg: DictConfig,
     run: CfgNode,
     optimizer: torch.optim.Optimizer,
-    plan: Optional[RunPlan] = None,
+    plan: RunPlan,
 ) -> LRMultiplier:
     """``cfg.lr_multiplier``'s schedule (:func:`~largedet.config.lazy.lr_schedule`) after the
     warm-up of ``run`` (``train.warmup``, or a Detectron2 ``WarmupParamScheduler``'s), as one
@@ -168,7 +164,7 @@ def build_lazy_lr_scheduler(
         solver.WARMUP_METHOD,
         solver.RESCALE_INTERVAL,
     )
-    if plan is not None and plan.schedule.ramped:
+    if plan.schedule.ramped:
         return ImageClockLRMultiplier(optimizer, multiplier, plan)
     return LRMultiplier(optimizer, multiplier=multiplier, max_iter=solver.MAX_ITER)
 
@@ -246,12 +242,12 @@ class LazyTrainer(Trainer):
         return build_lazy_model(cls._lazy(), cfg.MODEL.DEVICE)
 
     @classmethod
-    def build_optimizer(cls, cfg: CfgNode, model: torch.nn.Module, plan=None) -> torch.optim.Optimizer:
+    def build_optimizer(cls, cfg: CfgNode, model: torch.nn.Module, plan: RunPlan) -> torch.optim.Optimizer:
         return build_lazy_optimizer(cls._lazy(), model, cfg, plan)
 
     @classmethod
     def build_lr_scheduler(
-        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer, plan=None, max_iter=None
+        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer, plan: RunPlan, max_iter=None
     ):
         """``lr_multiplier`` after ``train.warmup`` over ``train.max_iter`` steps of the full
         batch, followed in images with a batch ramp (``train.batch_ramp``, in the run plan

@@ -12,18 +12,18 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 import torch.distributed as dist
-from detectron2.engine import SimpleTrainer, TrainerBase
+from detectron2.engine import SimpleTrainer
 from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
 from torch import Tensor
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.parallel import DistributedDataParallel
 
-from ..optim import AGVM
+from ..optim import AGVM, PMDLAMB
 from ..solver.batch import check_agvm_estimates
 from ..solver.plan import ParameterClip
 
-__all__ = ["AccumulationTrainer", "StepPlan", "total_norm"]
+__all__ = ["AccumulationTrainer", "Gradients", "StepPlan", "total_norm"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,16 @@ class StepPlan:
     clock: Optional[float] = None  # with a batch ramp: PMD's clock, steps of the full batch
 
 
+@dataclass
+class Gradients:
+    """What the backward passes of a step (:meth:`AccumulationTrainer.backward`) leave for its
+    optimizer step (:meth:`AccumulationTrainer.step_optimizer`)."""
+
+    losses: Dict[str, Tensor]  # each loss averaged over the K micro-batches, on the device
+    data_time: float  # seconds this rank waited for its K batches
+    estimates: Optional[list] = None  # AGVM's two gradient estimates, at the steps it measures
+
+
 class AccumulationTrainer(SimpleTrainer):
     """Detectron2's ``SimpleTrainer`` (and ``AMPTrainer``) with gradient accumulation.
 
@@ -48,7 +58,10 @@ class AccumulationTrainer(SimpleTrainer):
     batch K times larger. Under DDP the first K - 1 backward passes run in
     ``model.no_sync()``, so gradients are all-reduced once per step. Then the hooks'
     ``after_backward``, one metrics record (each loss averaged over the micro-batches and
-    the ranks) and one optimizer step.
+    the ranks) and one optimizer step. The two halves are public (:meth:`backward`,
+    :meth:`step_optimizer`), so that a trainer that wraps this one (largedet's ``Trainer``,
+    as Detectron2's ``DefaultTrainer`` wraps ``SimpleTrainer``) runs its own hooks'
+    ``after_backward`` between them.
 
     Mixed precision: ``amp_dtype`` ``torch.float16`` runs the forward passes under
     autocast and scales the loss with ``grad_scaler`` (created when not given), which
@@ -96,13 +109,9 @@ class AccumulationTrainer(SimpleTrainer):
         amp_dtype: Optional[torch.dtype] = None,
         grad_scaler: Optional[torch.amp.GradScaler] = None,
         agvm: Optional[AGVM] = None,
-        hooks_owner: Optional[TrainerBase] = None,
         parameter_clip: Optional[ParameterClip] = None,
     ):
         super().__init__(model, data_loader, optimizer)
-        # the trainer whose hooks see after_backward: largedet's Trainer wraps this one (as
-        # Detectron2's DefaultTrainer wraps SimpleTrainer) and its hooks are registered on it
-        self.hooks_owner = hooks_owner
         if accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
         if amp_dtype not in (None, torch.float16, torch.bfloat16):
@@ -121,7 +130,7 @@ class AccumulationTrainer(SimpleTrainer):
         self.last_losses: Dict[str, float] = {}
         self.last_total_loss = float("nan")
         self.last_grad_norm = float("nan")
-        # pre-emption (largedet.engine.preemption): the signal this rank got (0: none), and
+        # pre-emption (largedet.launch.preemption): the signal this rank got (0: none), and
         # whether any rank had one at the last step, learnt in the metrics' all-gather
         self._stop_signal = 0
         self.stop_agreed = False
@@ -131,13 +140,12 @@ class AccumulationTrainer(SimpleTrainer):
         self.clip_max_norm: Optional[float] = None
         self.parameter_clip = parameter_clip
 
-    def after_backward(self) -> None:
-        """The ``after_backward`` of the hooks: those of :attr:`hooks_owner` where it is set
-        (the trainer that wraps this one), else this trainer's own."""
-        if self.hooks_owner is not None:
-            self.hooks_owner.after_backward()
-        else:
-            super().after_backward()
+    def start_data_stream(self) -> None:
+        """Make the data loader's iterator now, before the first step: the loader draws its
+        base seed from torch's global generator when the iterator is made, which must not
+        fall inside a step (a run resumed at step n would draw it in step n, an
+        uninterrupted one in step 0)."""
+        self._data_loader_iter  # noqa: B018  (SimpleTrainer's iterator, made on first use)
 
     def request_stop(self, signum: int) -> None:
         """Ask every rank to stop after the step in whose metrics all-gather this rank's
@@ -159,20 +167,30 @@ class AccumulationTrainer(SimpleTrainer):
             return contextlib.nullcontext()
         return self.model.no_sync()
 
-    def run_planned_step(self, iteration: int, step: StepPlan) -> None:
-        """Run optimizer step ``iteration`` as ``step`` asks: its K, its total-norm clip and,
-        where given, the clock of the optimizer groups that follow one (PMD-LAMB's period
-        in images under a batch ramp)."""
+    def set_step(self, iteration: int, step: StepPlan) -> None:
+        """Make the next step optimizer step ``iteration`` as ``step`` asks: its K, its
+        total-norm clip and, where given, PMD-LAMB's clock (its period in images under a
+        batch ramp, :meth:`~largedet.optim.PMDLAMB.set_clock`)."""
         self.iter = iteration
         self.accumulation_steps = step.accumulation
         self.clip_max_norm = step.clip_max_norm
-        if step.clock is not None:
-            for group in self.optimizer.param_groups:
-                if "clock" in group:
-                    group["clock"] = step.clock
+        if step.clock is not None and isinstance(self.optimizer, PMDLAMB):
+            self.optimizer.set_clock(step.clock)
+
+    def run_planned_step(self, iteration: int, step: StepPlan) -> None:
+        """Run optimizer step ``iteration`` as ``step`` asks (:meth:`set_step`)."""
+        self.set_step(iteration, step)
         self.run_step()
 
     def run_step(self) -> None:
+        """The K backward passes, this trainer's hooks' ``after_backward``, the optimizer step."""
+        gradients = self.backward()
+        self.after_backward()
+        self.step_optimizer(gradients)
+
+    def backward(self) -> Gradients:
+        """The step's K forward and backward passes (gradients summed, all-reduced once), AGVM's
+        two estimates where it measures, the gradient scaler's unscaling."""
         assert self.model.training, "[AccumulationTrainer] model was changed to eval mode!"
         k = self.accumulation_steps
         estimate = self.agvm is not None and self.agvm.estimates_at(self.iter)
@@ -202,6 +220,7 @@ class AccumulationTrainer(SimpleTrainer):
             if estimate and not split_ranks and i == k // 2 - 1:
                 first_half = [_copy(p.grad) for p in self.agvm.params]
 
+        estimates = None
         if estimate:
             estimates = self._rank_halves() if split_ranks else self._micro_batch_halves(first_half)
         if self.grad_scaler is not None:
@@ -209,10 +228,14 @@ class AccumulationTrainer(SimpleTrainer):
             get_event_storage().put_scalar(
                 "grad_scaler", self.grad_scaler.get_scale(), smoothing_hint=False
             )
-        self.after_backward()
+        return Gradients(step_losses, data_time, estimates)
+
+    def step_optimizer(self, gradients: Gradients) -> None:
+        """The metrics record, then the optimizer step: skipped for a non-finite gradient,
+        after the clipping, with AGVM's update of ``mu`` and its modulated LR."""
         grads = [p.grad for g in self.optimizer.param_groups for p in g["params"]]
         grad_norm = total_norm([g for g in grads if g is not None])
-        self._write_metrics(step_losses, data_time, grad_norm=grad_norm)
+        self._write_metrics(gradients.losses, gradients.data_time, grad_norm=grad_norm)
         if not math.isfinite(self.last_grad_norm):
             self._skip_step()
             return
@@ -224,8 +247,8 @@ class AccumulationTrainer(SimpleTrainer):
         if self.agvm is None:
             self._optimizer_step()
             return
-        if estimate:
-            self._agvm_update(estimates)
+        if gradients.estimates is not None:
+            self._agvm_update(gradients.estimates)
         with self.agvm.modulated_lr():
             self._optimizer_step()
 

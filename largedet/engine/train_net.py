@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Optional, Sequence
 
+from ..launch.job import check_and_launch
 from .defaults import (
-    check_and_launch,
     check_args,
     config_output_dir,
     config_timeout_s,

@@ -16,10 +16,10 @@ _OPENIMAGES_EXPORTS = {
     "OIDResult": "oid_evaluation",
     "average_precision": "oid_evaluation",
     "evaluate_detections": "oid_evaluation",
-    "evaluate_files": "oid_evaluation",
+    "evaluate_files": "oid_files",
     "expand_detections": "oid_evaluation",
     "expand_ground_truth": "oid_evaluation",
-    "read_detections_csv": "oid_evaluation",
+    "read_detections_csv": "oid_files",
     "OIDEvaluator": "oid_evaluator",
 }
 

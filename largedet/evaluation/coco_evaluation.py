@@ -24,7 +24,7 @@ class COCOEvaluator(_DetectronCOCOEvaluator):
     the implementation that computes the metrics.
 
     Detectron2's scores every image of the ground truth, so an image the test loader
-    left out (unreadable: :func:`largedet.data.build.build_test_loader`) would count as
+    left out (unreadable: :func:`largedet.data.test_loader.build_test_loader`) would count as
     one with no detections. Here it is left out of the metric and counted in a warning.
     When every image is processed the numbers are Detectron2's.
 

@@ -1,5 +1,5 @@
 """The command line of ``tools/oid_eval.py``: a detections CSV scored with the Open Images
-Challenge metric (:func:`~largedet.evaluation.oid_evaluation.evaluate_files`).
+Challenge metric (:func:`~largedet.evaluation.oid_files.evaluate_files`).
 
     python tools/oid_eval.py --boxes validation-annotations-bbox.csv \\
         --image-labels validation-annotations-human-imagelabels-boxable.csv \\
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from ..data.openimages import OpenImagesFormatError
-from .oid_evaluation import evaluate_files, write_per_class_csv
+from .oid_files import evaluate_files, write_per_class_csv
 
 __all__ = ["main", "oid_eval_argument_parser"]
 

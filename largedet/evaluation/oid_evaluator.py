@@ -17,14 +17,8 @@ from detectron2.utils.file_io import PathManager
 
 from largedet.data.openimages import load_openimages_ground_truth
 
-from .oid_evaluation import (
-    OIDDetections,
-    OIDGroundTruth,
-    evaluate_detections,
-    expand_detections,
-    write_detections_csv,
-    write_per_class_csv,
-)
+from .oid_evaluation import OIDDetections, OIDGroundTruth, evaluate_detections, expand_detections
+from .oid_files import write_detections_csv, write_per_class_csv
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,15 @@
-"""Submitting a training job to a cluster: Slurm through submitit (:mod:`largedet.launch.slurm`,
-used by ``tools/submit.py``). The processes of a job start through
-:mod:`largedet.engine.launch`; this room only describes and submits the job, and imports
-nothing of the engine."""
+"""A training job's life around the trainer: starting its processes, owning its output
+folder, stopping on a signal, and recording how each invocation ended.
+
+- :mod:`.processes`: the processes of a job (Detectron2's ``launch``, ``torchrun``, a Slurm
+  task's environment) and their exit statuses;
+- :mod:`.run_lock`: the output folder owned by one run at a time, and a fresh run that never
+  writes over another's;
+- :mod:`.elastic`: a torchrun job that restarts or loses a machine;
+- :mod:`.preemption`: a signal ends the current step, a checkpoint is written, the job exits
+  with status 75;
+- :mod:`.run_summary`: ``run_summary.json`` and ``eval_results.json``, how each invocation
+  ended, beside ``metrics.json``;
+- :mod:`.slurm`: describing and submitting a Slurm job (``tools/submit.py``).
+
+The engine uses this room; this room imports nothing of the engine."""

@@ -9,7 +9,7 @@ up ``torch.distributed`` (NCCL, or gloo on CPUs), exactly as when the script is 
 hand on every machine. With ``SlurmResources(srun=True)`` each training process is a Slurm
 task instead, started by ``srun``: the script runs with ``--launcher slurm`` and joins the
 process group from ``SLURM_PROCID``, ``SLURM_LOCALID``, ``SLURM_NTASKS`` and the job's first
-node (:func:`largedet.engine.launch.slurm_task_environment`). Without GPUs
+node (:func:`largedet.launch.processes.slurm_task_environment`). Without GPUs
 (``gpus_per_node=0``) the job asks for none and its processes run on CPUs (gloo). The scripts keep their own ``main`` (the video project its trainer),
 so the job runs them as programs rather than importing them.
 
@@ -18,7 +18,7 @@ With ``SlurmResources(elastic_min_nodes=M)`` each node's task runs the script un
 ``--rdzv-id`` the Slurm job id, ``--max-restarts``) and the job asks Slurm not to end on a node
 failure (``--no-kill``): when a node is lost, the agents on the others restart their workers,
 which resume from the newest complete checkpoint on the nodes that are left
-(:mod:`largedet.engine.elastic`); the first node, which holds the rendezvous, must survive.
+(:mod:`largedet.launch.elastic`); the first node, which holds the rendezvous, must survive.
 
 Pre-emption and time-out: Slurm signals the job (``USR2``, ``signal_delay_s`` before the
 time limit, and on pre-emption where the cluster sends it:
@@ -27,7 +27,7 @@ calls :meth:`TrainingJob.checkpoint`, which stops the training processes and han
 same job with ``--resume``; submitit requeues it (pre-emptions without limit, time-outs
 ``max_num_timeout`` times). Stopping the training processes is a SIGTERM to them all, on
 which they finish the current optimizer step, write a checkpoint and exit
-(:mod:`largedet.engine.preemption`); the job waits for that up to the signal delay less
+(:mod:`largedet.launch.preemption`); the job waits for that up to the signal delay less
 :data:`STOP_MARGIN_S` (``SlurmResources.signal_delay_s``, so within the time Slurm gives),
 then kills what is left. The requeued job continues from that checkpoint: no step is
 trained twice, and with exact resume (``SEED >= 0``, ``RESEED_EVERY_ITER``) the run ends on
@@ -58,7 +58,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import submitit
 
-from ..engine.preemption import PREEMPTED_EXIT_CODE
+from .preemption import PREEMPTED_EXIT_CODE
 
 __all__ = ["Placement", "SlurmResources", "TrainingJob", "placement", "submit"]
 
@@ -228,7 +228,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         attempt: how many times the job was requeued before this run.
         srun: each Slurm task is one training process: the script runs with ``--launcher
             slurm`` and joins the process group from Slurm's variables
-            (:func:`largedet.engine.launch.slurm_task_environment`), without Detectron2's
+            (:func:`largedet.launch.processes.slurm_task_environment`), without Detectron2's
             ``launch`` or the machine flags.
         elastic_min_nodes: > 0: the script runs under ``torchrun --nnodes
             MIN:NODES --rdzv-backend c10d`` on each node, restarted on the nodes left
@@ -329,7 +329,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
                 pass
 
     def _requeue_preempted(self, why: str) -> None:
-        """The training script exited :data:`~largedet.engine.preemption.PREEMPTED_EXIT_CODE`
+        """The training script exited :data:`~largedet.launch.preemption.PREEMPTED_EXIT_CODE`
         (or another non-zero status after the job's own stop signal, as torchrun's): it was signalled (``scancel --signal``, ``scontrol requeue``, a signal to the batch
         shell) and wrote its pre-emption checkpoint. Hand the job to submitit's own
         pre-emption path, as Slurm's ``USR2`` does: submitit's handler for that signal (in

@@ -26,6 +26,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from ._compiled import CompiledState, compiled_step_available
+
 __all__ = [
     "LayerwiseOptimizer",
     "Scratch",
@@ -212,8 +214,6 @@ def compiled_min_numel(
         return None
     if max(p.numel() for p in params) < COMPILED_MIN_NUMEL:
         return None
-    from ._compiled import compiled_step_available
-
     return COMPILED_MIN_NUMEL if compiled_step_available() else None
 
 
@@ -267,7 +267,9 @@ class LayerwiseOptimizer(Optimizer):
             inputs = self._prepare(group)
             if not inputs.params:
                 continue
-            min_numel = compiled_min_numel(group["fused"], group["foreach"], inputs.params)
+            min_numel = None
+            if self.compiled_state.disabled_reason is None:
+                min_numel = compiled_min_numel(group["fused"], group["foreach"], inputs.params)
             if min_numel is not None:
                 update = functools.partial(
                     paths["compiled"], min_numel=min_numel, foreach=group["foreach"] is not False
@@ -290,6 +292,14 @@ class LayerwiseOptimizer(Optimizer):
         if getattr(self, "_scratch", None) is None:
             self._scratch = Scratch()
         return self._scratch
+
+    @property
+    def compiled_state(self) -> CompiledState:
+        """Whether this optimizer's compiled step still runs: a failed compilation turns it off
+        for this optimizer only, with the reason (``compiled_state.disabled_reason``)."""
+        if getattr(self, "_compiled_state", None) is None:
+            self._compiled_state = CompiledState()
+        return self._compiled_state
 
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
         merged = {**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}

@@ -36,8 +36,8 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "CompiledState",
     "compiled_step_available",
-    "compiled_step_disabled_reason",
     "as_matrix",
     "flattenable",
     "lars_tensor",
@@ -52,8 +52,6 @@ logger = logging.getLogger(__name__)
 
 #: name -> the compiled callable, made on first use
 _COMPILED: Dict[str, Callable] = {}
-#: why the compiled step is off in this process (None while it works)
-_DISABLED_REASON: Optional[str] = None
 
 
 def _norm(t: Tensor) -> Tensor:
@@ -192,14 +190,25 @@ def _dense(t: Tensor) -> bool:
     return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
 
 
-def compiled_step_disabled_reason() -> Optional[str]:
-    """Why this process takes the eager step where ``fused`` asks for the compiled one."""
-    return _DISABLED_REASON
+class CompiledState:
+    """Whether one optimizer's compiled step still runs. A failed compilation turns it off for
+    that optimizer only (:attr:`disabled_reason`, logged once): its later steps take the
+    eager path; other optimizers of the process keep theirs."""
+
+    def __init__(self) -> None:
+        self.disabled_reason: Optional[str] = None
+
+    def disable(self, reason: str) -> None:
+        if self.disabled_reason is None:
+            self.disabled_reason = reason
+            logger.warning(
+                "Compiled optimizer step unavailable (%s): taking the eager multi-tensor step", reason
+            )
 
 
 def compiled_step_available() -> bool:
     """Whether ``torch.compile`` can be used at all here (it can still fail on first use)."""
-    if _DISABLED_REASON is not None or not hasattr(torch, "compile"):
+    if not hasattr(torch, "compile"):
         return False
     try:
         return bool(torch._dynamo.is_dynamo_supported())
@@ -215,27 +224,18 @@ def _compiled(name: str) -> Callable:
     return fn
 
 
-def _disable(reason: str) -> None:
-    global _DISABLED_REASON
-    if _DISABLED_REASON is None:
-        _DISABLED_REASON = reason
-        logger.warning(
-            "Compiled optimizer step unavailable (%s): taking the eager multi-tensor step", reason
-        )
-
-
 def run_compiled(
-    name: str, tensors: List[List[Tensor]], scalars: List[List[float]]
+    name: str, tensors: List[List[Tensor]], scalars: List[List[float]], state: CompiledState
 ) -> Optional[int]:
     """Runs the compiled update ``name`` on each tensor in turn.
 
     ``tensors[i]`` is the i-th parameter's ``[w, g, state...]`` (see :func:`pmd_lamb_tensor`,
     :func:`lars_tensor`), ``scalars[i]`` its numbers. Returns None when all were updated,
-    else the index of the first tensor not updated (compilation failed on it: the process
-    takes the eager step from then on, and the caller updates the rest).
+    else the index of the first tensor not updated (compilation failed on it: ``state``, the
+    optimizer's, takes the eager step from then on, and the caller updates the rest).
     """
     if not compiled_step_available():
-        _disable("torch.compile is not supported here")
+        state.disable("torch.compile is not supported here")
         return 0
     update = _UPDATES[name]
     packed: Dict[tuple, Tensor] = {}  # the numbers as a tensor, made once per step
@@ -248,7 +248,7 @@ def run_compiled(
         try:
             update(*(as_matrix(t) for t in column), s)
         except Exception as err:  # compilation failure: keep training on the eager step
-            _disable(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+            state.disable(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
             return i
         for t in column[:1] + column[2:]:
             torch.autograd.graph.increment_version(t)
@@ -256,14 +256,15 @@ def run_compiled(
 
 
 def update_tensors(
-    name: str, columns: List[List[Tensor]], numbers: List[List[float]], min_numel: int
+    name: str, columns: List[List[Tensor]], numbers: List[List[float]], min_numel: int,
+    state: CompiledState,
 ) -> List[int]:
     """Runs the compiled update ``name`` on each tensor of at least ``min_numel`` elements
     whose ``columns[i]`` (``[w, g, state...]``) :func:`flattenable` accepts, with its
     ``numbers[i]``; returns, in order, the indices left to the caller's eager path: the
     others, and those after a failed compilation."""
     chosen = [i for i, c in enumerate(columns) if c[0].numel() >= min_numel and flattenable(c)]
-    failed_at = run_compiled(name, [columns[i] for i in chosen], [numbers[i] for i in chosen])
+    failed_at = run_compiled(name, [columns[i] for i in chosen], [numbers[i] for i in chosen], state)
     done = set(chosen if failed_at is None else chosen[:failed_at])
     return [i for i in range(len(columns)) if i not in done]
 

@@ -16,12 +16,13 @@ learning rate applied before the momentum.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import functools
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 from torch import Tensor
 
-from ._compiled import update_tensors
+from ._compiled import CompiledState, update_tensors
 from ._base import (
     LOW_PRECISION_DTYPES,
     LayerwiseOptimizer,
@@ -110,7 +111,7 @@ class LARS(LayerwiseOptimizer):
 
     def _update_paths(self) -> Dict[str, Callable[..., None]]:
         return {
-            "compiled": _lars_compiled,
+            "compiled": functools.partial(_lars_compiled, state=self.compiled_state),
             "per_tensor": _lars_per_tensor,
             "multi_tensor": _lars_foreach,
         }
@@ -129,6 +130,7 @@ def _lars_compiled(
     adapt: bool,
     min_numel: int = 0,
     foreach: bool = True,
+    state: CompiledState,
 ) -> None:
     """Compiled path (:func:`largedet.optim._compiled.lars_tensor`, one kernel per tensor)
     for the tensors of at least ``min_numel`` elements. The others, a tensor that is not
@@ -136,7 +138,7 @@ def _lars_compiled(
     (multi-tensor where ``foreach``, else per-tensor)."""
     columns = [list(c) for c in zip(inputs.params, inputs.grads, inputs.momentum_buffers)]
     numbers = [[lr, momentum, weight_decay, eta, float(adapt)]] * len(columns)
-    eager = update_tensors("lars", columns, numbers, min_numel)
+    eager = update_tensors("lars", columns, numbers, min_numel, state)
     if eager:
         subset = _Inputs(*([getattr(inputs, f)[i] for i in eager]
                            for f in ("params", "grads", "momentum_buffers")))  # fmt: skip

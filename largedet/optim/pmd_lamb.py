@@ -20,9 +20,9 @@ large batch sizes. For step ``t = 1, 2, ...`` and gradient ``g_t`` (docs/pmd_lam
 Norms are per parameter tensor. With ``decay="none"`` this is LAMB with bias
 correction (``a_t = 1 - beta1^t``, ``b_t = 1 - beta2^t``).
 
-A parameter group's ``clock`` (default None) replaces ``t - 1`` in ``u`` when set: a
-float, the step's position in steps of a reference batch, so that a run whose batch
-changes (a batch ramp) keeps its period ``T`` in images (``u = (clock mod T) / T``).
+The optimizer's clock (:meth:`PMDLAMB.set_clock`, default None) replaces ``t - 1`` in ``u``
+when set: a float, the step's position in steps of a reference batch, so that a run whose
+batch changes (a batch ramp) keeps its period ``T`` in images (``u = (clock mod T) / T``).
 The trainer sets it before each step; ``t`` still counts steps for ``a_t``, ``b_t``.
 
 Implementation note: the optimizer stores the normalised moments
@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._compiled import trust_clamp, update_tensors
+from ._compiled import CompiledState, trust_clamp, update_tensors
 from ._base import (
     LOW_PRECISION_DTYPES,
     LayerwiseOptimizer,
@@ -130,7 +130,6 @@ class PMDLAMB(LayerwiseOptimizer):
         "adapt": True,
         "foreach": None,
         "fused": None,
-        "clock": None,
     }
 
     def __init__(
@@ -147,8 +146,24 @@ class PMDLAMB(LayerwiseOptimizer):
         foreach: Optional[bool] = None,
         fused: Optional[bool] = None,
     ) -> None:
-        # clock: PMD's position in steps of the full batch, set by a trainer with a batch ramp
-        super().__init__(params, {**self.hyperparameters(locals()), "clock": None})
+        super().__init__(params, self.hyperparameters(locals()))
+        self.clock: Optional[float] = None
+
+    def set_clock(self, clock: Optional[float]) -> None:
+        """Put the next step at ``clock`` on the period's clock (the position ``t - 1`` of
+        ``u = ((t - 1) mod T) / T``, in steps of the full batch): a trainer whose global
+        batch changes (a batch ramp) sets it before each step, so that a period is a fixed
+        number of images. None: each parameter's own step count."""
+        self.clock = clock
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.__dict__.setdefault("clock", None)
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:  # a group entry in checkpoints of earlier versions
+            group.pop("clock", None)
 
     def _validate_group(self, group: Dict[str, Any]) -> None:
         lr, betas, eps = group["lr"], group["betas"], group["eps"]
@@ -173,7 +188,7 @@ class PMDLAMB(LayerwiseOptimizer):
     def _prepare(self, group: Dict[str, Any]) -> _Inputs:
         """Collects the group's tensors, creates missing state, advances t, a_t, b_t."""
         beta1, beta2 = group["betas"]
-        period, decay, clock = group["period"], MOMENT_DECAYS[group["decay"]], group["clock"]
+        period, decay, clock = group["period"], MOMENT_DECAYS[group["decay"]], self.clock
         inputs = _Inputs()
         for p in group["params"]:
             if p.grad is None:
@@ -209,7 +224,7 @@ class PMDLAMB(LayerwiseOptimizer):
 
     def _update_paths(self) -> Dict[str, Callable[..., None]]:
         return {
-            "compiled": _pmd_lamb_compiled,
+            "compiled": functools.partial(_pmd_lamb_compiled, state=self.compiled_state),
             "per_tensor": _pmd_lamb_per_tensor,
             "multi_tensor": functools.partial(_pmd_lamb_foreach, scratch=self.scratch),
         }
@@ -271,6 +286,7 @@ def _pmd_lamb_compiled(
     max_trust_ratio: Optional[float],
     min_numel: int = 0,
     foreach: bool = True,
+    state: CompiledState,
 ) -> None:
     """Compiled path (:func:`largedet.optim._compiled.pmd_lamb_moments` and
     :func:`~largedet.optim._compiled.pmd_lamb_apply`, tensor by tensor) for the tensors of
@@ -282,7 +298,7 @@ def _pmd_lamb_compiled(
     columns = [list(column) for column in zip(*tensors)]
     weights = zip(inputs.avg_weights, inputs.sq_keeps, inputs.sq_weights)
     numbers = [[*w, lr, eps, weight_decay, clamp, float(adapt)] for w in weights]
-    eager = update_tensors("pmd_lamb", columns, numbers, min_numel)
+    eager = update_tensors("pmd_lamb", columns, numbers, min_numel, state)
     if eager:
         update = _pmd_lamb_foreach if foreach else _pmd_lamb_per_tensor
         update(_subset(inputs, eager), lr=lr, eps=eps, weight_decay=weight_decay, adapt=adapt,

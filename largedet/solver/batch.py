@@ -19,6 +19,7 @@ __all__ = [
     "batch_schedule",
     "check_agvm_estimates",
     "check_batch_ramp",
+    "per_device_batch",
 ]
 
 
@@ -44,6 +45,11 @@ class BatchPlan:
     def per_device_step(self) -> int:
         """Images one device processes per optimizer step."""
         return self.per_device * self.accumulation
+
+    def accumulation_on(self, world_size: int, per_device: int) -> int:
+        """K of this global batch on ``world_size`` devices of ``per_device`` images a pass
+        (another layout of the same run: a checkpoint's)."""
+        return self.global_batch // (world_size * per_device)
 
     def describe(self) -> str:
         return (
@@ -84,6 +90,12 @@ def batch_plan(cfg: CfgNode, world_size: int) -> BatchPlan:
     plan = BatchPlan(total, world_size, per_device, total // (world_size * per_device))
     check_batch_ramp(cfg, plan)
     return plan
+
+
+def per_device_batch(most: int, global_batch: int, world_size: int) -> int:
+    """The images one device holds per pass: at most ``most``, fewer where the global batch
+    is smaller than that on every device (K accumulates the rest)."""
+    return min(most, global_batch // world_size)
 
 
 def check_batch_ramp(cfg: CfgNode, plan: BatchPlan) -> None:

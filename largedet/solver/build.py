@@ -41,13 +41,16 @@ from detectron2.solver.build import (
 from fvcore.common.registry import Registry
 
 from .. import optim
+from ..config.errors import ConfigError
+from .plan import agvm_start_iter
 
 __all__ = [
     "OPTIMIZER_REGISTRY",
     "NORM_MODULE_TYPES",
-    "agvm_start_iter",
     "build_agvm",
     "build_optimizer",
+    "check_optimizer_name",
+    "describe_agvm_parts",
     "get_optimizer_params",
     "log_param_groups",
     "model_parts",
@@ -259,10 +262,14 @@ def _warn_unapplied_ims_per_device(cfg: CfgNode) -> None:
         )
 
 
-def agvm_start_iter(cfg: CfgNode) -> int:
-    """``SOLVER.AGVM.START_ITER``, with -1 resolved to ``SOLVER.WARMUP_ITERS``."""
-    start = cfg.SOLVER.AGVM.START_ITER
-    return cfg.SOLVER.WARMUP_ITERS if start == -1 else start
+def check_optimizer_name(cfg: CfgNode) -> None:
+    """Raise :class:`~largedet.config.errors.ConfigError` when ``SOLVER.OPTIMIZER`` names no
+    builder of :data:`OPTIMIZER_REGISTRY` (the check before launch)."""
+    names = sorted(n for n, _ in OPTIMIZER_REGISTRY)
+    if cfg.SOLVER.OPTIMIZER not in names:
+        raise ConfigError(
+            f"SOLVER.OPTIMIZER: {cfg.SOLVER.OPTIMIZER!r} is not registered; registered: {', '.join(names)}"
+        )
 
 
 def build_agvm(cfg: CfgNode, optimizer: torch.optim.Optimizer) -> Optional[optim.AGVM]:
@@ -349,3 +356,15 @@ def LARS(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa
         foreach=cfg.SOLVER.FOREACH,
         fused=optim.COMPILED_STEP_MODES[cfg.SOLVER.COMPILED_STEP],
     )
+
+
+def describe_agvm_parts(optimizer: torch.optim.Optimizer, agvm: Optional[optim.AGVM]) -> Optional[str]:
+    """AGVM's parts with their parameter groups and tensors in ``optimizer``, for the
+    start-of-run block (None without AGVM)."""
+    if agvm is None:
+        return None
+    counts = {name: [0, 0] for name in agvm.parts}  # param groups, tensors
+    for group in optimizer.param_groups:
+        counts[group[optim.PART_KEY]][0] += 1
+        counts[group[optim.PART_KEY]][1] += len(group["params"])
+    return ", ".join(f"{n} ({g} param groups, {t} tensors)" for n, (g, t) in counts.items())

@@ -23,10 +23,95 @@ from typing import Optional, Tuple
 
 from detectron2.config import CfgNode
 
+from ..config import amp_dtype
 from .batch import BatchPlan, BatchSchedule, batch_plan, batch_schedule, check_agvm_estimates
-from .lr_scheduler import LRScaling, lr_scaling, scaled_lr, warmup_steps
 
-__all__ = ["ClipWindow", "ParameterClip", "RunPlan", "run_plan"]
+__all__ = [
+    "LSR_RULES",
+    "ClipWindow",
+    "LRScaling",
+    "ParameterClip",
+    "RunPlan",
+    "lr_scaling",
+    "describe_warmup",
+    "run_plan",
+    "scaled_lr",
+    "warmup_steps",
+]
+
+
+# --- the peak LR: the linear scaling rule --------------------------------------------------
+
+#: SOLVER.LSR.RULE -> the factor applied to REFERENCE_LR, as a function of B / REFERENCE_BATCH
+#: (the rule names are the key's, :data:`largedet.config.defaults.LSR_RULES`).
+LSR_RULES = {"linear": lambda ratio: ratio, "sqrt": math.sqrt}
+
+
+def scaled_lr(reference_lr: float, reference_batch: int, batch: int, rule: str) -> float:
+    """The linear scaling rule's LR at ``batch``: ``reference_lr`` (right at
+    ``reference_batch``) times ``batch / reference_batch`` ("linear") or its square root
+    ("sqrt"). The one formula: the trainer's peak LR (:func:`lr_scaling`), the LR of each
+    step of a batch ramp and the study's cells all read it."""
+    return reference_lr * LSR_RULES[rule](batch / reference_batch)
+
+
+@dataclass(frozen=True)
+class LRScaling:
+    """The peak learning rate of a run and where it comes from."""
+
+    lr: float  # the peak LR: what the optimizer is built with, reached at the end of warmup
+    rule: str  # "linear", "sqrt", or "none" (LSR disabled: lr is SOLVER.BASE_LR)
+    global_batch: int  # SOLVER.IMS_PER_BATCH
+    reference_lr: float = 0.0
+    reference_batch: int = 0
+
+    def describe(self) -> str:
+        if self.rule == "none":
+            return f"LR {self.lr:g} (SOLVER.BASE_LR; linear scaling rule disabled)"
+        ratio = f"{self.global_batch} / {self.reference_batch}"
+        factor = ratio if self.rule == "linear" else f"sqrt({ratio})"
+        return (
+            f"LR {self.lr:g} = {self.rule} scaling rule: reference LR {self.reference_lr:g} "
+            f"at batch {self.reference_batch} x {factor} (replaces SOLVER.BASE_LR)"
+        )
+
+
+def lr_scaling(cfg: CfgNode) -> LRScaling:
+    """The peak LR that ``cfg`` asks for: ``SOLVER.BASE_LR``, or the LSR's when enabled.
+    The values of ``SOLVER.LSR`` are checked where every key's are, against their declared
+    rules (:func:`largedet.config.validate.check_values`, before launch and when a trainer
+    is built). Called once per run, by :func:`run_plan`."""
+    solver = cfg.SOLVER
+    if not solver.LSR.ENABLED:
+        return LRScaling(lr=float(solver.BASE_LR), rule="none", global_batch=solver.IMS_PER_BATCH)
+    lsr = solver.LSR
+    return LRScaling(
+        lr=scaled_lr(lsr.REFERENCE_LR, lsr.REFERENCE_BATCH, solver.IMS_PER_BATCH, lsr.RULE),
+        rule=lsr.RULE,
+        global_batch=solver.IMS_PER_BATCH,
+        reference_lr=float(lsr.REFERENCE_LR),
+        reference_batch=lsr.REFERENCE_BATCH,
+    )
+
+
+def warmup_steps(cfg: CfgNode, max_iter: int) -> int:
+    """The warm-up's length in optimizer steps of a ``max_iter``-step run:
+    ``SOLVER.WARMUP_ITERS``, at most the run and, with ``WarmupStableDecayLR``, at most the
+    steps before the decay starts (``floor(WSD.DECAY_START x max_iter)``). Detectron2's
+    warm-up ends at the shape's value where it ends; one that reached into the decay would
+    end below the peak LR (a short run with ``WARMUP_ITERS >= MAX_ITER`` would end at
+    ``BASE_LR_END`` and never train at the peak), so it is shortened to end at the peak."""
+    solver = cfg.SOLVER
+    steps = min(solver.WARMUP_ITERS, max_iter)
+    if solver.LR_SCHEDULER_NAME == "WarmupStableDecayLR":
+        steps = min(steps, math.floor(solver.WSD.DECAY_START * max_iter))
+    return steps
+
+
+
+
+# --- gradient clipping ---------------------------------------------------------------------
+
 
 
 @dataclass(frozen=True)
@@ -64,7 +149,7 @@ class RunPlan:
     lr: LRScaling
     max_iter: int  # SOLVER.MAX_ITER: the run's length in steps of the full batch
     # the warm-up's steps of the full batch: SOLVER.WARMUP_ITERS, at most MAX_ITER (with
-    # warm-up-stable-decay, at most the steps before the decay: lr_scheduler.warmup_steps)
+    # warm-up-stable-decay, at most the steps before the decay: warmup_steps)
     warmup_iters: int
     dataset_size: Optional[int] = None  # images of the training set (None: unknown)
     clip_windows: Tuple[ClipWindow, ...] = ()
@@ -138,6 +223,122 @@ class RunPlan:
             )
             parts.append(f"{what} (SOLVER.CLIP_GRADIENTS)")
         return "gradient clipping: " + "; ".join(parts) if parts else None
+
+    def describe(
+        self,
+        cfg: CfgNode,
+        optimizer_name: str,
+        agvm_parts: Optional[str] = None,
+        schedule: Optional[str] = None,
+    ) -> str:
+        """The block of derived numbers logged at the start of training, all read from this
+        plan (``cfg`` is the config it was built from, for the names of what it describes).
+        ``agvm_parts``: the AGVM parts with their parameter counts (default: the part names
+        of the config); ``schedule``: what replaces the lines of the ``SOLVER`` schedule
+        (warm-up, LR steps, iterations and epochs), for a trainer that runs another one."""
+        solver, batch, scaling = cfg.SOLVER, self.batch, self.lr
+        epochs = (
+            f"{self.epochs:.2f} epochs of {self.dataset_size} images"
+            if self.dataset_size
+            else "epochs unknown"
+        )
+        if amp_dtype(cfg) is not None:
+            amp = f"AMP {solver.AMP.PRECISION}"
+        elif solver.AMP.ENABLED:  # SOLVER.AMP.NATIVE_ONLY on a device without it
+            amp = (
+                f"full precision: {cfg.MODEL.DEVICE} has no native {solver.AMP.PRECISION} "
+                "(SOLVER.AMP.NATIVE_ONLY)"
+            )
+        else:
+            amp = "full precision"
+        lines = [
+            "Large-batch run:",
+            f"  world size {batch.world_size}; global batch {batch.global_batch} (SOLVER.IMS_PER_BATCH); "
+            f"{batch.per_device} image(s) per device per pass; {batch.accumulation} accumulation step(s) "
+            f"per optimizer step; {amp}",
+            f"  optimizer {optimizer_name} (SOLVER.OPTIMIZER {solver.OPTIMIZER}); {scaling.describe()}",
+        ]
+        if schedule is None:
+            lines.append(f"  {describe_warmup(cfg, self.warmup_iters, scaling.lr, self.warmup_images)}; "
+                         f"{_describe_shape(solver)}")  # fmt: skip
+            lines.append(
+                f"  {self.max_iter} iterations x {batch.global_batch} = {self.total_images} images = {epochs}"
+            )
+        else:
+            lines.extend("  " + line for line in schedule.splitlines())
+        if self.schedule.ramped:
+            lines.append("  " + self.schedule.describe(self.dataset_size))
+        clipping = self.describe_clipping()
+        if clipping:
+            lines.append("  " + clipping)
+        if solver.AGVM.ENABLED:
+            lines.append("  " + _describe_agvm(cfg, batch, agvm_parts))
+        return "\n".join(lines)
+
+
+# --- the start-of-run block ---------------------------------------------------------------
+
+def describe_warmup(cfg, warmup_iters: int, peak_lr: float, warmup_images: Optional[int] = None) -> str:
+    """The warm-up's part of the start-of-run block: ``warmup_iters`` steps of the full batch
+    (``warmup_images`` images) from ``WARMUP_FACTOR x peak_lr`` to ``peak_lr``; where that is
+    shorter than ``SOLVER.WARMUP_ITERS`` (:func:`~largedet.solver.warmup_steps`), why."""
+    solver = cfg.SOLVER
+    shortened = ""
+    if warmup_iters < solver.WARMUP_ITERS:
+        shortened = f" (SOLVER.WARMUP_ITERS {solver.WARMUP_ITERS} shortened: it ends at the peak LR within the run"
+        if solver.LR_SCHEDULER_NAME == "WarmupStableDecayLR":
+            shortened += f", before the decay at {solver.WSD.DECAY_START:g} of it"
+        shortened += ")"
+    if not warmup_iters:
+        return "no warmup" + shortened
+    images = f" ({warmup_images} images)" if warmup_images else ""
+    return (
+        f"{solver.WARMUP_METHOD} warmup over {warmup_iters} iterations{images} from "
+        f"{solver.WARMUP_FACTOR:g} x LR = {solver.WARMUP_FACTOR * peak_lr:g} to {peak_lr:g}{shortened}"
+    )
+
+
+def _describe_shape(solver) -> str:
+    name = solver.LR_SCHEDULER_NAME
+    if name == "WarmupStableDecayLR":
+        return (
+            f"WarmupStableDecayLR: the peak LR until {solver.WSD.DECAY_START:g} of the run, "
+            f"then linear to {solver.BASE_LR_END:g}"
+        )
+    if name == "WarmupCosineLR":
+        return f"WarmupCosineLR: cosine from the peak LR to {solver.BASE_LR_END:g} at the run's end"
+    if name == "WarmupStepWithFixedGammaLR":
+        return f"WarmupStepWithFixedGammaLR: x {solver.GAMMA:g} at {solver.NUM_DECAYS} evenly spaced steps"
+    if solver.STEPS:  # WarmupMultiStepLR, a LazyConfig's schedule with milestones
+        return f"{name} with steps {tuple(solver.STEPS)}"
+    return name
+
+
+def _span(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def _describe_agvm(cfg, batch: BatchPlan, parts: Optional[str]) -> str:
+    agvm = cfg.SOLVER.AGVM
+    if batch.accumulation >= 2:
+        k, h = batch.accumulation, batch.accumulation // 2
+        halves = f"micro-batches {_span(1, h)} vs {_span(h + 1, k)} of each step"
+    else:
+        w, h = batch.world_size, batch.world_size // 2
+        halves = f"processes {_span(0, h - 1)} vs {_span(h, w - 1)}"
+    if parts is None:
+        parts = ", ".join(dict.fromkeys(name for name, _ in agvm.GROUPS))
+    return (
+        f"AGVM: parts {parts} aligned with {agvm.REFERENCE}; phi every {agvm.PERIOD} steps from "
+        f"iteration {agvm_start_iter(cfg)} on {halves}; clamp {tuple(agvm.CLAMP)}, "
+        f"momentum {agvm.MOMENTUM:g}"
+    )
+
+
+def agvm_start_iter(cfg: CfgNode) -> int:
+    """``SOLVER.AGVM.START_ITER``, with -1 resolved to ``SOLVER.WARMUP_ITERS``."""
+    start = cfg.SOLVER.AGVM.START_ITER
+    return cfg.SOLVER.WARMUP_ITERS if start == -1 else start
 
 
 def _window(key: str, max_norm: float, warmup_iters: int, before: int, after: int) -> Tuple[ClipWindow, ...]:

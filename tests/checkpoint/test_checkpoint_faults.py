@@ -157,7 +157,7 @@ def test_a_full_disk_is_one_error_and_keeps_the_previous_checkpoint(tmp_path, mo
 
 
 def test_a_full_disk_stops_training_with_one_line(tiny_shapes, tmp_path, monkeypatch, capsys):
-    from largedet.engine.launch import DISK_FULL_EXIT_CODE, _run_alone
+    from largedet.launch.processes import DISK_FULL_EXIT_CODE, _run_alone
 
     real_save = torch.save
     calls = []

@@ -81,7 +81,8 @@ def test_an_image_folder_that_is_not_the_jsons(tmp_path):
 def test_check_num_classes_allows_more_classes_than_categories(tmp_path):
     from detectron2.data.datasets import register_coco_instances
 
-    from largedet.config.validate import ConfigError, check_num_classes
+    from largedet.config.validate import ConfigError
+    from largedet.data.checks import check_num_classes
 
     json_file, images = tiny_coco(tmp_path, categories=2)
     register_coco_instances("data_checks_two_categories", {}, str(json_file), str(images))

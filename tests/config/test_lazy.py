@@ -17,7 +17,7 @@ from detectron2.solver import WarmupParamScheduler
 from detectron2.utils.env import seed_all_rng
 from largedet.config import DeviceUnavailableError, add_largedet_config
 from largedet.config.lazy import TRAIN_KEYS, run_config, train_defaults
-from largedet.engine import Trainer, describe_run
+from largedet.engine import Trainer
 from largedet.engine.lazy import LazyTrainer, build_lazy_lr_scheduler, build_lazy_optimizer
 from largedet.optim import PART_KEY
 from largedet.solver import build_lr_scheduler, build_optimizer, run_plan, with_scaled_lr
@@ -93,8 +93,8 @@ def test_lazy_example_describes_the_same_run_as_its_yaml_twin():
     assert (run.DATASETS.TRAIN, run.DATASETS.TEST) == (yacs.DATASETS.TRAIN, yacs.DATASETS.TEST)
     # the same start-of-run block on 8 devices (K = 1024 / (8 x 16) = 8), up to the name of
     # the schedule
-    lazy_block = describe_run(run, run_plan(run, 8, 1500), "PMDLAMB")
-    yaml_block = describe_run(yacs, run_plan(yacs, 8, 1500), "PMDLAMB")
+    lazy_block = run_plan(run, 8, 1500).describe(run, "PMDLAMB")
+    yaml_block = run_plan(yacs, 8, 1500).describe(yacs, "PMDLAMB")
     assert lazy_block == yaml_block.replace("WarmupMultiStepLR", "MultiStepParamScheduler")
     assert "(SOLVER.OPTIMIZER PMD_LAMB)" in lazy_block  # the registered name, not the class's
     assert "8 accumulation step(s)" in lazy_block and "LR 0.04 = sqrt scaling rule" in lazy_block
@@ -104,15 +104,15 @@ def test_lazy_example_has_the_lr_sequence_and_optimizer_of_its_yaml_twin():
     lazy, yacs = load_lazy(), load_yaml()
     run = run_config(lazy)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1))
-    lazy_opt = build_lazy_optimizer(lazy, model, run)
-    yaml_opt = build_optimizer(with_scaled_lr(yacs), model)
+    lazy_opt = build_lazy_optimizer(lazy, model, run, run_plan(run, 1))
+    yaml_opt = build_optimizer(with_scaled_lr(yacs, run_plan(yacs, 1).lr), model)
     assert type(lazy_opt) is type(yaml_opt)
     assert hyperparameters(lazy_opt, model) == hyperparameters(yaml_opt, model)
 
     sequences = []
     for scheduler in (
-        build_lazy_lr_scheduler(lazy, run, lazy_opt),
-        build_lr_scheduler(yacs, yaml_opt),
+        build_lazy_lr_scheduler(lazy, run, lazy_opt, run_plan(run, 1)),
+        build_lr_scheduler(yacs, yaml_opt, run_plan(yacs, 1)),
     ):
         lrs = []
         for _ in range(run.SOLVER.MAX_ITER):
@@ -210,7 +210,8 @@ def test_agvm_splits_the_lazy_param_groups_by_part():
     cfg = load_lazy("train.agvm.enabled=True")
     cfg.train.agvm.groups = [["body", "0"], ["body", "1"], ["head", "2"]]
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1))
-    optimizer = build_lazy_optimizer(cfg, model)
+    run = run_config(cfg)
+    optimizer = build_lazy_optimizer(cfg, model, run, run_plan(run, 8))
     names = {p: n for n, p in model.named_parameters()}
     parts = {names[p]: group[PART_KEY] for group in optimizer.param_groups for p in group["params"]}
     assert parts == {"0.weight": "body", "0.bias": "body", "1.weight": "body", "1.bias": "body",

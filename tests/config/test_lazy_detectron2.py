@@ -18,7 +18,6 @@ from detectron2.config import LazyCall as L
 from detectron2.config import LazyConfig, instantiate
 from detectron2.solver import LRMultiplier
 from largedet.config.lazy import IGNORED_DETECTRON2_KEYS, ignored_keys, run_config, setup_lazy_config
-from largedet.engine import describe_run
 from largedet.engine.lazy import LazyTrainer, build_lazy_lr_scheduler
 from largedet.solver import run_plan
 
@@ -48,7 +47,7 @@ def test_a_detectron2_model_zoo_config_is_read_as_detectron2_means_it():
     assert (solver.CHECKPOINT_PERIOD, run.TEST.EVAL_PERIOD, run.LOG_PERIOD) == (5000, 5000, 20)
     assert (run.DATASETS.TRAIN, run.DATASETS.TEST) == (("coco_2017_train",), ("coco_2017_val",))
     assert run.DATALOADER.NUM_WORKERS == 4 and run.OUTPUT_DIR == "./output"
-    block = describe_run(run, run_plan(run, 8), "SGD")
+    block = run_plan(run, 8).describe(run, "SGD")
     assert "global batch 16" in block and "linear warmup over 1000 iterations" in block
 
 
@@ -79,7 +78,7 @@ def test_the_lr_of_every_step_is_detectron2s():
                      "lr_multiplier.warmup_length=0.1")  # fmt: skip
     run = run_config(cfg)
     model = nn.Linear(2, 2)
-    ours = build_lazy_lr_scheduler(cfg, run, torch.optim.SGD(model.parameters(), lr=0.02))
+    ours = build_lazy_lr_scheduler(cfg, run, torch.optim.SGD(model.parameters(), lr=0.02), run_plan(run, 8))
     theirs = LRMultiplier(torch.optim.SGD(model.parameters(), lr=0.02),
                           instantiate(cfg.lr_multiplier), max_iter=900)  # fmt: skip
     lrs = []

@@ -12,14 +12,9 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from largedet.config import add_largedet_config
 from largedet.data import ShapesSpec, register_shapes, shapes_spec_from_config
 from largedet.solver.batch import BatchPlan
-from largedet.config.validate import (
-    TRAINING_RULES,
-    ConfigError,
-    check_config,
-    check_datasets,
-    check_values,
-    merge_checked,
-)
+from largedet.config.validate import TRAINING_RULES, ConfigError, check_values, merge_checked
+from largedet.data.checks import check_datasets
+from largedet.engine.defaults import check_config
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 CONFIG_DIR = os.path.join(ROOT, "configs")

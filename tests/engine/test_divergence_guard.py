@@ -114,7 +114,7 @@ def test_a_divergence_stops_the_script_in_one_logged_line_and_exit_65(tiny_shape
     """Through the scripts' launch: no traceback, the guard's line once in the log, exit 65."""
     import logging
 
-    from largedet.engine.launch import DIVERGED_EXIT_CODE, _run_alone
+    from largedet.launch.processes import DIVERGED_EXIT_CODE, _run_alone
 
     loop_logger = logging.getLogger("detectron2.engine.train_loop")
     loop_logger.addHandler(caplog.handler)

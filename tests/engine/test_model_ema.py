@@ -225,7 +225,7 @@ def _two_process_ema(spec, output_dir, result_file):
     from detectron2.utils import comm
 
     from largedet.data import register_shapes
-    from largedet.engine.trainer import shut_down_distributed
+    from largedet.launch.processes import shut_down_distributed
 
     register_shapes(spec, prefix="tiny_shapes")
     seed_all_rng(0)

@@ -4,14 +4,13 @@ schedule has steps."""
 from detectron2.config import get_cfg
 
 from largedet.config import add_largedet_config
-from largedet.engine import describe_run
 from largedet.solver import run_plan
 
 
 def block(*opts):
     cfg = add_largedet_config(get_cfg())
     cfg.merge_from_list(["SOLVER.IMS_PER_BATCH", 16, "SOLVER.MAX_ITER", 100, *opts])
-    return describe_run(cfg, run_plan(cfg, 1, 160), "SGD")
+    return run_plan(cfg, 1, 160).describe(cfg, "SGD")
 
 
 def test_a_cosine_schedule_has_no_steps():

@@ -17,6 +17,7 @@ from detectron2.config import LazyConfig
 from detectron2.engine import DefaultTrainer
 from largedet.engine import Trainer
 from largedet.engine.lazy import LazyTrainer
+from largedet.solver import run_plan
 
 BUILDERS = (
     "build_model",
@@ -27,6 +28,8 @@ BUILDERS = (
     "build_evaluator",
     "test",
 )
+# the builders of what the run plan's numbers decide: the peak LR, the schedule's steps
+PLANNED = ("build_optimizer", "build_lr_scheduler")
 LAZY = os.path.join(
     os.path.dirname(__file__), "..", "..", "configs", "shapes", "lazy", "faster_rcnn_R18_FPN_pmdlamb_bs1024.py"
 )
@@ -45,8 +48,12 @@ def test_builders_are_classmethods_with_detectron2s_parameters(name):
         assert isinstance(inspect.getattr_static(cls, name), classmethod), (cls, name)
         ours = list(inspect.signature(getattr(cls, name)).parameters.values())
         assert [p.name for p in ours[: len(d2)]] == [p.name for p in d2], (cls, name)
-        # what largedet adds can be left out, as a Detectron2 caller does
-        assert all(p.default is not inspect.Parameter.empty for p in ours[len(d2):]), (cls, name)
+        # what largedet adds can be left out, as a Detectron2 caller does, except the run
+        # plan, which every builder of a derived number takes and none recomputes
+        extra = ours[len(d2):]
+        assert all(p.default is not inspect.Parameter.empty for p in extra if p.name != "plan"), (cls, name)
+        plan = [p for p in extra if p.name == "plan"]
+        assert [p.default for p in plan] == ([inspect.Parameter.empty] if name in PLANNED else []), (cls, name)
 
 
 def test_the_trainer_is_a_trainerbase_with_defaulttrainers_interface():
@@ -62,15 +69,16 @@ def test_the_trainer_is_a_trainerbase_with_defaulttrainers_interface():
     assert {"model", "optimizer", "data_loader"} <= public
 
 
-def test_build_lr_scheduler_called_as_detectron2_does_is_the_configs_schedule(tmp_path):
+def test_build_lr_scheduler_of_the_run_plan_is_the_configs_schedule(tmp_path):
     # no warm-up, cosine over SOLVER.MAX_ITER = 10 steps from 0.1: 0.1 (1 + cos(pi i / 10)) / 2
     cfg = tiny_cfg(
         str(tmp_path), "SOLVER.MAX_ITER", 10, "SOLVER.WARMUP_ITERS", 0,
         "SOLVER.LR_SCHEDULER_NAME", "WarmupCosineLR",
     )  # fmt: skip
     model = nn.Linear(2, 2)
-    optimizer = Trainer.build_optimizer(cfg, model)
-    scheduler = Trainer.build_lr_scheduler(cfg, optimizer)
+    plan = run_plan(cfg, 1)
+    optimizer = Trainer.build_optimizer(cfg, model, plan)
+    scheduler = Trainer.build_lr_scheduler(cfg, optimizer, plan)
     lrs = []
     for _ in range(10):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -82,7 +90,7 @@ def test_build_lr_scheduler_called_as_detectron2_does_is_the_configs_schedule(tm
 def test_build_lr_scheduler_of_a_batch_ramp_needs_the_run_plan(tmp_path):
     cfg = tiny_cfg(str(tmp_path), "SOLVER.BATCH_RAMP.BATCHES", (2,), "SOLVER.BATCH_RAMP.EPOCHS", (1.0,))
     optimizer = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="SOLVER.BATCH_RAMP: build_lr_scheduler needs the run plan"):
+    with pytest.raises(TypeError, match="plan"):  # the run plan is a required argument
         Trainer.build_lr_scheduler(cfg, optimizer)
 
 
@@ -95,13 +103,12 @@ def test_lazy_trainer_of_a_config_and_without_one():
 
 
 def test_the_trainer_computes_the_peak_lr_once_and_the_optimizer_and_schedule_hold_it(tiny_shapes, tmp_path, monkeypatch):
-    from largedet.solver import lr_scheduler, plan
+    from largedet.solver import plan
 
-    # every module that could compute it: the run plan does, once; the builders read it
+    # the one module that computes it (the run plan's), once; the builders read the plan
     calls = []
-    real = lr_scheduler.lr_scaling
-    for module in (lr_scheduler, plan):
-        monkeypatch.setattr(module, "lr_scaling", lambda cfg: calls.append(1) or real(cfg))
+    real = plan.lr_scaling
+    monkeypatch.setattr(plan, "lr_scaling", lambda cfg: calls.append(1) or real(cfg))
     cfg = tiny_cfg(
         str(tmp_path), "SOLVER.LSR.ENABLED", True, "SOLVER.LSR.RULE", "sqrt",
         "SOLVER.LSR.REFERENCE_BATCH", 1, "SOLVER.LSR.REFERENCE_LR", 0.01,

@@ -196,7 +196,7 @@ def test_preempted_job_is_requeued_and_resumes_to_the_same_weights(tiny_shapes, 
 
 
 def test_slurm_task_environment_from_slurms_variables():
-    from largedet.engine.launch import first_host, slurm_task_environment
+    from largedet.launch.processes import first_host, slurm_task_environment
 
     assert first_host("node[07-09,12],gpu3") == "node07" and first_host("rack[1-2]-n[01-04]") == "rack1-n01"
     # task 3 of 4, on the second of two nodes, as srun sets them without --ntasks-per-node

@@ -14,7 +14,7 @@ from detectron2.layers import FrozenBatchNorm2d, NaiveSyncBatchNorm
 from detectron2.modeling import build_backbone
 from detectron2.utils import comm
 from largedet.config import add_largedet_config
-from largedet.engine.trainer import shut_down_distributed
+from largedet.launch.processes import shut_down_distributed
 from largedet.layers import (
     NaiveSyncBatchNormNd,
     convert_sync_batchnorm,

@@ -45,7 +45,7 @@ def test_pmd_lamb_compiled_matches_float64_reference(decay):
     assert all(opt.state[p]["step"] == n_steps for p in params)
     # gamma, and with it the moment weights, changed at every step: nothing recompiled
     assert graphs_compiled() == graphs
-    assert _compiled.compiled_step_disabled_reason() is None
+    assert opt.compiled_state.disabled_reason is None
 
 
 def test_lars_compiled_matches_formula():
@@ -105,8 +105,8 @@ def run_float32(cls, n_steps, fused, opt=None, params=None, seed=7, start=0, **k
         gen = torch.Generator().manual_seed(seed * 1000 + t)  # step t's gradients, however run
         for group in opt.param_groups:
             group["lr"] = 0.02 * (1 + t % 5) / 5
-            if "clock" in group:
-                group["clock"] = 0.75 * t
+        if isinstance(opt, PMDLAMB):
+            opt.set_clock(0.75 * t)
         for p in params:
             p.grad = torch.randn(p.shape, generator=gen).to(p.dtype) + 0.1 * p.detach()
         opt.step()
@@ -169,8 +169,6 @@ def test_checkpoints_move_between_compiled_and_eager(cls):
 
 
 def test_failed_compilation_falls_back_with_one_line(monkeypatch, caplog):
-    monkeypatch.setattr(_compiled, "_DISABLED_REASON", None)
-
     def broken(name):
         def fail(*args):
             raise RuntimeError("no C++ compiler\nsecond line")
@@ -188,7 +186,12 @@ def test_failed_compilation_falls_back_with_one_line(monkeypatch, caplog):
         "Compiled optimizer step unavailable (RuntimeError: no C++ compiler): "
         "taking the eager multi-tensor step"
     ]
-    assert _compiled.compiled_step_disabled_reason() == "RuntimeError: no C++ compiler"
+    assert opt_fused.compiled_state.disabled_reason == "RuntimeError: no C++ compiler"
+    # the fallback is that optimizer's: another one of the process compiles its own step
+    assert opt_eager.compiled_state.disabled_reason is None
+    monkeypatch.undo()
+    _, other = run_float32(PMDLAMB, 1, True, **KW[PMDLAMB])
+    assert other.compiled_state.disabled_reason is None
 
 
 def test_as_matrix_shares_memory_and_is_not_a_view():
@@ -222,9 +225,9 @@ def test_default_compiles_the_large_cpu_tensors_only(monkeypatch):
     compiled_sizes = []
     run = _compiled.run_compiled
 
-    def spy(name, tensors, scalars):
+    def spy(name, tensors, scalars, state):
         compiled_sizes.extend(column[0].numel() for column in tensors)
-        return run(name, tensors, scalars)
+        return run(name, tensors, scalars, state)
 
     monkeypatch.setattr(_compiled, "run_compiled", spy)
     least = optim_base.COMPILED_MIN_NUMEL

@@ -63,9 +63,8 @@ class Record(HookBase):
         self._lr = self.trainer.optimizer.param_groups[0]["lr"]  # the LR hook sets it after a step
 
     def after_step(self):
-        group = self.trainer.optimizer.param_groups[0]
         k = self.trainer._trainer.accumulation_steps
-        self.rows.append((k, self._lr, group.get("clock"), self.trainer.data_position))
+        self.rows.append((k, self._lr, self.trainer.optimizer.clock, self.trainer.data_position))
 
 
 # tiny_shapes: 24 training images. Batch 8 in micro-batches of 2; 6 steps of 8 = 48 images.
@@ -105,7 +104,7 @@ def test_moment_clock_sets_the_period_position():
         opt = PMDLAMB([p], lr=0.1, period=4, decay="cosine")
         for _ in range(2):
             p.grad = torch.full((3,), 0.5)
-            opt.param_groups[0]["clock"] = clock
+            opt.set_clock(clock)
             opt.step()
         return opt.state[p]["exp_avg_weight"]
 

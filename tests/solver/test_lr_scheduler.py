@@ -5,7 +5,7 @@ from torch import nn
 
 from detectron2.config import get_cfg
 from largedet.config import add_largedet_config
-from largedet.solver import build_lr_scheduler, build_optimizer, lr_scaling, with_scaled_lr
+from largedet.solver import build_lr_scheduler, build_optimizer, lr_scaling, run_plan, with_scaled_lr
 
 
 def make_cfg(*opts):
@@ -24,8 +24,9 @@ class TwoGroups(nn.Module):
 def lr_sequence(cfg):
     """The LR of each parameter group during iterations 0 .. MAX_ITER - 1."""
     model = TwoGroups()
-    optimizer = build_optimizer(with_scaled_lr(cfg), model)
-    scheduler = build_lr_scheduler(cfg, optimizer)
+    plan = run_plan(cfg, 1)
+    optimizer = build_optimizer(with_scaled_lr(cfg, plan.lr), model)
+    scheduler = build_lr_scheduler(cfg, optimizer, plan)
     seq = []
     for _ in range(cfg.SOLVER.MAX_ITER):
         seq.append([g["lr"] for g in optimizer.param_groups])
@@ -78,7 +79,7 @@ def test_disabled_rule_keeps_base_lr():
         "SOLVER.LSR.REFERENCE_LR", 0.5, "SOLVER.BASE_LR", 0.02, "SOLVER.IMS_PER_BATCH", 64,
         "SOLVER.WARMUP_ITERS", 1, "SOLVER.WARMUP_FACTOR", 0.1, "SOLVER.STEPS", "()", "SOLVER.MAX_ITER", 3,
     )  # fmt: skip
-    assert with_scaled_lr(cfg) is cfg
+    assert with_scaled_lr(cfg, lr_scaling(cfg)) is cfg
     assert [lrs[0] for lrs in lr_sequence(cfg)] == pytest.approx([0.002, 0.02, 0.02], rel=1e-12)
     assert lr_scaling(cfg).describe() == "LR 0.02 (SOLVER.BASE_LR; linear scaling rule disabled)"
 
@@ -96,7 +97,7 @@ def test_cosine_end_lr_is_relative_to_the_scaled_lr():
 
 def test_the_copy_for_builders_leaves_the_config_alone():
     cfg = make_cfg("SOLVER.LSR.ENABLED", "True", "SOLVER.IMS_PER_BATCH", 32, "SOLVER.BASE_LR", 0.3)
-    scaled = with_scaled_lr(cfg)
+    scaled = with_scaled_lr(cfg, lr_scaling(cfg))
     assert scaled.SOLVER.BASE_LR == pytest.approx(0.04) and cfg.SOLVER.BASE_LR == 0.3
     assert scaled.is_frozen()
 
@@ -120,8 +121,9 @@ def test_invalid_rule_settings_are_named_by_the_declared_rules(opts, match):
 def test_one_scheduler_owns_the_lr():
     # the schedule is Detectron2's LRMultiplier: the optimizer's LR is always its value
     cfg = make_cfg("SOLVER.LSR.ENABLED", "True", "SOLVER.MAX_ITER", 5, "SOLVER.WARMUP_ITERS", 3)
-    optimizer = build_optimizer(with_scaled_lr(cfg), TwoGroups())
-    scheduler = build_lr_scheduler(cfg, optimizer)
+    plan = run_plan(cfg, 1)
+    optimizer = build_optimizer(with_scaled_lr(cfg, plan.lr), TwoGroups())
+    scheduler = build_lr_scheduler(cfg, optimizer, plan)
     from detectron2.solver import LRMultiplier
 
     assert isinstance(scheduler, LRMultiplier)
@@ -135,8 +137,8 @@ def test_a_short_warmup_stable_decay_run_reaches_its_peak_lr():
     """WARMUP_ITERS >= MAX_ITER with warm-up-stable-decay: the warm-up is shortened to the 8
     steps before the decay (DECAY_START 0.8 x 10), so it ends at the peak LR 0.02 at step 8,
     from which the decay falls linearly towards BASE_LR_END at step 10."""
-    from largedet.engine.trainer import describe_warmup
-    from largedet.solver import run_plan, warmup_steps
+    from largedet.solver import warmup_steps
+    from largedet.solver.plan import describe_warmup
 
     cfg = make_cfg(
         "SOLVER.BASE_LR", 0.02, "SOLVER.BASE_LR_END", 0.002, "SOLVER.LR_SCHEDULER_NAME", "WarmupStableDecayLR",

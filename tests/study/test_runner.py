@@ -307,7 +307,7 @@ def test_steps_grid_plan_arithmetic(study, cell, lr, iterations, warmup, period)
 
 def test_cosine_cell_anneals_the_lr_from_the_peak_to_zero(study):
     import torch
-    from largedet.solver import build_lr_scheduler
+    from largedet.solver import build_lr_scheduler, run_plan
 
     cell = schema.Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="cosine")
     assert cell.name == "pmd_lamb-bs1024-ep1.4x-lrcosine"
@@ -317,7 +317,7 @@ def test_cosine_cell_anneals_the_lr_from_the_peak_to_zero(study):
     assert cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupCosineLR" and cfg.SOLVER.STEPS == ()
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=plan.lr)
-    scheduler = build_lr_scheduler(cfg, optimizer)
+    scheduler = build_lr_scheduler(cfg, optimizer, run_plan(cfg, 1))
     lrs = []
     for _ in range(plan.iterations):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -528,7 +528,7 @@ def test_a_terminated_study_stops_its_training_process(tmp_path):
 
 def test_wsd_cell_holds_the_peak_to_80_percent_then_decays_linearly(study):
     import torch
-    from largedet.solver import build_lr_scheduler
+    from largedet.solver import build_lr_scheduler, run_plan
 
     cell = schema.Cell("pmd_lamb", 1024, epochs_factor=1.4, lr_schedule="wsd")
     assert cell.name == "pmd_lamb-bs1024-ep1.4x-lrwsd"
@@ -537,7 +537,7 @@ def test_wsd_cell_holds_the_peak_to_80_percent_then_decays_linearly(study):
     assert cfg.SOLVER.LR_SCHEDULER_NAME == "WarmupStableDecayLR" and cfg.SOLVER.BASE_LR_END == 0.0
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=plan.lr)
-    scheduler = build_lr_scheduler(cfg, optimizer)
+    scheduler = build_lr_scheduler(cfg, optimizer, run_plan(cfg, 1))
     lrs = []
     for _ in range(plan.iterations):
         lrs.append(optimizer.param_groups[0]["lr"])

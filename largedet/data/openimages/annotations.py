@@ -9,7 +9,7 @@ parses while the others wait for its cache) and mapped into memory on later star
 (``mmap_mode="r"``, shared by all processes of a machine).
 
 :func:`load_openimages_ground_truth` is what the dataset, the evaluator and
-:func:`largedet.evaluation.oid_evaluation.evaluate_files` read: the annotations with the
+:func:`largedet.evaluation.oid_files.evaluate_files` read: the annotations with the
 classes and the hierarchy of a registered split.
 """
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from largedet.engine.preemption import PREEMPTED_EXIT_CODE
+from largedet.launch.preemption import PREEMPTED_EXIT_CODE
 from test_video_train import TRAIN_PY, tiny_overrides
 
 

@@ -166,7 +166,7 @@ def test_preemption_saves_and_resume_matches_an_uninterrupted_run(tiny_shapes, t
     import torch
     from detectron2.engine import HookBase
     from detectron2.utils.env import seed_all_rng
-    from largedet.engine.preemption import Preempted
+    from largedet.launch.preemption import Preempted
 
     class SignalAt(HookBase):
         def before_step(self):

@@ -31,7 +31,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from largedet_study.grid import OptimizerRecipe, cell_config, cell_run_plan, per_device_batch, recipe_overrides
+from largedet.solver.batch import per_device_batch
+from largedet_study.grid import OptimizerRecipe, cell_config, cell_run_plan, recipe_overrides
 
 
 #: the checkout (projects/video/benchmarks/video_study/ -> four levels up)

@@ -17,8 +17,9 @@ import os
 from detectron2.config import CfgNode, get_cfg
 from largedet.config import DeviceUnavailableError, resolve_device
 from largedet.engine import check_engine_keys, planned_world_size
+from largedet.engine.defaults import check_config, check_files
 from largedet.solver.batch import BatchPlan
-from largedet.config.validate import ConfigError, check_config, check_files, merge_checked
+from largedet.config.validate import ConfigError, merge_checked
 
 from ..data import FrameSampling, register_video_datasets
 from ..data.decoding import torchcodec_unavailable
@@ -82,7 +83,7 @@ def _check_video_keys(cfg: CfgNode, splits) -> None:
 
 
 def check_video_config(cfg: CfgNode, world_size: int | None) -> BatchPlan | None:
-    """:func:`largedet.config.validate.check_config` with :data:`VIDEO_RULES`, then the
+    """:func:`largedet.engine.defaults.check_config` with :data:`VIDEO_RULES`, then the
     video keys and the dataset files; ``world_size`` None: evaluation only (the
     ``DATASETS.TEST`` datasets). ``cfg``'s datasets must be registered
     (``register_video_datasets``)."""
@@ -187,7 +188,7 @@ def _check_labels(cfg: CfgNode, splits) -> None:
 def video_output_dir(args: argparse.Namespace, default_config: str = DEFAULT_CONFIG) -> str:
     """``OUTPUT_DIR`` of ``projects/video/train.py``'s config (``--config-file`` or
     ``default_config``, and the overrides), read without building anything: the folder the
-    run owns (:class:`largedet.engine.run_lock.OutputDirLock`)."""
+    run owns (:class:`largedet.launch.run_lock.OutputDirLock`)."""
     cfg = add_video_config(get_cfg())
     merge_checked(
         cfg, args.config_file or default_config, args.opts,

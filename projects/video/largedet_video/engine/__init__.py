@@ -1,6 +1,6 @@
 """Training: the video trainer (largedet's ``largedet.engine.Trainer`` with video data,
 evaluation and multigrid), its config and set-up, hooks, the multigrid LR scheduler and
-stage hook. Processes are started by largedet's ``largedet.engine.launch``."""
+stage hook. Processes are started by largedet's ``largedet.launch.processes``."""
 
 from .defaults import DEFAULT_CONFIG, build_cfg, setup
 from .hooks import SkippedVideosHook

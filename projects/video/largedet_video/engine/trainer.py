@@ -8,8 +8,8 @@ from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
-from largedet.engine.trainer import describe_warmup
 from largedet.solver.batch import batch_plan
+from largedet.solver.plan import RunPlan, describe_warmup
 
 from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader
 from ..evaluation import VideoClassificationEvaluator
@@ -66,7 +66,7 @@ class VideoTrainer(Trainer):
         return build_video_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
 
     @classmethod
-    def build_lr_scheduler(cls, cfg, optimizer, plan=None, max_iter=None):
+    def build_lr_scheduler(cls, cfg, optimizer, plan: RunPlan, max_iter=None):
         """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps."""
         multigrid = cls.build_multigrid_plan(cfg)
         if multigrid is None:

@@ -12,7 +12,7 @@ import time
 import pytest
 from engine_testing import _free_port
 
-from largedet.engine.preemption import PREEMPTED_EXIT_CODE
+from largedet.launch.preemption import PREEMPTED_EXIT_CODE
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")

@@ -15,7 +15,8 @@ from detectron2.config import get_cfg
 
 from largedet.config import add_largedet_config
 from largedet.engine import defaults
-from largedet.engine.elastic import (
+from largedet.launch import job
+from largedet.launch.elastic import (
     JOB_FILE,
     LOST_PROCESS_EXIT_CODE,
     LostProcessError,
@@ -24,11 +25,11 @@ from largedet.engine.elastic import (
     recorded_torchrun_job,
     torchrun_resume_reason,
 )
-from largedet.engine.run_lock import OutputDirInUseError, OutputDirLock
+from largedet.launch.run_lock import OutputDirInUseError, OutputDirLock
 from largedet.solver.batch import batch_plan
 
 # the module (largedet.engine's `launch` is its function)
-launch = importlib.import_module("largedet.engine.launch")
+launch = importlib.import_module("largedet.launch.processes")
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml")
 
@@ -64,7 +65,7 @@ def test_the_timeout_reaches_init_process_group_under_torchrun(monkeypatch, tmp_
     monkeypatch.setattr(launch.dist, "init_process_group", init_process_group)
     args = defaults.largedet_argument_parser().parse_args(["--config", CONFIG, "DISTRIBUTED.TIMEOUT_S", "7.5"])
     with pytest.raises(Launched):
-        defaults.check_and_launch(lambda a: None, args, lambda a: None, timeout_s=defaults.config_timeout_s)
+        job.check_and_launch(lambda a: None, args, lambda a: None, timeout_s=defaults.config_timeout_s)
     assert seen["timeout"] == datetime.timedelta(seconds=7.5)
 
 
@@ -76,10 +77,10 @@ def test_the_timeout_reaches_detectron2s_launch(monkeypatch):
 
     monkeypatch.setattr(launch, "d2_launch", d2_launch)
     args = defaults.largedet_argument_parser().parse_args(["--num-gpus", "2"])
-    defaults.check_and_launch(lambda a: None, args, lambda a: None, timeout_s=lambda a: 30.0)
+    job.check_and_launch(lambda a: None, args, lambda a: None, timeout_s=lambda a: 30.0)
     assert seen["timeout"] == datetime.timedelta(seconds=30)
     # a script that reads no config gets the key's default
-    defaults.check_and_launch(lambda a: None, args, lambda a: None)
+    job.check_and_launch(lambda a: None, args, lambda a: None)
     assert seen["timeout"] == datetime.timedelta(seconds=120)
 
 
@@ -163,23 +164,23 @@ def test_a_restarted_worker_resumes_and_the_fresh_run_guard_lets_it(monkeypatch,
     def fake_launch(main_func, args, timeout):
         seen["resume"] = args.resume
 
-    monkeypatch.setattr(defaults, "launch", fake_launch)
+    monkeypatch.setattr(job, "launch", fake_launch)
     args = defaults.largedet_argument_parser().parse_args(["--config", CONFIG])
     if resumes:
-        defaults.check_and_launch(lambda a: None, args, lambda a: None, output_dir=lambda a: str(folder))
+        job.check_and_launch(lambda a: None, args, lambda a: None, output_dir=lambda a: str(folder))
         assert seen["resume"] is True
         assert capsys.readouterr().err.endswith(f": resuming from the newest complete checkpoint of {folder}\n")
         assert recorded_torchrun_job(str(folder)) == run_id
     else:
         with pytest.raises(SystemExit) as stop:
-            defaults.check_and_launch(lambda a: None, args, lambda a: None, output_dir=lambda a: str(folder))
+            job.check_and_launch(lambda a: None, args, lambda a: None, output_dir=lambda a: str(folder))
         assert stop.value.code == 2 and "holds a previous run's results" in capsys.readouterr().err
 
 
 def test_every_process_follows_the_first_ones_decision(monkeypatch):
-    monkeypatch.setattr(defaults.comm, "all_gather", lambda value: [True, value])
+    monkeypatch.setattr(job.comm, "all_gather", lambda value: [True, value])
     args = defaults.largedet_argument_parser().parse_args([])
-    assert defaults._resume_as_the_first_process(lambda a: a.resume, args) is True
+    assert job._resume_as_the_first_process(lambda a: a.resume, args) is True
 
 
 _HOLD = """

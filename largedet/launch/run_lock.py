@@ -28,7 +28,7 @@ import sys
 import time
 from typing import List, Optional
 
-from ..config.validate import ConfigError
+from ..config.errors import ConfigError
 from .elastic import torchrun_job_id
 
 __all__ = [

@@ -6,18 +6,20 @@
     torchrun --nproc_per_node 8 tools/train_net.py --config CFG
     srun --ntasks-per-node 8 python tools/train_net.py --config CFG --launcher slurm
 
-A script calls :func:`largedet.engine.defaults.check_and_launch`: its config is checked
+A script calls :func:`largedet.launch.job.check_and_launch`: its config is checked
 for :func:`planned_world_size` processes before any process starts, so that a batch that
 does not split over torchrun's processes is refused as it is for ``--num-gpus``. This
 module depends on Detectron2, torch and three leaf modules (the full-disk error,
-the pre-emption exit, :mod:`~largedet.engine.elastic`) only.
+the pre-emption exit, :mod:`~largedet.launch.elastic`) only.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import errno
+import functools
 import gc
 import logging
 import multiprocessing
@@ -40,10 +42,11 @@ from detectron2.utils import comm
 
 from ..checkpoint import DiskFullError, NoCompleteCheckpointError, WeightsUnavailableError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
-from .hooks import Diverged
 from .preemption import PREEMPTED_EXIT_CODE, Preempted
+from .run_summary import Diverged
 
 __all__ = [
+    "shut_down_distributed_at_exit",
     "first_host",
     "launch",
     "launched_by_torchrun",
@@ -251,8 +254,8 @@ def _one_line():
 @contextlib.contextmanager
 def _exit_on_lost_process():
     """A collective that failed because another process of the job was lost
-    (:func:`~largedet.engine.elastic.is_lost_process`) ends this process with one line on
-    stderr and :data:`~largedet.engine.elastic.LOST_PROCESS_EXIT_CODE`, on which torchrun's
+    (:func:`~largedet.launch.elastic.is_lost_process`) ends this process with one line on
+    stderr and :data:`~largedet.launch.elastic.LOST_PROCESS_EXIT_CODE`, on which torchrun's
     elastic agent restarts the job's workers. The process leaves at once, its logs flushed,
     without the interpreter's shutdown: its process groups, whose peer is gone, are not
     destroyed (that can wait on the peer), and tearing down torch and Detectron2 would
@@ -302,7 +305,7 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUS
 def _forwarding_signals(forward: bool):
     """Within the block (``forward`` true), :data:`FORWARDED_SIGNALS` received by this
     process are sent on to its worker processes (Detectron2's ``launch`` starts them with
-    ``multiprocessing``), which save and exit on them (:mod:`largedet.engine.preemption`)."""
+    ``multiprocessing``), which save and exit on them (:mod:`largedet.launch.preemption`)."""
     if not forward or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -363,3 +366,10 @@ def shut_down_distributed() -> None:
     comm._LOCAL_PROCESS_GROUP = None
     comm._get_global_gloo_group.cache_clear()
     gc.collect()
+
+
+@functools.lru_cache(maxsize=None)
+def shut_down_distributed_at_exit() -> None:
+    """Register :func:`shut_down_distributed` to run when the process exits, once per process
+    (atexit handlers run before the interpreter starts to finalize)."""
+    atexit.register(shut_down_distributed)

@@ -27,7 +27,7 @@ import uuid
 import pytest
 import torch
 
-from largedet.engine.elastic import LOST_PROCESS_EXIT_CODE
+from largedet.launch.elastic import LOST_PROCESS_EXIT_CODE
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from largedet.engine import check_and_launch, largedet_argument_parser
-from largedet.engine.run_lock import PreviousRunError, claim_for_fresh_run, previous_results
+from largedet.launch.run_lock import PreviousRunError, claim_for_fresh_run, previous_results
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")

@@ -19,10 +19,10 @@ from engine_testing import StopAt, tiny_cfg
 from largedet.checkpoint import AtomicCheckpointer, CheckpointSpaceError
 from largedet.checkpoint import atomic as ckpt
 from largedet.engine import Trainer
-from largedet.engine.launch import DISK_FULL_EXIT_CODE, NO_CHECKPOINT_EXIT_CODE, _run_alone
-from largedet.engine.preemption import PREEMPTED_EXIT_CODE, Preempted
-from largedet.engine.run_lock import LOCK_FILE, OutputDirInUseError, OutputDirLock
-from largedet.engine.run_summary import read_run_summary, write_eval_results
+from largedet.launch.processes import DISK_FULL_EXIT_CODE, NO_CHECKPOINT_EXIT_CODE, _run_alone
+from largedet.launch.preemption import PREEMPTED_EXIT_CODE, Preempted
+from largedet.launch.run_lock import LOCK_FILE, OutputDirInUseError, OutputDirLock
+from largedet.launch.run_summary import read_run_summary, write_eval_results
 
 
 def _strict_json(path):
@@ -134,7 +134,7 @@ def test_a_full_disk_at_log_txt_is_one_line_and_exit_74(tiny_shapes, tmp_path, c
 
 def test_run_summary_on_a_full_disk_is_rewritten_in_place(tmp_path, monkeypatch):
     """Where no new file fits, the summary's own blocks take its final state."""
-    from largedet.engine import run_summary
+    from largedet.launch import run_summary
 
     path = tmp_path / "run_summary.json"
     run_summary._write_json(str(path), {"status": "running", "note": "x" * 100})
@@ -255,7 +255,7 @@ def test_the_full_disk_line_of_a_first_checkpoint_says_there_was_none(tmp_path, 
 
 HOLD_LOCK = """
 import sys
-from largedet.engine.run_lock import OutputDirLock
+from largedet.launch.run_lock import OutputDirLock
 lock = OutputDirLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 sys.stdin.read()

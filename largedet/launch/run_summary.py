@@ -22,26 +22,35 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import math
 import numbers
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from detectron2.engine import HookBase
+from detectron2.engine.hooks import EvalHook, PeriodicCheckpointer
 from detectron2.utils import comm
 
 from ..checkpoint import DiskFullError, is_disk_full, last_checkpoint_state
+from .elastic import LostProcessError, is_lost_process
+from .preemption import Preempted, PreemptionHook
 
 
 __all__ = [
     "EVAL_RESULTS_FILE",
     "SUMMARY_FILE",
+    "Diverged",
     "RunSummaryHook",
+    "how_it_ended",
     "read_eval_results",
     "read_run_summary",
+    "run_after_train_hooks",
     "write_eval_results",
 ]
+
+logger = logging.getLogger(__name__)
 
 SUMMARY_FILE = "run_summary.json"
 EVAL_RESULTS_FILE = "eval_results.json"
@@ -199,3 +208,102 @@ class RunSummaryHook(HookBase):
 
     def after_train(self):
         self._write(getattr(self.trainer, "end_status", None) or "failed")
+
+
+class Diverged(FloatingPointError):
+    """A run stopped on a divergence; the training loop has logged its one line (what
+    diverged, at which iteration, the last good checkpoint). The scripts exit
+    :data:`~largedet.launch.processes.DIVERGED_EXIT_CODE` on it without a traceback."""
+
+
+def _tagged_checkpoint(output_dir: str) -> str:
+    """The checkpoint ``output_dir``'s ``last_checkpoint`` names, where it exists ("" else)."""
+    try:
+        with open(os.path.join(output_dir, "last_checkpoint")) as f:
+            path = os.path.join(output_dir, f.read().strip())
+    except OSError:
+        return ""
+    return path if os.path.isfile(path) else ""
+
+
+def how_it_ended(
+    error: BaseException, iteration: int, output_dir: str, distributed: bool, log
+) -> Tuple[str, BaseException]:
+    """How a training loop that raised ``error`` at ``iteration`` ended, for the run
+    summary, and what to raise in its place: ``("preempted", error)`` for
+    :class:`~largedet.launch.preemption.Preempted`; ``"diverged"`` for a non-finite or
+    exploding loss (``FloatingPointError``: one logged line, raised as :class:`Diverged`); ``"failed"`` for a
+    full disk (one line, and another library's ``OSError`` ENOSPC as a
+    :class:`~largedet.checkpoint.DiskFullError` naming the last checkpoint) and any other
+    error (logged with its traceback); ``"lost_process"`` for a failed collective of a
+    distributed job (a :class:`~largedet.launch.elastic.LostProcessError` in one line);
+    ``"interrupted"`` for anything else (Ctrl-C). Called inside the ``except`` block, so
+    that ``log`` (the loop's logger) writes the traceback."""
+    if isinstance(error, Preempted):
+        return "preempted", error
+    if isinstance(error, FloatingPointError):
+        message = str(error)
+        if not message.startswith("Training diverged"):  # a check in the model's forward pass
+            message = (f"Training diverged at iteration {iteration}: {' '.join(message.split())} (a check "
+                       f"in the model's forward pass). Last good checkpoint: {_tagged_checkpoint(output_dir) or 'none'}")  # fmt: skip
+        log.error("%s; lower SOLVER.BASE_LR, or see SOLVER.DIVERGENCE.ROLLBACK", message)
+        return "diverged", Diverged(message)
+    if isinstance(error, DiskFullError):
+        log.error("%s", error)
+        return "failed", error
+    if not isinstance(error, Exception):
+        return "interrupted", error
+    if distributed and is_lost_process(error):
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        lost = LostProcessError(
+            f"iteration {iteration}: a collective failed, a process of the job was lost "
+            f"({first_line}); {last_checkpoint_state(output_dir)}"
+        )
+        log.error("%s", lost)
+        return "lost_process", lost
+    if not is_disk_full(error):
+        log.exception("Exception during training:")
+        return "failed", error
+    full = DiskFullError(  # a write of Detectron2's or another library's
+        f"{error.filename or output_dir}: no space left on the device "
+        f"({error.strerror}); training stopped; {last_checkpoint_state(output_dir)}"
+    )
+    full.errno = error.errno
+    log.error("%s", full)
+    return "failed", full
+
+
+def run_after_train_hooks(trainer, hooks) -> None:
+    """Every hook's ``after_train`` in order, with the end-of-run policy of largedet's
+    ``Trainer.after_train``: a :class:`~largedet.launch.preemption.Preempted` or a
+    :class:`~largedet.checkpoint.DiskFullError` in one hook lets the later ones run before it
+    is raised (``trainer.end_status`` says so); after a run that stopped on an error, another
+    hook's error is one line; after a lost process, no evaluation and no checkpoint. The
+    pre-emption handlers are put back at the end."""
+    lost = getattr(trainer, "end_status", None) == "lost_process"
+    stopped = None
+    try:
+        for hook in hooks:
+            if lost and isinstance(hook, (EvalHook, PeriodicCheckpointer)):
+                continue
+            try:
+                hook.after_train()
+            except (Preempted, DiskFullError) as e:
+                if isinstance(e, Preempted):
+                    trainer.end_status = "preempted"
+                elif getattr(trainer, "end_status", None) != "preempted":
+                    trainer.end_status = "failed"
+                stopped = stopped or e
+            except Exception as e:
+                if trainer.end_status == "finished":
+                    raise
+                # the run stopped already, for a reason that is being raised: say this
+                # one in a line, and let the later hooks record how the run ended
+                logger.warning("%s.after_train failed after the run stopped: %s: %s",
+                               type(hook).__name__, type(e).__name__, e)  # fmt: skip
+    finally:
+        for hook in hooks:
+            if isinstance(hook, PreemptionHook):
+                hook.restore_signals()
+    if stopped is not None:
+        raise stopped

@@ -1,4 +1,4 @@
-"""``run_summary.json`` (largedet.engine.run_summary): the images per second of an invocation
+"""``run_summary.json`` (largedet.launch.run_summary): the images per second of an invocation
 count training time only, not the evaluations run during it."""
 
 import time
@@ -7,7 +7,7 @@ import pytest
 from engine_testing import tiny_cfg
 
 from largedet.engine import Trainer
-from largedet.engine.run_summary import read_run_summary
+from largedet.launch.run_summary import read_run_summary
 
 EVALUATION_S = 0.5
 

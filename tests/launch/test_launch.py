@@ -1,4 +1,4 @@
-"""largedet.engine.launch: the number of processes a job will have, and tools/train_net.py
+"""largedet.launch.processes: the number of processes a job will have, and tools/train_net.py
 under torchrun with two CPU processes (gloo): the config checked against torchrun's world
 size before any training, then DDP training (the video project's train.py is tested so in
 projects/video/tests/test_video_train.py)."""
@@ -87,7 +87,7 @@ def test_train_net_under_torchrun_checks_the_batch_against_its_world_size(tiny_s
 
 def test_process_flags_ignored_under_torchrun_are_found_from_their_values():
     from largedet.engine import largedet_argument_parser
-    from largedet.engine.launch import process_flags_given as _process_flags_given
+    from largedet.launch.processes import process_flags_given as _process_flags_given
 
     parse = largedet_argument_parser().parse_args
     assert _process_flags_given(parse([])) == []
@@ -107,7 +107,7 @@ def test_every_launched_worker_ends_with_its_process_groups_destroyed(tmp_path):
     import torch.distributed as dist
     from detectron2.utils import comm
 
-    from largedet.engine.launch import _run_then_shut_down
+    from largedet.launch.processes import _run_then_shut_down
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
@@ -125,7 +125,7 @@ def test_every_launched_worker_ends_with_its_process_groups_destroyed(tmp_path):
 def test_launch_routes_every_process_of_a_distributed_job_through_the_shut_down(monkeypatch):
     import importlib
 
-    launch_module = importlib.import_module("largedet.engine.launch")  # the module, not the function
+    launch_module = importlib.import_module("largedet.launch.processes")  # the module, not the function
     calls = []
     monkeypatch.setattr(launch_module, "d2_launch", lambda fn, n, **kw: calls.append((fn, n, kw["args"])))
     for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
@@ -152,7 +152,7 @@ def test_one_machine_at_the_default_dist_url_takes_a_free_port(monkeypatch):
 
     from detectron2.engine import default_argument_parser
 
-    launch_module = importlib.import_module("largedet.engine.launch")
+    launch_module = importlib.import_module("largedet.launch.processes")
     urls = []
     monkeypatch.setattr(launch_module, "d2_launch", lambda fn, n, **kw: urls.append(kw["dist_url"]))
     for name in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK"):
@@ -173,6 +173,7 @@ def test_a_refused_check_under_torchrun_lets_the_first_process_say_why(monkeypat
     line is printed; the first prints it and exits 2 without waiting."""
     from largedet.config.validate import ConfigError
     from largedet.engine import defaults
+    from largedet.launch import job
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     monkeypatch.setenv("LOCAL_RANK", rank)
@@ -180,24 +181,24 @@ def test_a_refused_check_under_torchrun_lets_the_first_process_say_why(monkeypat
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     slept = []
-    monkeypatch.setattr(defaults.time, "sleep", slept.append)
+    monkeypatch.setattr(job.time, "sleep", slept.append)
     args = defaults.largedet_argument_parser().parse_args([])
 
     def refuse(_args):
         raise ConfigError("SOLVER.IMS_PER_BATCH 3 is not divisible by the world size 2")
 
     with pytest.raises(SystemExit) as stop:
-        defaults.check_and_launch(lambda a: None, args, refuse)
+        job.check_and_launch(lambda a: None, args, refuse)
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert (err == "error: SOLVER.IMS_PER_BATCH 3 is not divisible by the world size 2\n") is prints
-    assert slept == ([defaults.OTHER_PROCESSES_WAIT_S] if waits else [])
+    assert slept == ([job.OTHER_PROCESSES_WAIT_S] if waits else [])
 
 
 _EXIT_AFTER_PREEMPTION = """
 import argparse, atexit, os, signal, sys, time
-from largedet.engine.launch import launch
-from largedet.engine.preemption import Preempted
+from largedet.launch.processes import launch
+from largedet.launch.preemption import Preempted
 
 
 def main(args):
@@ -229,7 +230,7 @@ def test_a_second_signal_after_the_preemption_checkpoint_keeps_exit_75(tmp_path,
 _RANK_KILLED = """
 import argparse, os, signal, time
 from detectron2.utils import comm
-from largedet.engine.launch import launch
+from largedet.launch.processes import launch
 
 
 def main(args):

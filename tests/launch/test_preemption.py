@@ -19,8 +19,8 @@ from engine_testing import largedet_log, run_on_two_processes, tiny_cfg, weights
 import largedet  # noqa: F401
 from largedet.data import register_shapes
 from largedet.engine import Trainer
-from largedet.engine.preemption import PREEMPTED_EXIT_CODE, Preempted, parse_signals
-from largedet.engine.trainer import shut_down_distributed
+from largedet.launch.preemption import PREEMPTED_EXIT_CODE, Preempted, parse_signals
+from largedet.launch.processes import shut_down_distributed
 
 OPTS = ("SOLVER.MAX_ITER", 7, "SOLVER.CHECKPOINT_PERIOD", 100, "RESEED_EVERY_ITER", True)
 
