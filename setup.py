@@ -55,7 +55,7 @@ setup(
             "largedet-train=largedet.engine.train_net:run",  # tools/train_net.py
             "largedet-video-train=largedet_video.engine.train_net:run",  # projects/video/train.py
             "largedet-coco-eval=largedet.evaluation.coco_cli:main",  # tools/coco_eval.py
-            "largedet-submit=largedet.launch.submit_cli:main",  # tools/submit.py
+            "largedet-submit=largedet.cli.submit:main",  # tools/submit.py
         ]
     },
     install_requires=[

@@ -20,7 +20,7 @@ resumes from its last checkpoint by itself.
 The run is tools/train_net.py's (python -m largedet.engine.train_net), tools/lazyconfig_train_net.py
 for a .py (LazyConfig) config, or projects/video/train.py's with --video (python -m
 largedet_video.engine.train_net); the config and the trailing overrides are given to it as to
-that script. The wheel's command largedet-submit is this script (largedet.launch.submit_cli). Each node runs it once with --num-gpus GPUS_PER_NODE and Detectron2's
+that script. The wheel's command largedet-submit is this script (largedet.cli.submit). Each node runs it once with --num-gpus GPUS_PER_NODE and Detectron2's
 multi-machine flags (largedet.launch.slurm); with --srun each training process is a Slurm task
 of its own, which joins the process group from Slurm's variables (--launcher slurm).
 --gpus-per-node 0 asks for no GPUs: --processes-per-node CPU processes (default 1), one core
@@ -37,7 +37,7 @@ runs the job on this machine under submitit's local executor (one node; without 
 --gpus-per-node CPU processes), through the same signal, checkpoint and requeue path.
 """
 
-from largedet.launch.submit_cli import argument_parser, check, main, sbatch_options
+from largedet.cli.submit import argument_parser, check, main, sbatch_options
 
 __all__ = ["argument_parser", "check", "main", "sbatch_options"]
 

@@ -31,12 +31,18 @@ from typing import Dict, Sequence
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 
-__all__ = ["PREEMPTED_EXIT_CODE", "Preempted", "PreemptionHook", "parse_signals"]
+__all__ = ["PREEMPTED_EXIT_CODE", "Diverged", "Preempted", "PreemptionHook", "parse_signals"]
 
 logger = logging.getLogger(__name__)
 
 #: Exit status of a pre-empted run: sysexits' EX_TEMPFAIL ("try again later")
 PREEMPTED_EXIT_CODE = 75
+
+
+class Diverged(FloatingPointError):
+    """A run stopped on a divergence; the training loop has logged its one line (what
+    diverged, at which iteration, the last good checkpoint). The scripts exit
+    :data:`~largedet.launch.processes.DIVERGED_EXIT_CODE` on it without a traceback."""
 
 
 class Preempted(SystemExit):

@@ -42,8 +42,7 @@ from detectron2.utils import comm
 
 from ..checkpoint import DiskFullError, NoCompleteCheckpointError, WeightsUnavailableError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
-from .preemption import PREEMPTED_EXIT_CODE, Preempted
-from .run_summary import Diverged
+from .preemption import PREEMPTED_EXIT_CODE, Diverged, Preempted
 
 __all__ = [
     "shut_down_distributed_at_exit",

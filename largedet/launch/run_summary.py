@@ -35,13 +35,12 @@ from detectron2.utils import comm
 
 from ..checkpoint import DiskFullError, is_disk_full, last_checkpoint_state
 from .elastic import LostProcessError, is_lost_process
-from .preemption import Preempted, PreemptionHook
+from .preemption import Diverged, Preempted, PreemptionHook
 
 
 __all__ = [
     "EVAL_RESULTS_FILE",
     "SUMMARY_FILE",
-    "Diverged",
     "RunSummaryHook",
     "how_it_ended",
     "read_eval_results",
@@ -208,12 +207,6 @@ class RunSummaryHook(HookBase):
 
     def after_train(self):
         self._write(getattr(self.trainer, "end_status", None) or "failed")
-
-
-class Diverged(FloatingPointError):
-    """A run stopped on a divergence; the training loop has logged its one line (what
-    diverged, at which iteration, the last good checkpoint). The scripts exit
-    :data:`~largedet.launch.processes.DIVERGED_EXIT_CODE` on it without a traceback."""
 
 
 def _tagged_checkpoint(output_dir: str) -> str:
