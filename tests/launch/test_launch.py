@@ -195,6 +195,15 @@ def test_a_refused_check_under_torchrun_lets_the_first_process_say_why(monkeypat
     assert slept == ([job.OTHER_PROCESSES_WAIT_S] if waits else [])
 
 
+def _run_script(tmp_path, text, *args):
+    """``text`` run as a script of its own, one thread, outside any torchrun environment."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          timeout=240, env={**env, "OMP_NUM_THREADS": "1"})  # fmt: skip
+
+
 _EXIT_AFTER_PREEMPTION = """
 import argparse, atexit, os, signal, sys, time
 from largedet.launch.processes import launch
@@ -218,11 +227,7 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_a_second_signal_after_the_preemption_checkpoint_keeps_exit_75(tmp_path, processes):
-    script = tmp_path / "second_signal.py"
-    script.write_text(_EXIT_AFTER_PREEMPTION)
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "RANK", "WORLD_SIZE")}
-    done = subprocess.run([sys.executable, str(script), str(processes)], capture_output=True, text=True,
-                          timeout=240, env={**env, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    done = _run_script(tmp_path, _EXIT_AFTER_PREEMPTION, str(processes))
     assert done.returncode == 75, done.stderr[-2000:]
     assert "SIGTERM ignored: the checkpoint is written, exiting 75" in done.stderr
 
@@ -245,11 +250,7 @@ if __name__ == "__main__":
 
 
 def test_a_killed_process_of_the_job_is_one_line_and_exit_69(tmp_path):
-    script = tmp_path / "rank_killed.py"
-    script.write_text(_RANK_KILLED)
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "RANK", "WORLD_SIZE")}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
-                          env={**env, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    done = _run_script(tmp_path, _RANK_KILLED)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 69 and len(errors) == 1, done.stderr[-2000:]
     assert errors[0].startswith("error: process 1 of the job (pid ")
