@@ -401,6 +401,35 @@ def summarize_multigrid(f: Figures) -> str:
     return "; ".join(parts) + " (paper: 4.5x, target >= 2.5x within 1 point)"
 
 
+_FIGURES_LINE = "GPU-CHECK-FIGURES "
+
+
+def parse_figures_line(output: str, out: str) -> Figures:
+    """The scripts written for the check end with one line ``GPU-CHECK-FIGURES {json}``:
+    their figures as they computed them (the last such line counts)."""
+    found = [line for line in output.splitlines() if line.startswith(_FIGURES_LINE)]
+    return json.loads(found[-1][len(_FIGURES_LINE) :]) if found else {}
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} {_compact(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_compact(v) for v in value) + "]"
+    return str(value)
+
+
+def summarize_figures(keys: Sequence[str]) -> Callable[[Figures], str]:
+    """A summary cell of the figures ``keys`` (those present), compactly."""
+
+    def summarize(f: Figures) -> str:
+        return "; ".join(f"{key} {_compact(f[key])}" for key in keys if key in f)
+
+    return summarize
+
+
 def _train_throughput_step(amp: str, short: str) -> Step:
     return Step(
         name=f"train-throughput-{short}",
@@ -439,6 +468,91 @@ STEPS: Tuple[Step, ...] = (
         parse=parse_pytest,
         summarize=summarize_pytest,
         required=("passed", "failed", "skipped"),
+    ),
+    Step(
+        name="video-shift",
+        what="TSM's shift against TSN per shift implementation, R50 8x8x224^2, fp32 and bf16",
+        gpu_args=(
+            "projects/video/benchmarks/shift_cost.py", "--device", "cuda", "--amp", "none",
+            "bf16", "--rounds", "16", "--steps", "10", "--max-seconds", "70",
+        ),
+        dry_args=(
+            "projects/video/benchmarks/shift_cost.py", "--device", "cpu", "--depth", "10",
+            "--width", "8", "--size", "32", "--batch", "2", "--steps", "1", "--rounds", "1",
+            "--warmup", "1", "--shift-reps", "1",
+        ),
+        timeout_s=110,
+        parse=parse_figures_line,
+        summarize=summarize_figures(("ratio", "ratio_range", "shift_ms", "exact", "errors")),
+        required=("ratio", "step_ms", "exact"),
+    ),
+    Step(
+        name="trainer-vs-detectron2",
+        what="largedet's Trainer against Detectron2's DefaultTrainer, R50-FPN, AMP, 2 and 4 images",
+        gpu_args=(
+            "benchmarks/trainer_overhead.py", "--config", "configs/r50_fpn_bs16_sgd.yaml",
+            "--ims-per-batch", "2", "4", "--coco-images", "512", "--rounds", "6", "--iters", "25",
+            "--warmup-rounds", "1", "--max-seconds", "120", "MODEL.DEVICE", "cuda",
+            "MODEL.WEIGHTS", "", "SOLVER.AMP.ENABLED", "True", "SOLVER.IMS_PER_DEVICE", "0",
+            "SOLVER.BASE_LR", "1e-12", "SEED", "0", "DATALOADER.NUM_WORKERS", "8",
+        ),
+        dry_args=(
+            "benchmarks/trainer_overhead.py", "--config", "configs/r50_fpn_bs16_sgd.yaml",
+            "--ims-per-batch", "1", "2", "--coco-images", "4", "--rounds", "1", "--iters", "1",
+            "--warmup-rounds", "0", "MODEL.DEVICE", "cpu", "MODEL.WEIGHTS", "",
+            "SOLVER.IMS_PER_DEVICE", "0", "SEED", "0", "DATALOADER.NUM_WORKERS", "0",
+            "INPUT.MIN_SIZE_TRAIN", "(32,)", "INPUT.MAX_SIZE_TRAIN", "48", *TINY_DETECTOR,
+        ),
+        timeout_s=160,
+        parse=parse_figures_line,
+        summarize=summarize_figures(
+            ("largedet_images_per_s_b2", "detectron2_images_per_s_b2", "ratio_b2",
+             "round_ratio_range_b2", "largedet_images_per_s_b4", "detectron2_images_per_s_b4",
+             "ratio_b4", "round_ratio_range_b4")
+        ),
+        required=("ratio_min",),
+    ),
+    Step(
+        name="loader-speed",
+        what="Detectron2's training loader alone on the machine's cores, COCO-size JPEGs",
+        gpu_args=(
+            "benchmarks/loader_speed.py", "--images", "512", "--workers", "1", "2", "4", "8",
+            "16", "--images-per-worker", "150", "--single-images", "64",
+            "--train-images-per-s", "40", "--max-seconds", "45",
+        ),
+        dry_args=(
+            "benchmarks/loader_speed.py", "--images", "6", "--workers", "0", "1",
+            "--ims-per-batch", "2", "--images-per-worker", "3", "--warmup-images-per-worker",
+            "2", "--single-images", "3", "--train-images-per-s", "2.5",
+            "INPUT.MIN_SIZE_TRAIN", "(64,)", "INPUT.MAX_SIZE_TRAIN", "96",
+        ),
+        timeout_s=90,
+        parse=parse_figures_line,
+        summarize=summarize_figures(
+            ("mapper_ms", "decode_share", "augment_share", "images_per_s_w1", "images_per_s_w8",
+             "images_per_s_w16", "workers_per_gpu", "cpu_cores_per_gpu")
+        ),
+        required=("mapper_ms", "workers_per_gpu"),
+    ),
+    Step(
+        name="multigrid-r50",
+        what="multigrid's speed-up at equal epochs from step times, TSM-R50 at 8x224^2",
+        gpu_args=(
+            "projects/video/benchmarks/multigrid_speed.py", "--device", "cuda", "--plain-bn-too",
+            "--rounds", "12", "--steps", "5", "--max-seconds", "60",
+        ),
+        dry_args=(
+            "projects/video/benchmarks/multigrid_speed.py", "--device", "cpu", "--plain-bn-too",
+            "--steps", "1", "--warmup", "1", "--rounds", "1",
+            "MODEL.VIDEO.RESNET.DEPTH", "10", "MODEL.VIDEO.RESNET.WIDTH", "8",
+            "INPUT.VIDEO.TRAIN_CROP_SIZE", "32", "SOLVER.IMS_PER_DEVICE", "2",
+            "MULTIGRID.BN_BASE_SIZE", "2",
+        ),
+        timeout_s=100,
+        parse=parse_figures_line,
+        summarize=summarize_figures(("speedup", "speedup_plain_bn", "batch_ratio",
+                                     "subbatch_bn_cost", "errors")),
+        required=("speedup", "batch_ratio", "shapes"),
     ),
     Step(
         name="optimizer-step",

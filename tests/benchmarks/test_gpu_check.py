@@ -12,13 +12,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_check.py")
 STEPS = [
     "cuda-tests",
+    "video-shift",
+    "trainer-vs-detectron2",
+    "loader-speed",
+    "multigrid-r50",
     "optimizer-step",
     "train-throughput-bf16",
     "train-throughput-fp16",
     "video-throughput",
     "multigrid",
 ]
-CUDA_TESTS = 20  # the tests under tests/cuda, all skipped without a GPU
+CUDA_TESTS = 22  # the tests under tests/cuda, all skipped without a GPU
 
 
 def dry_run(tmp_path, *extra):
@@ -51,6 +55,16 @@ def test_dry_run_records_every_step_and_a_rerun_skips_them(tmp_path):
     tests = figures["cuda-tests"]
     assert (tests["passed"], tests["failed"], tests["errors"]) == (0, 0, 0)
     assert tests["skipped"] == CUDA_TESTS
+    shift = figures["video-shift"]
+    assert set(shift["ratio"]) == {"none/slices", "none/triton", "none/compiled"}
+    assert all(shift["exact"].values()) and shift["errors"] == {}
+    trainers = figures["trainer-vs-detectron2"]
+    assert trainers["ims_per_batch"] == [1, 2] and trainers["ratio_min"] > 0
+    assert trainers["ratio_min"] == min(trainers["ratio_b1"], trainers["ratio_b2"])
+    loader = figures["loader-speed"]
+    assert loader["workers"] == [0, 1] and loader["images_w1"] == loader["requested_w1"]
+    multigrid_speed = figures["multigrid-r50"]
+    assert set(multigrid_speed["speedup"]) == {"1", "1.5"} and multigrid_speed["errors"] == {}
     optimizers = figures["optimizer-step"]["step_ms"]
     assert {"PMD-LAMB (multi-tensor)", "PMD-LAMB (compiled)", "LAMB", "LARS",
             "AdamW(foreach=True)"} <= set(optimizers)  # fmt: skip

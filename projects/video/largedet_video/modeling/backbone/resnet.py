@@ -12,7 +12,7 @@ from typing import List, Optional
 import torch
 from torch import nn
 
-from ..temporal_shift import temporal_shift
+from ..temporal_shift import SHIFT_IMPLS, temporal_shift
 from .build import VIDEO_BACKBONE_REGISTRY
 
 __all__ = ["ResNet2D", "BasicBlock", "Bottleneck", "RESNET_LAYERS", "TSMResNet", "TSNResNet"]
@@ -44,28 +44,35 @@ class _Block(nn.Module):
     ``shift_div`` is TSM's fold divisor; 0 means no shift (TSN). The shift is
     applied to the input of the block's first conv only, so the identity path
     carries the unshifted features ("residual shift" in the TSM paper).
+    ``shift_impl`` picks the shift's implementation (a key of ``SHIFT_IMPLS``; the
+    same values from each).
     """
 
     expansion = 1
 
-    def __init__(self, shift_div: int):
+    def __init__(self, shift_div: int, shift_impl: str = "slices"):
         super().__init__()
         self.shift_div = shift_div
+        self.shift_impl = shift_impl
 
     def extra_repr(self) -> str:
-        return f"shift_div={self.shift_div}" if self.shift_div else "no shift"
+        if not self.shift_div:
+            return "no shift"
+        return f"shift_div={self.shift_div}, shift_impl={self.shift_impl!r}"
 
     def _branch_input(self, x: torch.Tensor, num_segments: int) -> torch.Tensor:
         if self.shift_div > 0:
-            return temporal_shift(x, num_segments, self.shift_div)
+            return temporal_shift(x, num_segments, self.shift_div, self.shift_impl)
         return x
 
 
 class BasicBlock(_Block):
     expansion = 1
 
-    def __init__(self, in_ch: int, width: int, stride: int = 1, shift_div: int = 0):
-        super().__init__(shift_div)
+    def __init__(
+        self, in_ch: int, width: int, stride: int = 1, shift_div: int = 0, shift_impl: str = "slices"
+    ):
+        super().__init__(shift_div, shift_impl)
         out_ch = width * self.expansion
         self.conv1 = _conv3x3(in_ch, width, stride)
         self.bn1 = nn.BatchNorm2d(width)
@@ -88,8 +95,10 @@ class BasicBlock(_Block):
 class Bottleneck(_Block):
     expansion = 4
 
-    def __init__(self, in_ch: int, width: int, stride: int = 1, shift_div: int = 0):
-        super().__init__(shift_div)
+    def __init__(
+        self, in_ch: int, width: int, stride: int = 1, shift_div: int = 0, shift_impl: str = "slices"
+    ):
+        super().__init__(shift_div, shift_impl)
         out_ch = width * self.expansion
         self.conv1 = _conv1x1(in_ch, width)
         self.bn1 = nn.BatchNorm2d(width)
@@ -139,6 +148,7 @@ class ResNet2D(nn.Module):
         shift_div: int = 8,
         shift_every: int = 0,
         zero_init_residual: bool = False,
+        shift_impl: str = "slices",
     ):
         """
         Args:
@@ -151,15 +161,20 @@ class ResNet2D(nn.Module):
                 ``i % shift_every == 0``; 0 picks :func:`default_shift_every`.
             zero_init_residual: start each block's last BN at gamma = 0, so every
                 residual block begins as the identity (helps training from scratch).
+            shift_impl: the shift's implementation, a key of
+                :data:`~largedet_video.modeling.temporal_shift.SHIFT_IMPLS`.
         """
         super().__init__()
         if depth not in RESNET_LAYERS:
             raise ValueError(f"ResNet depth must be one of {sorted(RESNET_LAYERS)}, got {depth}")
+        if shift_impl not in SHIFT_IMPLS:
+            raise ValueError(f"shift_impl must be one of {sorted(SHIFT_IMPLS)}, got {shift_impl!r}")
         kind, layers = RESNET_LAYERS[depth]
         block = BasicBlock if kind == "basic" else Bottleneck
         self.depth = depth
         self.shift_div = shift_div
         self.shift_every = shift_every or default_shift_every(depth)
+        self.shift_impl = shift_impl
 
         self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
@@ -172,7 +187,7 @@ class ResNet2D(nn.Module):
             for i in range(num_blocks):
                 stride = 2 if (i == 0 and stage > 0) else 1
                 div = shift_div if i % self.shift_every == 0 else 0
-                blocks.append(block(in_ch, stage_width, stride, div))
+                blocks.append(block(in_ch, stage_width, stride, div, shift_impl))
                 in_ch = stage_width * block.expansion
             self.add_module(f"layer{stage + 1}", nn.Sequential(*blocks))
         self.out_channels = in_ch
@@ -211,6 +226,7 @@ def _resnet_args(cfg) -> dict:
         width=v.RESNET.WIDTH,
         shift_every=v.TSM.SHIFT_EVERY,
         zero_init_residual=v.RESNET.ZERO_INIT_RESIDUAL,
+        shift_impl=v.TSM.SHIFT_IMPL,
     )
 
 
