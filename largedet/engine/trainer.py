@@ -67,6 +67,7 @@ from .writers import (
     ImageClockPrinter,
     build_wandb_writers,
     drop_logged_steps,
+    forget_steps_from,
     default_writers_stopping_on_full_disk,
     raise_if_a_log_found_no_space,
 )
@@ -446,6 +447,7 @@ class Trainer(TrainerBase):
             except StepRolledBack as undone:
                 later = ", ".join(type(h).__name__ for h in self._hooks[i + 1 :]) or "none"
                 logger.warning("%s; after_step not run for the undone step by: %s", undone, later)
+                forget_steps_from(self.storage, self._hooks, self.iter + 1)
                 break
         raise_if_a_log_found_no_space()
 

@@ -110,6 +110,36 @@ def default_writers_stopping_on_full_disk(output_dir: str, max_iter: int) -> lis
     ]
 
 
+def forget_steps_from(storage, hooks, iteration: int) -> None:
+    """After a rollback the steps from ``iteration`` on are trained again: the records
+    they left are undone so that each is logged once, with the values of the step that
+    stands. Their records leave ``metrics.json`` (:func:`drop_logged_steps`), the event
+    storage's history (the windows the writers smooth over, the console's median included,
+    hold only steps that stand: an undone NaN does not linger in them) and its latest
+    values, and the file writers' mark of the last step written (Detectron2's
+    ``_last_write``) goes back, so the redone steps are written again. TensorBoard keeps
+    the undone steps' events (its file cannot be cut while it is written)."""
+    drop_logged_steps(hooks, iteration)
+    history = storage._history  # Detectron2's EventStorage: name -> HistoryBuffer
+    for name in list(history):
+        old = history[name]
+        kept = [(value, step) for value, step in old.values() if step < iteration]
+        if not kept:
+            del history[name]
+            storage._latest_scalars.pop(name, None)
+            continue
+        fresh = type(old)(old._max_length)
+        for value, step in kept:
+            fresh.update(value, step)
+        history[name] = fresh
+        if name in storage._latest_scalars:
+            storage._latest_scalars[name] = kept[-1]
+    for hook in hooks:
+        for writer in getattr(hook, "_writers", ()):  # Detectron2's PeriodicWriter
+            if isinstance(getattr(writer, "_last_write", None), int):
+                writer._last_write = min(writer._last_write, iteration - 1)
+
+
 def drop_logged_steps(hooks, iteration: int) -> None:
     """Drop the records of the steps from ``iteration`` on from the file writers of
     ``hooks`` (Detectron2's ``PeriodicWriter``): a resumed run trains them again and logs them

@@ -1,8 +1,10 @@
 """The divergence guard: when a step diverges, and what the run then does."""
 
 import copy
+import json
 import math
 import os
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -241,3 +243,41 @@ def test_rollback_without_a_checkpoint_stops(tiny_shapes, tmp_path):
         FloatingPointError, match=r"Last good checkpoint: none \(nothing to roll back to\)"
     ):
         run(tmp_path, "SOLVER.DIVERGENCE.ROLLBACK", True, at=0)
+
+
+def test_after_a_rollback_metrics_json_holds_each_step_once_with_the_values_that_stand(
+    tiny_shapes, tmp_path
+):
+    # NaN at iteration 3, back to model_0000001: steps 2 and 3 are trained again. Written
+    # every step, metrics.json holds them once, with the redone steps' finite values; the
+    # median windows (LOG_PERIOD 1 still smooths the losses over 20 values) hold no NaN.
+    record = RecordLosses()
+    trainer = run(tmp_path, "SOLVER.DIVERGENCE.ROLLBACK", True, "LOG_PERIOD", 1, extra_hooks=[record])
+    assert trainer.iter == 6
+    with open(tmp_path / "metrics.json") as f:
+        records = [json.loads(line) for line in f if '"iteration"' in line]
+    steps = [r for r in records if "total_loss" in r]
+    assert [r["iteration"] for r in steps] == [0, 1, 2, 3, 4, 5]
+    assert all(math.isfinite(r["total_loss"]) for r in steps)
+    # the values written are the steps that stand: recomputed from the losses the redone
+    # steps reported (the console's smoothing: the median of the last up to 20 values)
+    standing = {}
+    for it, loss in record.losses:
+        standing[it] = loss
+    for r in steps:
+        window = [standing[i] for i in range(max(0, r["iteration"] - 19), r["iteration"] + 1)]
+        assert r["total_loss"] == pytest.approx(statistics.median(window), rel=1e-6)
+    history = trainer.storage.history("total_loss").values()
+    assert [step for _, step in history] == [0, 1, 2, 3, 4, 5]
+
+
+class RecordLosses(HookBase):
+    """(iteration, total loss) after every step, as the trainer reports it; a step undone by
+    the rollback is recorded before the guard undoes it, and left out (this hook runs after
+    the guard, which then skips it)."""
+
+    def __init__(self):
+        self.losses = []
+
+    def after_step(self):
+        self.losses.append((self.trainer.iter, float(self.trainer.last_total_loss)))
