@@ -15,7 +15,7 @@ The batch arithmetic is checked here, before any process starts. Several machine
 ``tools/train_net.py``.
 """
 
-from largedet.config.lazy import lazy_output_dir, run_config, setup_lazy_config
+from largedet.config.lazy import lazy_output_dir, lazy_timeout_s, run_config, setup_lazy_config
 from largedet.engine import check_and_launch, largedet_argument_parser, print_box_ap, train_or_evaluate
 from largedet.engine.lazy import LazyTrainer, check_lazy_args
 
@@ -33,4 +33,5 @@ def main(args):
 if __name__ == "__main__":
     args = largedet_argument_parser().parse_args()
     # a ValueError: a config run_config rejects, or a batch that does not split
-    check_and_launch(main, args, check_lazy_args, errors=(ValueError,), output_dir=lazy_output_dir)
+    check_and_launch(main, args, check_lazy_args, errors=(ValueError,), output_dir=lazy_output_dir,
+                     timeout_s=lazy_timeout_s)  # fmt: skip

@@ -46,6 +46,7 @@ __all__ = [
     "call_target",
     "ignored_keys",
     "lazy_output_dir",
+    "lazy_timeout_s",
     "load_lazy_config",
     "lr_schedule",
     "register_datasets",
@@ -375,6 +376,15 @@ def lazy_output_dir(args: argparse.Namespace) -> str:
     :func:`setup_lazy_config` has checked the file."""
     cfg = LazyConfig.apply_overrides(load_lazy_config(args.config_file), args.opts or [])
     return cfg.train.output_dir
+
+
+def lazy_timeout_s(args: argparse.Namespace) -> float:
+    """``DISTRIBUTED.TIMEOUT_S`` of the LazyConfig ``args.config_file`` with the overrides
+    ``args.opts`` (``train.distributed.timeout_s``, or the key's default): the process
+    group's timeout. Nothing is registered; call it after :func:`setup_lazy_config` has
+    checked the file."""
+    cfg = LazyConfig.apply_overrides(load_lazy_config(args.config_file), args.opts or [])
+    return float(run_config(cfg).DISTRIBUTED.TIMEOUT_S)
 
 
 def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConfig:

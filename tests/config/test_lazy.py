@@ -217,3 +217,15 @@ def test_agvm_splits_the_lazy_param_groups_by_part():
     assert parts == {"0.weight": "body", "0.bias": "body", "1.weight": "body", "1.bias": "body",
                      "2.weight": "head", "2.bias": "head"}  # fmt: skip
     assert "parts" not in cfg.optimizer.params  # the config itself is left as it was
+
+
+def test_the_process_group_timeout_of_a_lazy_config():
+    # tools/lazyconfig_train_net.py passes it to the process group, as train_net.py its yaml's
+    from argparse import Namespace
+
+    from largedet.config.lazy import lazy_timeout_s
+
+    default = add_largedet_config(get_cfg()).DISTRIBUTED.TIMEOUT_S
+    assert lazy_timeout_s(Namespace(config_file=LAZY, opts=[])) == default
+    given = Namespace(config_file=LAZY, opts=["train.distributed.timeout_s=33.5"])
+    assert lazy_timeout_s(given) == 33.5 != default
