@@ -70,30 +70,11 @@ from largedet.engine import largedet_argument_parser
 
 from largedet_video.engine import build_cfg
 from largedet_video.multigrid import MultigridBatchSampler, build_multigrid_plan
+from step_timing import ALARM, AMP_DTYPES, set_alarm, sync
 
 VIDEO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(VIDEO_DIR, "configs", "kinetics400_tsm_r50_8f_multigrid.yaml")
 GOAL = 3.0
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16}
-
-
-class TimeUp(Exception):
-    """The run reached ``--max-seconds``."""
-
-
-#: set by the alarm: an exception raised after it (TimeUp, or TimeUp wrapped by a
-#: library) ends the measurements
-ALARM = {"rang": False}
-
-
-def _time_up(signum, frame):
-    ALARM["rang"] = True
-    raise TimeUp()
-
-
-def sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def with_overrides(cfg, *pairs):
@@ -301,8 +282,7 @@ def main():
     args = parse_args()
     t0 = time.perf_counter()
     deadline = t0 + args.max_seconds
-    signal.signal(signal.SIGALRM, _time_up)
-    signal.setitimer(signal.ITIMER_REAL, args.max_seconds)
+    set_alarm(args.max_seconds)
     gpu = args.device.startswith("cuda")
     if not gpu:
         torch.set_num_threads(args.threads)

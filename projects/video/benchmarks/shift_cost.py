@@ -61,28 +61,9 @@ from detectron2.utils.events import EventStorage
 from largedet_video import add_video_config
 from largedet_video.modeling import temporal_shift
 from largedet_video.modeling.temporal_shift import SHIFT_IMPLS
+from step_timing import ALARM, AMP_DTYPES, set_alarm, sync
 
 GOAL = 1.03
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16}
-
-
-class TimeUp(Exception):
-    """The run reached ``--max-seconds``."""
-
-
-#: set by the alarm: an exception raised after it (TimeUp, or TimeUp wrapped by a
-#: library, such as Dynamo's BackendCompilerFailed) ends the measurements
-ALARM = {"rang": False}
-
-
-def _time_up(signum, frame):
-    ALARM["rang"] = True
-    raise TimeUp()
-
-
-def sync(device):
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def build(args, backbone, shift_impl="slices"):
@@ -317,8 +298,7 @@ def main():
     args = parse_args()
     t0 = time.perf_counter()
     deadline = t0 + args.max_seconds
-    signal.signal(signal.SIGALRM, _time_up)
-    signal.setitimer(signal.ITIMER_REAL, args.max_seconds)
+    set_alarm(args.max_seconds)
     gpu = args.device.startswith("cuda")
     if not gpu:
         torch.set_num_threads(args.threads)
