@@ -70,9 +70,10 @@ MODELS = {
 }
 
 
-def naive_shift(x, num_segments, fold_div=8):
+def naive_shift(x, num_segments, fold_div=8, impl=None):
     """The straightforward shift: a zero tensor and slice assignments into it
-    (autograd then copies the whole gradient once per assignment)."""
+    (autograd then copies the whole gradient once per assignment). ``impl``, the backbone's
+    ``MODEL.VIDEO.TSM.SHIFT_IMPL``, is not used: this is the implementation."""
     nt, c, h, w = x.shape
     x = x.view(nt // num_segments, num_segments, c, h, w)
     fold = c // fold_div
