@@ -70,7 +70,7 @@ from largedet.engine import largedet_argument_parser
 
 from largedet_video.engine import build_cfg
 from largedet_video.multigrid import MultigridBatchSampler, build_multigrid_plan
-from step_timing import ALARM, AMP_DTYPES, set_alarm, sync
+from step_timing import ALARM, AMP_DTYPES, start_run, sync
 
 VIDEO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CONFIG = os.path.join(VIDEO_DIR, "configs", "kinetics400_tsm_r50_8f_multigrid.yaml")
@@ -280,13 +280,7 @@ def report(args, plans, counts, step_s, figures):
 
 def main():
     args = parse_args()
-    t0 = time.perf_counter()
-    deadline = t0 + args.max_seconds
-    set_alarm(args.max_seconds)
-    gpu = args.device.startswith("cuda")
-    if not gpu:
-        torch.set_num_threads(args.threads)
-    random.seed(0)
+    t0, deadline, name = start_run(args)
 
     overrides = ["MODEL.DEVICE", args.device, "MODEL.VIDEO.PRETRAINED", "", *args.opts]
     try:
@@ -306,7 +300,6 @@ def main():
         "multigrid": sorted(multigrid_shapes, key=lambda s: (s.num_frames, s.crop_size)),
     }
 
-    name = torch.cuda.get_device_name() if gpu else f"CPU, {torch.get_num_threads()} thread(s)"
     print(
         f"Device: {name}; torch {torch.__version__}; {os.path.basename(args.config_file)} "
         f"{' '.join(args.opts)}; AMP {args.amp}, cudnn.benchmark {torch.backends.cudnn.benchmark}",

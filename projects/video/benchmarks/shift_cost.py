@@ -61,7 +61,7 @@ from detectron2.utils.events import EventStorage
 from largedet_video import add_video_config
 from largedet_video.modeling import temporal_shift
 from largedet_video.modeling.temporal_shift import SHIFT_IMPLS
-from step_timing import ALARM, AMP_DTYPES, set_alarm, sync
+from step_timing import ALARM, AMP_DTYPES, start_run, sync
 
 GOAL = 1.03
 
@@ -296,14 +296,7 @@ def measure(args, deadline, figures, step_ms, rounds_done):
 
 def main():
     args = parse_args()
-    t0 = time.perf_counter()
-    deadline = t0 + args.max_seconds
-    set_alarm(args.max_seconds)
-    gpu = args.device.startswith("cuda")
-    if not gpu:
-        torch.set_num_threads(args.threads)
-    random.seed(0)
-    name = torch.cuda.get_device_name() if gpu else f"CPU, {torch.get_num_threads()} thread(s)"
+    t0, deadline, name = start_run(args)
     print(
         f"Device: {name}; torch {torch.__version__}; ResNet-{args.depth} (width {args.width}), "
         f"{args.batch} clips x {args.frames} frames x {args.size}^2, AMP {args.amp}, "

@@ -2,7 +2,10 @@
 ``--max-seconds`` alarm, the device sync around timed steps and the AMP modes. Benchmark
 code, not part of the package."""
 
+import random
 import signal
+import time
+from typing import Tuple
 
 import torch
 
@@ -34,3 +37,18 @@ def sync(device: str) -> None:
     """Wait for the device's queued work (CUDA); nothing on the CPU."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def start_run(args) -> Tuple[float, float, str]:
+    """A speed run's start: the alarm at ``args.max_seconds``, ``args.threads`` torch
+    threads on the CPU, Python's random seed 0. Returns (start time, deadline) in
+    ``time.perf_counter`` seconds and the device's name."""
+    t0 = time.perf_counter()
+    set_alarm(args.max_seconds)
+    if args.device.startswith("cuda"):
+        name = torch.cuda.get_device_name()
+    else:
+        torch.set_num_threads(args.threads)
+        name = f"CPU, {torch.get_num_threads()} thread(s)"
+    random.seed(0)
+    return t0, t0 + args.max_seconds, name
