@@ -1,31 +1,25 @@
-"""The loaders' worker processes: signals to the job are the main process's, from the
-workers' start (:func:`job_signals_held`) and after it (:func:`loader_worker_init`), and workers that a signal left behind are ended when the main
+"""The training loader's worker processes: signals to the job are the main process's
+(:func:`loader_worker_init`), and workers that a signal left behind are ended when the main
 process exits (:func:`end_loader_workers_at_exit`)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import multiprocessing
-import multiprocessing.resource_tracker
 import multiprocessing.util
 import os
 import signal
-from typing import Callable, Iterator, Sequence, Tuple
+from typing import Callable, Sequence
 
 from detectron2.config import CfgNode
 from detectron2.data.build import worker_init_reset_seed
-from torch.utils.data import DataLoader
 
 __all__ = [
     "JOB_SIGNALS",
-    "JobSignalSafeDataLoader",
     "end_loader_workers_at_exit",
     "ignore_job_signals",
-    "job_signals_held",
     "loader_worker_init",
-    "start_workers",
     "worker_init_fn",
 ]
 
@@ -42,65 +36,8 @@ def ignore_job_signals(names: Sequence[str] = ()) -> None:
     run with PyTorch's ``DataLoader worker ... is killed by signal`` before the main process
     writes its pre-emption checkpoint. A worker still ends with the main process (PyTorch
     stops its workers, and a worker whose parent died exits)."""
-    signals = [signal.Signals[name] for name in dict.fromkeys((*JOB_SIGNALS, *names))]
-    for sig in signals:
-        signal.signal(sig, signal.SIG_IGN)
-    # held while the worker started (job_signals_held): what arrived then is dropped now
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
-
-
-@contextlib.contextmanager
-def job_signals_held(names: Sequence[str] = ()) -> Iterator[None]:
-    """Within the block this thread holds :data:`JOB_SIGNALS` and ``names`` (blocked, not
-    lost: it gets them as the block ends; one sent to the process may be taken by another of
-    its threads meanwhile, and Python runs the handler as usual). Loader workers started inside inherit
-    the block, through ``fork`` and through the ``exec`` of a spawned worker, and hold the
-    signals until :func:`ignore_job_signals`, at the start of their ``worker_init_fn``,
-    ignores them. Without it a signal to the job's process group while the workers start
-    (as training or an evaluation begins) kills them with the default action before they
-    can ignore it, and the run ends in PyTorch's ``DataLoader worker ... exited
-    unexpectedly`` instead of its pre-emption checkpoint."""
-    held = [signal.Signals[name] for name in dict.fromkeys((*JOB_SIGNALS, *names))]
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def worker_signals(loader: DataLoader) -> Tuple[str, ...]:
-    """The signals ``loader``'s ``worker_init_fn`` ignores beside :data:`JOB_SIGNALS` (the
-    ``signals`` of a :func:`loader_worker_init` partial)."""
-    return tuple(getattr(loader.worker_init_fn, "keywords", {}).get("signals", ()))
-
-
-def start_workers(loader: DataLoader, make_iterator: Callable = iter) -> Iterator:
-    """``make_iterator(loader)`` (``iter``), its workers (if it has any) started with the
-    job's signals held (:func:`job_signals_held`). Workers of a ``forkserver`` context are
-    the fork server's children and do not inherit the block."""
-    if loader.num_workers == 0:
-        return make_iterator(loader)
-    if not _uses_fork(loader):
-        # multiprocessing starts its resource tracker with the first spawned process, and
-        # unblocks SIGINT and SIGTERM after it: started first, it leaves the block alone
-        multiprocessing.resource_tracker.ensure_running()
-    with job_signals_held(worker_signals(loader)):
-        return make_iterator(loader)
-
-
-class JobSignalSafeDataLoader(DataLoader):
-    """PyTorch's ``DataLoader`` whose workers start with the job's signals held
-    (:func:`start_workers`): largedet's training loaders and the video project's."""
-
-    def __iter__(self):
-        if self.num_workers == 0:
-            return super().__iter__()
-        return start_workers(self, DataLoader.__iter__)
-
-
-def _uses_fork(loader: DataLoader) -> bool:
-    context = loader.multiprocessing_context or multiprocessing.get_context()
-    return context.get_start_method() == "fork"
+    for name in dict.fromkeys((*JOB_SIGNALS, *names)):
+        signal.signal(signal.Signals[name], signal.SIG_IGN)
 
 
 def loader_worker_init(worker_id: int, signals: Sequence[str] = ()) -> None:

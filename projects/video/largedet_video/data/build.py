@@ -22,7 +22,6 @@ from detectron2.data import DatasetCatalog
 from detectron2.utils import comm
 from detectron2.data.samplers import InferenceSampler
 from largedet.data.build import (
-    JobSignalSafeDataLoader,
     ResumableLoader,
     ResumableTrainingSampler,
     end_loader_workers_at_exit,
@@ -92,7 +91,7 @@ def _loader(cfg, dataset, batch_sampler) -> DataLoader:
         if "fork" in multiprocessing.get_all_start_methods():
             extra["multiprocessing_context"] = "fork"
 
-    return JobSignalSafeDataLoader(
+    return DataLoader(
         dataset,
         batch_sampler=batch_sampler,
         num_workers=workers,
