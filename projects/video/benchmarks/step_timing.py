@@ -28,7 +28,7 @@ def _time_up(signum, frame):
 
 
 def set_alarm(seconds: float) -> None:
-    """Raise :class:`TimeUp` in the main thread ``seconds`` from now (and set ``ALARM``)."""
+    """Raise ``TimeUp`` in the main thread ``seconds`` from now (and set ``ALARM``)."""
     signal.signal(signal.SIGALRM, _time_up)
     signal.setitimer(signal.ITIMER_REAL, seconds)
 
