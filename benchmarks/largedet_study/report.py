@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .gpu_report import BLOCKS as GPU_BLOCKS
 from .stats import Difference, Summary, claim, difference, fmt, summarize
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -670,6 +671,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "video4k-verdict": lambda: video_verdict("video4k"),
     "video4k-comparison": lambda: video_comparison("video4k"),
 }
+BLOCKS.update(GPU_BLOCKS)
 
 
 def optimizer_batch_table(csv_name: str, grid: str) -> str:
