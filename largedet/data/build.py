@@ -53,7 +53,14 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from .coco_json import drop_unusable_boxes
 from .unreadable import SkipUnreadable, max_consecutive_skips
 from .test_loader import SkippingTestLoader, build_test_loader
-from .workers import JOB_SIGNALS, end_loader_workers_at_exit, ignore_job_signals, loader_worker_init, worker_init_fn
+from .workers import (
+    JOB_SIGNALS,
+    ForkSafeDataLoader,
+    end_loader_workers_at_exit,
+    ignore_job_signals,
+    loader_worker_init,
+    worker_init_fn,
+)
 
 __all__ = [
     "DetectionTrainLoader",
@@ -452,7 +459,7 @@ def build_train_loader(
         cfg.DATALOADER.NUM_WORKERS,
         "per image from (data seed, position)" if cfg.RESEED_EVERY_ITER else "per worker",
     )
-    loader = DataLoader(
+    loader = ForkSafeDataLoader(
         batches,
         batch_size=None,  # TrainBatches yields whole batches
         num_workers=cfg.DATALOADER.NUM_WORKERS,

@@ -1,25 +1,31 @@
 """The training loader's worker processes: signals to the job are the main process's
-(:func:`loader_worker_init`), and workers that a signal left behind are ended when the main
-process exits (:func:`end_loader_workers_at_exit`)."""
+(:func:`loader_worker_init`), workers that a signal left behind are ended when the main
+process exits (:func:`end_loader_workers_at_exit`), and workers forked while OpenCV's thread
+pool runs in the main process do not inherit it (:class:`ForkSafeDataLoader`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import multiprocessing
 import multiprocessing.util
 import os
 import signal
-from typing import Callable, Sequence
+import sys
+from typing import Callable, Iterator, Sequence
 
 from detectron2.config import CfgNode
 from detectron2.data.build import worker_init_reset_seed
+from torch.utils.data import DataLoader
 
 __all__ = [
+    "ForkSafeDataLoader",
     "JOB_SIGNALS",
     "end_loader_workers_at_exit",
     "ignore_job_signals",
     "loader_worker_init",
+    "opencv_pool_stopped",
     "worker_init_fn",
 ]
 
@@ -84,3 +90,36 @@ def _is_loader_worker(pid: int) -> bool:
             return f.read().strip() == "pt_data_worker"
     except FileNotFoundError:
         return not os.path.isdir("/proc")
+
+
+@contextlib.contextmanager
+def opencv_pool_stopped() -> Iterator[None]:
+    """OpenCV's thread pool stopped for the duration (its thread count set to one, then back).
+
+    A process forked while the pool's threads wait for work inherits the pool without its
+    threads: the child's first ``cv2.setNumThreads`` or parallel OpenCV call then blocks for
+    ever (or crashes) in the pool's teardown. Any parallel OpenCV call in the main process
+    starts the pool (a bicubic ``cv2.resize`` of a photo-sized image does), so loader workers
+    are forked inside this context. Nothing happens where OpenCV is not imported or its pool
+    is already off."""
+    cv2 = sys.modules.get("cv2")
+    threads = cv2.getNumThreads() if cv2 is not None else 1
+    if threads <= 1:
+        yield
+        return
+    cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(threads)
+
+
+class ForkSafeDataLoader(DataLoader):
+    """A ``DataLoader`` whose worker processes start inside :func:`opencv_pool_stopped`:
+    iterating it starts them (each epoch, or once with ``persistent_workers``)."""
+
+    def __iter__(self):
+        if self.num_workers == 0:
+            return super().__iter__()
+        with opencv_pool_stopped():
+            return super().__iter__()
