@@ -185,9 +185,9 @@ def test_unknown_implementation_is_an_error():
 
 def test_backbone_passes_its_implementation_to_every_shifted_block():
     cfg = add_video_config(get_cfg())
-    assert cfg.MODEL.VIDEO.TSM.SHIFT_IMPL == "slices"
+    assert cfg.MODEL.VIDEO.TSM.SHIFT_IMPL == "triton"
     cfg.MODEL.VIDEO.RESNET.DEPTH, cfg.MODEL.VIDEO.RESNET.WIDTH = 10, 8
-    cfg.MODEL.VIDEO.TSM.SHIFT_IMPL = "triton"
+    cfg.MODEL.VIDEO.TSM.SHIFT_IMPL = "compiled"
     net = build_video_backbone(cfg)
-    assert {blk.shift_impl for stage in net.stages for blk in stage} == {"triton"}
+    assert {blk.shift_impl for stage in net.stages for blk in stage} == {"compiled"}
     assert set(SHIFT_IMPLS) == {"slices", "triton", "compiled"}

@@ -75,10 +75,11 @@ def _add_model_config(cfg: CN) -> None:
     # Shift in every SHIFT_EVERY-th block of each stage; 0 = TSM's choice
     # (every block up to ResNet-50, every other block from ResNet-101 on).
     cfg.MODEL.VIDEO.TSM.SHIFT_EVERY = 0
-    # Implementation of the shift, the same values and gradients from each: "slices"
-    # (eager slice copies, runs everywhere), "triton" (one Triton kernel per direction
-    # on GPUs), "compiled" (torch.compile'd). Speed: projects/video/benchmarks/shift_cost.py.
-    declare(cfg, "MODEL.VIDEO.TSM.SHIFT_IMPL", "slices", one_of(SHIFT_IMPLS), registry=VIDEO_KEYS)
+    # Implementation of the shift, the same values and gradients from each: "triton" (one
+    # Triton kernel per direction on CUDA tensors; "slices" elsewhere or without Triton),
+    # "slices" (eager slice copies, runs everywhere), "compiled" (torch.compile'd). Speed:
+    # projects/video/benchmarks/shift_cost.py; on an H100 "triton" was the fastest.
+    declare(cfg, "MODEL.VIDEO.TSM.SHIFT_IMPL", "triton", one_of(SHIFT_IMPLS), registry=VIDEO_KEYS)
 
     cfg.MODEL.VIDEO.I3D = CN()
     # I3D variant: "3x3x3" (inflated 3x3 convs, temporal pooling) or "3x1x1"

@@ -17,11 +17,11 @@ directions swapped, again one allocation.
 The same function has several implementations, in :data:`SHIFT_IMPLS`; all give
 bit-identical values and gradients, and differ only in the kernels they launch:
 
-- ``"slices"`` (the default): five slice copies and fills per direction, in eager
-  PyTorch; runs everywhere.
-- ``"triton"``: one Triton kernel per direction (:mod:`.temporal_shift_triton`),
-  on CUDA tensors (and on the CPU under ``TRITON_INTERPRET=1``); elsewhere, or
-  without Triton, it runs ``"slices"``.
+- ``"slices"``: five slice copies and fills per direction, in eager PyTorch; runs
+  everywhere.
+- ``"triton"`` (the config's default, the fastest on an H100): one Triton kernel per
+  direction (:mod:`.temporal_shift_triton`), on CUDA tensors (and on the CPU under
+  ``TRITON_INTERPRET=1``); elsewhere, or without Triton, it runs ``"slices"``.
 - ``"compiled"``: one ``torch.where`` expression per direction compiled by
   ``torch.compile`` (Inductor fuses it into one kernel); where ``torch.compile``
   cannot run, or under an enclosing compile, the expression runs eagerly.
