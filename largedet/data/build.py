@@ -55,7 +55,7 @@ from .unreadable import SkipUnreadable, max_consecutive_skips
 from .test_loader import SkippingTestLoader, build_test_loader
 from .workers import (
     JOB_SIGNALS,
-    ForkSafeDataLoader,
+    WorkerSafeDataLoader,
     end_loader_workers_at_exit,
     ignore_job_signals,
     loader_worker_init,
@@ -459,7 +459,7 @@ def build_train_loader(
         cfg.DATALOADER.NUM_WORKERS,
         "per image from (data seed, position)" if cfg.RESEED_EVERY_ITER else "per worker",
     )
-    loader = ForkSafeDataLoader(
+    loader = WorkerSafeDataLoader(
         batches,
         batch_size=None,  # TrainBatches yields whole batches
         num_workers=cfg.DATALOADER.NUM_WORKERS,

@@ -11,7 +11,7 @@ from detectron2.data import DatasetFromList, DatasetMapper, build_detection_test
 from torch.utils.data import DataLoader, Dataset
 
 from .unreadable import SkipUnreadable, max_consecutive_skips
-from .workers import worker_init_fn
+from .workers import start_workers, worker_init_fn
 
 __all__ = ["SkippingTestLoader", "build_test_loader"]
 
@@ -48,7 +48,7 @@ class SkippingTestLoader:
 
     def __iter__(self) -> Iterator[List[Dict[str, Any]]]:
         self.num_skipped = 0
-        for batch in self.loader:
+        for batch in start_workers(self.loader):
             kept = [x for x in batch if x is not None]
             self.num_skipped += len(batch) - len(kept)
             if kept:

@@ -1,7 +1,8 @@
-"""The training loader's worker processes: signals to the job are the main process's
-(:func:`loader_worker_init`), workers that a signal left behind are ended when the main
-process exits (:func:`end_loader_workers_at_exit`), and workers forked while OpenCV's thread
-pool runs in the main process do not inherit it (:class:`ForkSafeDataLoader`)."""
+"""The loaders' worker processes start safely (:func:`start_workers`): with the job's signals
+held until their ``worker_init_fn`` ignores them (:func:`job_signals_held`,
+:func:`loader_worker_init`), and, where they are forked, without OpenCV's running thread pool
+(:func:`opencv_pool_stopped`); workers that a signal left behind are ended when the main
+process exits (:func:`end_loader_workers_at_exit`)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,26 @@ import contextlib
 import functools
 import logging
 import multiprocessing
+import multiprocessing.resource_tracker
 import multiprocessing.util
 import os
 import signal
 import sys
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence, Tuple
 
 from detectron2.config import CfgNode
 from detectron2.data.build import worker_init_reset_seed
 from torch.utils.data import DataLoader
 
 __all__ = [
-    "ForkSafeDataLoader",
     "JOB_SIGNALS",
+    "WorkerSafeDataLoader",
     "end_loader_workers_at_exit",
     "ignore_job_signals",
+    "job_signals_held",
     "loader_worker_init",
     "opencv_pool_stopped",
+    "start_workers",
     "worker_init_fn",
 ]
 
@@ -42,8 +46,68 @@ def ignore_job_signals(names: Sequence[str] = ()) -> None:
     run with PyTorch's ``DataLoader worker ... is killed by signal`` before the main process
     writes its pre-emption checkpoint. A worker still ends with the main process (PyTorch
     stops its workers, and a worker whose parent died exits)."""
-    for name in dict.fromkeys((*JOB_SIGNALS, *names)):
-        signal.signal(signal.Signals[name], signal.SIG_IGN)
+    signals = [signal.Signals[name] for name in dict.fromkeys((*JOB_SIGNALS, *names))]
+    for sig in signals:
+        signal.signal(sig, signal.SIG_IGN)
+    # held while the worker started (job_signals_held): what arrived then is dropped now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+
+
+@contextlib.contextmanager
+def job_signals_held(names: Sequence[str] = ()) -> Iterator[None]:
+    """Within the block this thread holds :data:`JOB_SIGNALS` and ``names`` (blocked, not
+    lost: it gets them as the block ends; one sent to the process may be taken by another of
+    its threads meanwhile, and Python runs the handler as usual). Loader workers started inside inherit
+    the block, through ``fork`` and through the ``exec`` of a spawned worker, and hold the
+    signals until :func:`ignore_job_signals`, at the start of their ``worker_init_fn``,
+    ignores them. Without it a signal to the job's process group while the workers start
+    (as training or an evaluation begins) kills them with the default action before they
+    can ignore it, and the run ends in PyTorch's ``DataLoader worker ... exited
+    unexpectedly`` instead of its pre-emption checkpoint."""
+    held = [signal.Signals[name] for name in dict.fromkeys((*JOB_SIGNALS, *names))]
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def worker_signals(loader: DataLoader) -> Tuple[str, ...]:
+    """The signals ``loader``'s ``worker_init_fn`` ignores beside :data:`JOB_SIGNALS` (the
+    ``signals`` of a :func:`loader_worker_init` partial)."""
+    return tuple(getattr(loader.worker_init_fn, "keywords", {}).get("signals", ()))
+
+
+def start_workers(loader: DataLoader, make_iterator: Callable = iter) -> Iterator:
+    """``make_iterator(loader)`` (``iter``), its workers (if it has any) started with the
+    job's signals held (:func:`job_signals_held`; workers of a ``forkserver`` context are
+    the fork server's children and do not inherit the block) and, where they are forked,
+    with OpenCV's thread pool stopped (:func:`opencv_pool_stopped`)."""
+    if loader.num_workers == 0:
+        return make_iterator(loader)
+    forked = _uses_fork(loader)
+    if not forked:
+        # multiprocessing starts its resource tracker with the first spawned process, and
+        # unblocks SIGINT and SIGTERM after it: started first, it leaves the block alone
+        multiprocessing.resource_tracker.ensure_running()
+    pool = opencv_pool_stopped() if forked else contextlib.nullcontext()
+    with pool, job_signals_held(worker_signals(loader)):
+        return make_iterator(loader)
+
+
+class WorkerSafeDataLoader(DataLoader):
+    """PyTorch's ``DataLoader`` whose workers start safely (:func:`start_workers`):
+    largedet's training loaders and the video project's."""
+
+    def __iter__(self):
+        if self.num_workers == 0:
+            return super().__iter__()
+        return start_workers(self, DataLoader.__iter__)
+
+
+def _uses_fork(loader: DataLoader) -> bool:
+    context = loader.multiprocessing_context or multiprocessing.get_context()
+    return context.get_start_method() == "fork"
 
 
 def loader_worker_init(worker_id: int, signals: Sequence[str] = ()) -> None:
@@ -113,13 +177,3 @@ def opencv_pool_stopped() -> Iterator[None]:
     finally:
         cv2.setNumThreads(threads)
 
-
-class ForkSafeDataLoader(DataLoader):
-    """A ``DataLoader`` whose worker processes start inside :func:`opencv_pool_stopped`:
-    iterating it starts them (each epoch, or once with ``persistent_workers``)."""
-
-    def __iter__(self):
-        if self.num_workers == 0:
-            return super().__iter__()
-        with opencv_pool_stopped():
-            return super().__iter__()

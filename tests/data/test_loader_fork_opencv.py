@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(
     import numpy as np
     import torch
     from torch.utils.data import DataLoader, Dataset
-    from largedet.data.workers import ForkSafeDataLoader, opencv_pool_stopped
+    from largedet.data.workers import WorkerSafeDataLoader, opencv_pool_stopped
 
     class Resized(Dataset):
         def __len__(self):
@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent(
     threads = cv2.getNumThreads()
     time.sleep(1.0)  # the pool's threads go from spinning to sleeping on its condition
 
-    cls = {"fork-safe": ForkSafeDataLoader, "plain": DataLoader}[sys.argv[1]]
+    cls = {"safe": WorkerSafeDataLoader, "plain": DataLoader}[sys.argv[1]]
     loader = cls(Resized(), batch_size=2, num_workers=1, worker_init_fn=init,
                  multiprocessing_context="fork", timeout=float(sys.argv[2]))
     sums = [int(b.sum()) for b in loader]
@@ -65,8 +65,8 @@ def _run(kind: str, loader_timeout: float, timeout: float):
     )
 
 
-def test_workers_forked_by_the_fork_safe_loader_run_and_the_pool_comes_back():
-    proc = _run("fork-safe", 60, 180)
+def test_workers_forked_by_the_safe_loader_run_and_the_pool_comes_back():
+    proc = _run("safe", 60, 180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     # 64 x 48 x 3 values of i per image, two images per batch: images 0+1, then 2+3
     per_image = 64 * 48 * 3

@@ -24,11 +24,11 @@ from detectron2.data.samplers import InferenceSampler
 from largedet.data.build import (
     ResumableLoader,
     ResumableTrainingSampler,
+    WorkerSafeDataLoader,
     end_loader_workers_at_exit,
     loader_worker_init,
 )
 from largedet.data.build import image_seed
-from largedet.data.workers import ForkSafeDataLoader
 from torch.utils.data import BatchSampler, DataLoader
 
 from ..multigrid import MultigridBatchSampler, MultigridPlan, build_multigrid_plan
@@ -92,7 +92,7 @@ def _loader(cfg, dataset, batch_sampler) -> DataLoader:
         if "fork" in multiprocessing.get_all_start_methods():
             extra["multiprocessing_context"] = "fork"
 
-    return ForkSafeDataLoader(
+    return WorkerSafeDataLoader(
         dataset,
         batch_sampler=batch_sampler,
         num_workers=workers,
