@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
@@ -12,8 +11,9 @@ from largedet.solver.batch import batch_plan
 from largedet.solver.plan import RunPlan, describe_warmup
 
 from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader
+from ..data.build import MultigridTrainLoader
 from ..evaluation import VideoClassificationEvaluator
-from ..multigrid import build_multigrid_plan, multigrid_enabled
+from ..multigrid import multigrid_enabled
 from .hooks import SkippedVideosHook
 from .multigrid import MultigridHook, build_multigrid_lr_scheduler
 
@@ -32,17 +32,15 @@ class VideoTrainer(Trainer):
     in steps (:meth:`run_length`), precise BN at the base shape after each stage; a stage
     change is the sampler's next epoch and a regrouping of sub-batch BN, in place."""
 
-    def __init__(self, cfg):
-        self.multigrid = self.build_multigrid_plan(cfg)
-        super().__init__(cfg)
+    multigrid = None  # the multigrid plan, built once with the training loader
 
-    @classmethod
-    def build_multigrid_plan(cls, cfg):
-        """The multigrid plan of ``cfg`` on this job's processes (None without multigrid)."""
-        if not multigrid_enabled(cfg):
-            return None
-        num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
-        return build_multigrid_plan(cfg, num_samples, comm.get_world_size())
+    def build_run_plan(self, cfg, data_loader) -> RunPlan:
+        """largedet's run plan; with multigrid, the multigrid plan is the training loader's,
+        built once with it (:func:`~largedet_video.data.build_multigrid_train_loader`) and
+        read here, by the LR schedule, the run length and the hooks."""
+        if isinstance(data_loader, MultigridTrainLoader):
+            self.multigrid = data_loader.plan
+        return super().build_run_plan(cfg, data_loader)
 
     def describe_schedule(self, cfg):
         """The multigrid plan's stages, steps and LR in the start-of-run block (instead of
@@ -65,13 +63,12 @@ class VideoTrainer(Trainer):
             return build_multigrid_train_loader(cfg)
         return build_video_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
 
-    @classmethod
-    def build_lr_scheduler(cls, cfg, optimizer, plan: RunPlan, max_iter=None):
-        """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps."""
-        multigrid = cls.build_multigrid_plan(cfg)
-        if multigrid is None:
+    def build_lr_scheduler(self, cfg, optimizer, plan: RunPlan, max_iter=None):
+        """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps
+        (an instance's: the plan is the trainer's)."""
+        if self.multigrid is None:
             return super().build_lr_scheduler(cfg, optimizer, plan, max_iter)
-        return build_multigrid_lr_scheduler(cfg, optimizer, multigrid)
+        return build_multigrid_lr_scheduler(cfg, optimizer, self.multigrid)
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
