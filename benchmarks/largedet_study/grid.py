@@ -57,6 +57,8 @@ __all__ = [
     "cell_run_plan",
     "plan_cell",
     "recipe_overrides",
+    "run_steps",
+    "warmup_steps",
 ]
 
 
@@ -611,27 +613,39 @@ def recipe_overrides(recipe: OptimizerRecipe, batch: int, per_device: int, lr_fa
     ] + list(recipe.overrides)  # fmt: skip
 
 
+def run_steps(name: str, epochs: float, num_train: int, batch: int, round_steps: bool = False) -> int:
+    """The steps of batch ``batch`` in ``epochs`` epochs of ``num_train`` samples (cell
+    ``name``, detection or video): rounded where ``round_steps``, else a whole number of
+    batches or a ValueError naming the cell."""
+    images = epochs * num_train
+    if round_steps:
+        return max(1, round(images / batch))
+    if abs(images - round(images)) > 1e-6 or round(images) % batch:
+        raise ValueError(
+            f"{name}: {epochs:g} epochs x {num_train} samples is not a whole number of batches of {batch}"
+        )
+    return round(images) // batch
+
+
+def warmup_steps(warmup_epochs: float, num_train: int, batch: int, iterations: int, minimum: int) -> int:
+    """The warm-up's steps: ``warmup_epochs`` epochs of batch ``batch``, at least ``minimum``
+    and at most half the run."""
+    return min(iterations // 2, max(minimum, round(warmup_epochs * num_train / batch)))
+
+
 def plan_cell(
     grid: Grid, cell: Cell, warmup_epochs: Optional[float], output_dir: str, world: int
 ) -> Plan:
     """What ``cell`` runs. ``warmup_epochs`` replaces the grid's warm-up for the cells that
     do not set their own (None: the grid's)."""
     recipe = grid.recipe(cell.optimizer)
-    epochs = grid.epochs * cell.epochs_factor
-    images = epochs * grid.num_train
-    if grid.round_steps:
-        iterations = max(1, round(images / cell.batch))
-    elif abs(images - round(images)) > 1e-6 or round(images) % cell.batch:
-        raise ValueError(
-            f"{cell.name}: {epochs:g} epochs x {grid.num_train} images is not a whole number of batches of {cell.batch}"
-        )
-    else:
-        iterations = round(images) // cell.batch
+    iterations = run_steps(cell.name, grid.epochs * cell.epochs_factor, grid.num_train,
+                           cell.batch, grid.round_steps)  # fmt: skip
     if cell.warmup_epochs is not None:
         warmup_epochs = cell.warmup_epochs
     elif warmup_epochs is None:
         warmup_epochs = grid.warmup_epochs
-    warmup = min(iterations // 2, max(3, round(warmup_epochs * grid.num_train / cell.batch)))
+    warmup = warmup_steps(warmup_epochs, grid.num_train, cell.batch, iterations, minimum=3)
     if cell.lr_schedule not in LR_SCHEDULES:
         raise ValueError(f"{cell.name}: lr_schedule must be one of {sorted(LR_SCHEDULES)}, got {cell.lr_schedule!r}")
     steps = None

@@ -32,7 +32,14 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from largedet.solver.batch import per_device_batch
-from largedet_study.grid import OptimizerRecipe, cell_config, cell_run_plan, recipe_overrides
+from largedet_study.grid import (
+    OptimizerRecipe,
+    cell_config,
+    cell_run_plan,
+    recipe_overrides,
+    run_steps,
+    warmup_steps,
+)
 
 
 #: the checkout (projects/video/benchmarks/video_study/ -> four levels up)
@@ -240,17 +247,11 @@ class VideoPlan:
 def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: int = 1) -> VideoPlan:
     """What ``cell`` runs: its steps, warm-up, LR and the config overrides that say so."""
     recipe = grid.recipe(cell.optimizer)
-    epochs = grid.epochs * cell.epochs_factor
-    images = epochs * grid.num_train
-    if abs(images - round(images)) > 1e-6 or round(images) % cell.batch:
-        raise ValueError(
-            f"{cell.name}: {epochs:g} epochs x {grid.num_train} clips is not a whole number of batches of {cell.batch}"
-        )
+    iterations = run_steps(cell.name, grid.epochs * cell.epochs_factor, grid.num_train, cell.batch)
     if cell.lr_schedule not in VIDEO_LR_SCHEDULES:
         raise ValueError(f"{cell.name}: lr_schedule must be one of {sorted(VIDEO_LR_SCHEDULES)}, got {cell.lr_schedule!r}")
-    iterations = round(images) // cell.batch
     warmup_epochs = grid.warmup_epochs if cell.warmup_epochs is None else cell.warmup_epochs
-    warmup = min(iterations // 2, max(1, round(warmup_epochs * grid.num_train / cell.batch)))
+    warmup = warmup_steps(warmup_epochs, grid.num_train, cell.batch, iterations, minimum=1)
     per_device = per_device_batch(grid.ims_per_device, cell.batch, world)
     period = max(1, iterations // 4) if recipe.name == "PMD_LAMB" else None
     steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if cell.multigrid or cell.lr_schedule == "step" else None
