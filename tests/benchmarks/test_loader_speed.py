@@ -42,7 +42,8 @@ def test_the_figures_agree():
         assert f[f"images_per_s_w{w}"] == pytest.approx(f[f"images_w{w}"] / f[f"seconds_w{w}"], rel=1e-2)
         assert f[f"images_per_s_per_worker_w{w}"] == pytest.approx(f[f"images_per_s_w{w}"] / max(w, 1), abs=0.01)
         assert f[f"cpu_ms_per_image_w{w}"] > 0
-    assert f["workers_per_gpu"] == pytest.approx(2.5 / f["images_per_s_per_worker_w1"], rel=1e-2)
+    # both printed to three decimals: a small value's rounding is more than 1% of it
+    assert f["workers_per_gpu"] == pytest.approx(2.5 / f["images_per_s_per_worker_w1"], rel=1e-2, abs=6e-4)
     reach = [w for w in (0, 1) if f[f"images_per_s_w{w}"] >= 2.5]
     assert f["min_workers_for_train"] == (min(reach) if reach else None)
     assert f["cpu_cores_per_gpu"] == pytest.approx(2.5 * f["cpu_ms_per_image_w1"] / 1000, abs=1e-3)
