@@ -10,13 +10,28 @@ RoIs per image) for ``--iters`` steps each, in a new process each, without evalu
 reads Detectron2's per-step ``time`` from ``metrics.json`` after the first ``--skip`` steps
 (start-up, first allocations). Prints each run's median seconds per step, the demo's speed-up
 in each round (main / demo) and the spread over rounds. Needs a quiet machine.
+
+``--full`` runs the whole demo instead (``tools/train_net.py --config <demo config>``:
+training, then evaluation), ``--runs`` times in fresh processes, and appends one row per run
+to ``--csv`` (default ``benchmarks/results/demo_speed.csv``): the date, the CPU (model name,
+family and model, the instruction sets that decide the demo's precision), the precision it
+trained in, torch, the training time Detectron2 reports ("Overall training speed"), the
+seconds per step and the box AP::
+
+    python benchmarks/demo_speed.py --full --runs 2
+
+The machine class's row is what the 300-second demo target is checked against.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
 import json
 import os
+import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -50,12 +65,136 @@ def seconds_per_step(config: str, iters: int, skip: int, workdir: str) -> float:
     return statistics.median(times)
 
 
+#: the CSV of ``--full`` runs
+DEMO_CSV = os.path.join(ROOT, "benchmarks", "results", "demo_speed.csv")
+DEMO_FIELDS = [
+    "date", "cpu", "cpu_family_model", "isa", "cores", "precision", "torch", "iterations",
+    "training_s", "s_per_step", "box_ap", "label",
+]  # fmt: skip
+#: the flags that tell the x86 classes apart for the demo (its precision and its kernels)
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+_SPEED = re.compile(r"Overall training speed: (\d+) iterations in (\d+):(\d\d):(\d\d) \(([\d.]+) s / it\)")
+
+
+def cpu_class() -> dict:
+    """The CPU's model name, family/model and the :data:`ISA_FLAGS` it has (/proc/cpuinfo)."""
+    info = {"cpu": platform.processor() or platform.machine(), "family": "", "model": ""}
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = (part.strip() for part in line.partition(":"))
+                if key == "model name" and info["cpu"] in ("", platform.machine(), platform.processor()):
+                    info["cpu"] = value
+                elif key == "cpu family" and not info["family"]:
+                    info["family"] = value
+                elif key == "model" and not info["model"]:
+                    info["model"] = value
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {
+        "cpu": info["cpu"],
+        "cpu_family_model": f"{info['family']}/{info['model']}" if info["family"] else "",
+        "isa": " ".join(f for f in ISA_FLAGS if f in flags) or "none of " + " ".join(ISA_FLAGS),
+        "cores": str(os.cpu_count() or ""),
+    }
+
+
+def parse_demo_log(text: str) -> dict:
+    """Iterations, training seconds and seconds per step from Detectron2's "Overall training
+    speed" line of a run's log; ValueError where it is missing."""
+    m = _SPEED.search(text)
+    if m is None:
+        raise ValueError("no 'Overall training speed' line in the run's log")
+    iterations, h, mi, sec, per_step = m.groups()
+    return {
+        "iterations": int(iterations),
+        "training_s": int(h) * 3600 + int(mi) * 60 + int(sec),
+        "s_per_step": float(per_step),
+    }
+
+
+def last_box_ap(metrics_path: str) -> str:
+    """The last ``bbox/AP`` (or ``<set>/bbox/AP``) in a metrics.json, two decimals; "" if none."""
+    ap = ""
+    with open(metrics_path) as f:
+        for line in f:
+            record = json.loads(line)
+            for key, value in record.items():
+                if key == "bbox/AP" or key.endswith("/bbox/AP"):
+                    ap = f"{value:.2f}"
+    return ap
+
+
+def full_demo(workdir: str, overrides=()) -> dict:
+    """One whole demo run in a fresh process: its CSV row (without date and label)."""
+    import torch
+
+    from largedet.config import add_largedet_config, amp_dtype
+    from detectron2.config import get_cfg
+
+    out = os.path.join(workdir, "demo")
+    config = CONFIGS["demo"]
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "train_net.py"), "--config", config,
+           "--overwrite", "OUTPUT_DIR", out, *overrides]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        raise RuntimeError(f"the demo failed (exit {proc.returncode}):\n{tail}")
+    with open(os.path.join(out, "log.txt")) as f:
+        row = parse_demo_log(f.read())
+    cfg = add_largedet_config(get_cfg())
+    cfg.merge_from_file(config)
+    cfg.merge_from_list(list(overrides))
+    dtype = amp_dtype(cfg)
+    row.update(cpu_class())
+    row["precision"] = "float32" if dtype is None else str(dtype).replace("torch.", "")
+    row["torch"] = torch.__version__
+    row["box_ap"] = last_box_ap(os.path.join(out, "metrics.json"))
+    return row
+
+
+def append_rows(path: str, rows) -> None:
+    new = not os.path.exists(path)
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=DEMO_FIELDS)
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in DEMO_FIELDS})
+
+
+def main_full(args) -> None:
+    rows = []
+    for run in range(args.runs):
+        with tempfile.TemporaryDirectory() as workdir:
+            row = full_demo(workdir, args.overrides)
+        row["date"] = datetime.date.today().isoformat()
+        row["label"] = args.label
+        rows.append(row)
+        append_rows(args.csv, [row])  # each run as it ends
+        print(f"run {run + 1}: {row['iterations']} steps trained in {row['training_s']} s "
+              f"({row['s_per_step']:.4f} s/step, {row['precision']}), box AP {row['box_ap']}; "
+              f"{row['cpu']} ({row['isa']})", flush=True)  # fmt: skip
+    times = [r["training_s"] for r in rows]
+    print(f"training: {min(times)}-{max(times)} s over {len(rows)} run(s); rows in {args.csv}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--iters", type=int, default=150, help="steps per run")
     parser.add_argument("--skip", type=int, default=30, help="first steps left out")
+    parser.add_argument("--full", action="store_true", help="run the whole demo (see above)")
+    parser.add_argument("--runs", type=int, default=1, help="--full: demo runs")
+    parser.add_argument("--csv", default=DEMO_CSV, help="--full: the CSV to append to")
+    parser.add_argument("--label", default="", help="--full: a note for the rows (e.g. the VM)")
+    parser.add_argument("overrides", nargs="*", help="--full: config overrides (KEY VALUE ...)")
     args = parser.parse_args(argv)
+    if args.full:
+        return main_full(args)
     if args.iters <= args.skip:
         parser.error("--iters must be larger than --skip")
     speedups, per_config = [], {name: [] for name in CONFIGS}

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from .demo_report import BLOCKS as DEMO_BLOCKS
 from .gpu_report import BLOCKS as GPU_BLOCKS
 from .stats import Difference, Summary, claim, difference, fmt, summarize
 
@@ -672,6 +673,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "video4k-comparison": lambda: video_comparison("video4k"),
 }
 BLOCKS.update(GPU_BLOCKS)
+BLOCKS.update(DEMO_BLOCKS)
 
 
 def optimizer_batch_table(csv_name: str, grid: str) -> str:

@@ -1,0 +1,51 @@
+"""benchmarks/demo_speed.py --full: a whole demo run in a fresh process becomes one CSV row
+with the machine's class, the precision it trained in, Detectron2's training time and the AP."""
+
+import csv
+import datetime
+import os
+import subprocess
+import sys
+
+import pytest
+
+import demo_speed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_training_time_is_read_from_detectron2s_own_line():
+    # Detectron2's IterationTimer line (its format is documented as parsed by scripts)
+    line = "[11/28 00:41:07 d2.engine.hooks]: Overall training speed: 897 iterations in 0:04:34 (0.3060 s / it)"
+    assert demo_speed.parse_demo_log("...\n" + line + "\n...") == {
+        "iterations": 897, "training_s": 274, "s_per_step": 0.306
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="Overall training speed"):
+        demo_speed.parse_demo_log("Total training time: 0:04:40 (0:00:06 on hooks)")
+
+
+def test_the_cpu_class_names_the_instruction_sets_that_decide_the_precision():
+    info = demo_speed.cpu_class()
+    assert info["cpu"] and info["cores"] == str(os.cpu_count())
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    for flag in demo_speed.ISA_FLAGS:
+        assert (flag in info["isa"].split()) == (f" {flag} " in flags.replace("\n", " ")), flag
+
+
+def test_a_short_full_run_appends_its_row(tmp_path):
+    out = tmp_path / "demo_speed.csv"
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "demo_speed.py"), "--full",
+           "--csv", str(out), "--label", "test", "SOLVER.MAX_ITER", "6",
+           "DATASETS.SHAPES.NUM_VAL", "8"]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    with open(out) as f:
+        (row,) = list(csv.DictReader(f))
+    assert list(row) == demo_speed.DEMO_FIELDS
+    # Detectron2 counts from the end of its warm-up steps: 6 + 1 - 3 (898 of the demo's 900)
+    assert row["iterations"] == "4" and row["label"] == "test"
+    assert float(row["s_per_step"]) > 0 and int(row["training_s"]) >= 0
+    assert row["precision"] in ("float32", "bfloat16") and 0.0 <= float(row["box_ap"]) <= 100.0
+    assert row["date"] == datetime.date.today().isoformat()
+    assert "4 steps trained in" in proc.stdout
