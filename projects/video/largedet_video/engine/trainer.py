@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, fields
+from typing import Optional
 
+from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
@@ -13,13 +16,20 @@ from largedet.solver.plan import RunPlan, describe_warmup
 from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader
 from ..data.build import MultigridTrainLoader
 from ..evaluation import VideoClassificationEvaluator
-from ..multigrid import multigrid_enabled
+from ..multigrid import MultigridPlan, build_multigrid_plan, multigrid_enabled
 from .hooks import SkippedVideosHook
 from .multigrid import MultigridHook, build_multigrid_lr_scheduler
 
-__all__ = ["VideoTrainer"]
+__all__ = ["VideoRunPlan", "VideoTrainer"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class VideoRunPlan(RunPlan):
+    """largedet's run plan with the multigrid plan the run trains on (None: no multigrid)."""
+
+    multigrid: Optional[MultigridPlan] = None
 
 
 class VideoTrainer(Trainer):
@@ -35,12 +45,15 @@ class VideoTrainer(Trainer):
     multigrid = None  # the multigrid plan, built once with the training loader
 
     def build_run_plan(self, cfg, data_loader) -> RunPlan:
-        """largedet's run plan; with multigrid, the multigrid plan is the training loader's,
-        built once with it (:func:`~largedet_video.data.build_multigrid_train_loader`) and
-        read here, by the LR schedule, the run length and the hooks."""
-        if isinstance(data_loader, MultigridTrainLoader):
-            self.multigrid = data_loader.plan
-        return super().build_run_plan(cfg, data_loader)
+        """largedet's run plan; with multigrid a :class:`VideoRunPlan` that carries the
+        multigrid plan of the training loader, built once with it
+        (:func:`~largedet_video.data.build_multigrid_train_loader`) and read by the LR
+        schedule, the run length and the hooks."""
+        plan = super().build_run_plan(cfg, data_loader)
+        if not isinstance(data_loader, MultigridTrainLoader):
+            return plan
+        self.multigrid = data_loader.plan
+        return VideoRunPlan(**{f.name: getattr(plan, f.name) for f in fields(plan)}, multigrid=self.multigrid)
 
     def describe_schedule(self, cfg):
         """The multigrid plan's stages, steps and LR in the start-of-run block (instead of
@@ -63,12 +76,18 @@ class VideoTrainer(Trainer):
             return build_multigrid_train_loader(cfg)
         return build_video_train_loader(cfg, batch_plan(cfg, comm.get_world_size()).per_device)
 
-    def build_lr_scheduler(self, cfg, optimizer, plan: RunPlan, max_iter=None):
-        """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps
-        (an instance's: the plan is the trainer's)."""
-        if self.multigrid is None:
+    @classmethod
+    def build_lr_scheduler(cls, cfg, optimizer, plan: RunPlan, max_iter=None):
+        """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps:
+        the one ``plan`` carries (a :class:`VideoRunPlan`), else, for a caller with a plain
+        run plan, one built from ``cfg`` and the training sets' sizes."""
+        if not multigrid_enabled(cfg):
             return super().build_lr_scheduler(cfg, optimizer, plan, max_iter)
-        return build_multigrid_lr_scheduler(cfg, optimizer, self.multigrid)
+        multigrid = getattr(plan, "multigrid", None)
+        if multigrid is None:
+            num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
+            multigrid = build_multigrid_plan(cfg, num_samples, comm.get_world_size())
+        return build_multigrid_lr_scheduler(cfg, optimizer, multigrid)
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
