@@ -77,7 +77,7 @@ _SPEED = re.compile(r"Overall training speed: (\d+) iterations in (\d+):(\d\d):(
 
 
 def cpu_class() -> dict:
-    """The CPU's model name, family/model and the :data:`ISA_FLAGS` it has (/proc/cpuinfo)."""
+    """The CPU's model name, family/model and the ``ISA_FLAGS`` it has (/proc/cpuinfo)."""
     info = {"cpu": platform.processor() or platform.machine(), "family": "", "model": ""}
     flags = set()
     try:
