@@ -84,8 +84,8 @@ def cpu_class() -> dict:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = (part.strip() for part in line.partition(":"))
-                if key == "model name" and info["cpu"] in ("", platform.machine(), platform.processor()):
-                    info["cpu"] = value
+                if key == "model name" and "model_name" not in info:
+                    info["cpu"] = info["model_name"] = value
                 elif key == "cpu family" and not info["family"]:
                     info["family"] = value
                 elif key == "model" and not info["model"]:
