@@ -47,6 +47,7 @@ __all__ = [
     "OPTIMIZERS",
     "REFERENCE_BATCH",
     "Cell",
+    "CellNumbers",
     "Grid",
     "OptimizerRecipe",
     "Plan",
@@ -54,6 +55,7 @@ __all__ = [
     "cell_kind",
     "final_ap",
     "cell_config",
+    "cell_numbers",
     "cell_run_plan",
     "plan_cell",
     "recipe_overrides",
@@ -633,28 +635,54 @@ def warmup_steps(warmup_epochs: float, num_train: int, batch: int, iterations: i
     return min(iterations // 2, max(minimum, round(warmup_epochs * num_train / batch)))
 
 
+@dataclass(frozen=True)
+class CellNumbers:
+    """The numbers every study cell (detection and video) derives the same way from its grid
+    and itself: the optimizer recipe, the run's steps and warm-up, the per-device batch,
+    PMD-LAMB's period and the step schedule's two LR drops."""
+
+    recipe: OptimizerRecipe
+    iterations: int
+    warmup: int
+    per_device: int
+    pmd_period: Optional[int]  # PMD-LAMB only
+    steps: Optional[Tuple[int, int]]  # x0.1 at 3/4 and 11/12 of the run; None without drops
+
+
+def cell_numbers(grid, cell, world: int, *, warmup_epochs: Optional[float], schedules: Dict[str, str],
+                 min_warmup: int, step_drops: bool) -> CellNumbers:  # fmt: skip
+    """:class:`CellNumbers` of ``cell`` (a detection :class:`Cell` or a video cell) in ``grid``
+    on ``world`` processes. ``warmup_epochs``: the warm-up of the cells that set none (None:
+    the grid's); ``schedules``: the schedule names the cell may take (a ValueError names the
+    cell otherwise); ``min_warmup``: the fewest warm-up steps; ``step_drops``: whether the
+    run has the step schedule's LR drops."""
+    if cell.lr_schedule not in schedules:
+        raise ValueError(f"{cell.name}: lr_schedule must be one of {sorted(schedules)}, got {cell.lr_schedule!r}")
+    recipe = grid.recipe(cell.optimizer)
+    iterations = run_steps(cell.name, grid.epochs * cell.epochs_factor, grid.num_train, cell.batch,
+                           getattr(grid, "round_steps", False))  # fmt: skip
+    if cell.warmup_epochs is not None:
+        warmup_epochs = cell.warmup_epochs
+    elif warmup_epochs is None:
+        warmup_epochs = grid.warmup_epochs
+    warmup = warmup_steps(warmup_epochs, grid.num_train, cell.batch, iterations, min_warmup)
+    period = None
+    if recipe.name == "PMD_LAMB":
+        period = getattr(cell, "pmd_period", None) or max(1, iterations // 4)
+    steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if step_drops else None
+    per_device = per_device_batch(grid.ims_per_device, cell.batch, world)
+    return CellNumbers(recipe, iterations, warmup, per_device, period, steps)
+
+
 def plan_cell(
     grid: Grid, cell: Cell, warmup_epochs: Optional[float], output_dir: str, world: int
 ) -> Plan:
     """What ``cell`` runs. ``warmup_epochs`` replaces the grid's warm-up for the cells that
     do not set their own (None: the grid's)."""
-    recipe = grid.recipe(cell.optimizer)
-    iterations = run_steps(cell.name, grid.epochs * cell.epochs_factor, grid.num_train,
-                           cell.batch, grid.round_steps)  # fmt: skip
-    if cell.warmup_epochs is not None:
-        warmup_epochs = cell.warmup_epochs
-    elif warmup_epochs is None:
-        warmup_epochs = grid.warmup_epochs
-    warmup = warmup_steps(warmup_epochs, grid.num_train, cell.batch, iterations, minimum=3)
-    if cell.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"{cell.name}: lr_schedule must be one of {sorted(LR_SCHEDULES)}, got {cell.lr_schedule!r}")
-    steps = None
-    if cell.lr_schedule == "step":
-        steps = (round(iterations * 3 / 4), round(iterations * 11 / 12))
-    per_device = per_device_batch(grid.ims_per_device, cell.batch, world)
-    period = None
-    if recipe.name == "PMD_LAMB":
-        period = cell.pmd_period or max(1, iterations // 4)
+    numbers = cell_numbers(grid, cell, world, warmup_epochs=warmup_epochs, schedules=LR_SCHEDULES,
+                           min_warmup=3, step_drops=cell.lr_schedule == "step")  # fmt: skip
+    recipe, iterations, warmup, steps = numbers.recipe, numbers.iterations, numbers.warmup, numbers.steps
+    period = numbers.pmd_period
     overrides = list(grid.extra_overrides) + [
         "DATASETS.SHAPES.NUM_TRAIN", str(grid.num_train),
         "SOLVER.LR_SCHEDULER_NAME", LR_SCHEDULES[cell.lr_schedule],
@@ -662,7 +690,7 @@ def plan_cell(
         "SOLVER.BASE_LR_END", "0.0",
         "SOLVER.DIVERGENCE.WINDOW", "20",
         "TEST.EVAL_PERIOD", "0",
-    ] + recipe_overrides(recipe, cell.batch, per_device, cell.lr_factor, cell.weight_decay,
+    ] + recipe_overrides(recipe, cell.batch, numbers.per_device, cell.lr_factor, cell.weight_decay,
                          iterations, warmup, output_dir)  # fmt: skip
     if cell.seed is not None:
         overrides += ["SEED", str(cell.seed)]

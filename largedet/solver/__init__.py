@@ -9,6 +9,7 @@
 """
 
 from .build import (
+    BUILT_IN_OPTIMIZERS,
     NORM_MODULE_TYPES,
     OPTIMIZER_REGISTRY,
     build_agvm,
@@ -19,12 +20,14 @@ from .build import (
     log_param_groups,
     model_parts,
     optimizer_param_groups,
+    register_built_in_optimizers,
 )
 from .lr_scheduler import build_lr_scheduler, with_scaled_lr
 from .plan import LRScaling, RunPlan, agvm_start_iter, lr_scaling, run_plan, warmup_steps
 
 __all__ = [
     "NORM_MODULE_TYPES",
+    "BUILT_IN_OPTIMIZERS",
     "OPTIMIZER_REGISTRY",
     "LRScaling",
     "RunPlan",
@@ -39,6 +42,7 @@ __all__ = [
     "lr_scaling",
     "model_parts",
     "optimizer_param_groups",
+    "register_built_in_optimizers",
     "run_plan",
     "warmup_steps",
     "with_scaled_lr",

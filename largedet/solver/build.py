@@ -1,9 +1,10 @@
 """Optimizers from a Detectron2 config: :func:`build_optimizer` and its registry.
 
 ``SOLVER.OPTIMIZER`` names a builder in :data:`OPTIMIZER_REGISTRY`; the built-in ones
-are "SGD", "AdamW", "LAMB", "PMD_LAMB" and "LARS". A builder is a function
-``builder(cfg, model) -> torch.optim.Optimizer`` registered under its ``__name__``
-(fvcore's ``Registry``). A user adds one without editing largedet::
+are the table :data:`BUILT_IN_OPTIMIZERS` ("SGD", "AdamW", "LAMB", "PMD_LAMB" and "LARS"),
+which :func:`register_built_in_optimizers` enters, called once at the end of this module.
+A builder is a function ``builder(cfg, model) -> torch.optim.Optimizer`` registered under
+its ``__name__`` (fvcore's ``Registry``). A user adds one without editing largedet::
 
     from largedet.solver import OPTIMIZER_REGISTRY, get_optimizer_params
 
@@ -28,7 +29,7 @@ LazyConfig files (``L(PMDLAMB)(params=L(optimizer_param_groups)(...))``);
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from detectron2.config import CfgNode
@@ -45,6 +46,7 @@ from ..config.errors import ConfigError
 from .plan import agvm_start_iter
 
 __all__ = [
+    "BUILT_IN_OPTIMIZERS",
     "OPTIMIZER_REGISTRY",
     "NORM_MODULE_TYPES",
     "build_agvm",
@@ -55,6 +57,7 @@ __all__ = [
     "log_param_groups",
     "model_parts",
     "optimizer_param_groups",
+    "register_built_in_optimizers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -291,7 +294,6 @@ def build_agvm(cfg: CfgNode, optimizer: torch.optim.Optimizer) -> Optional[optim
 # Builders. Their names are the SOLVER.OPTIMIZER values.
 
 
-@OPTIMIZER_REGISTRY.register()
 def SGD(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
     """``torch.optim.SGD``: ``SOLVER.MOMENTUM``, ``SOLVER.NESTEROV``, L2 weight decay."""
     return torch.optim.SGD(
@@ -304,7 +306,6 @@ def SGD(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa:
     )
 
 
-@OPTIMIZER_REGISTRY.register()
 def AdamW(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
     """``torch.optim.AdamW`` with torch's betas (0.9, 0.999) and eps 1e-8."""
     return torch.optim.AdamW(
@@ -327,13 +328,11 @@ def _lamb_args(cfg: CfgNode) -> Dict[str, Any]:
     )
 
 
-@OPTIMIZER_REGISTRY.register()
 def LAMB(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
     """:class:`largedet.optim.LAMB` with ``SOLVER.LAMB.*``."""
     return optim.LAMB(get_optimizer_params(cfg, model, layer_adaptive=True), **_lamb_args(cfg))
 
 
-@OPTIMIZER_REGISTRY.register()
 def PMD_LAMB(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
     """:class:`largedet.optim.PMDLAMB` with ``SOLVER.LAMB.*`` and ``SOLVER.PMD.*``."""
     return optim.PMDLAMB(
@@ -344,7 +343,6 @@ def PMD_LAMB(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # 
     )
 
 
-@OPTIMIZER_REGISTRY.register()
 def LARS(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa: N802
     """:class:`largedet.optim.LARS` with ``SOLVER.MOMENTUM`` and ``SOLVER.LARS.ETA``."""
     return optim.LARS(
@@ -358,6 +356,23 @@ def LARS(cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:  # noqa
     )
 
 
+#: The built-in builders by their ``SOLVER.OPTIMIZER`` names (each its function's name).
+BUILT_IN_OPTIMIZERS: Dict[str, Callable[[CfgNode, torch.nn.Module], torch.optim.Optimizer]] = {
+    "SGD": SGD,
+    "AdamW": AdamW,
+    "LAMB": LAMB,
+    "PMD_LAMB": PMD_LAMB,
+    "LARS": LARS,
+}
+
+
+def register_built_in_optimizers(registry: Registry = OPTIMIZER_REGISTRY) -> None:
+    """Enter :data:`BUILT_IN_OPTIMIZERS` into ``registry`` (those it does not hold yet)."""
+    for name, builder in BUILT_IN_OPTIMIZERS.items():
+        if name not in registry:
+            registry.register(builder)
+
+
 def describe_agvm_parts(optimizer: torch.optim.Optimizer, agvm: Optional[optim.AGVM]) -> Optional[str]:
     """AGVM's parts with their parameter groups and tensors in ``optimizer``, for the
     start-of-run block (None without AGVM)."""
@@ -368,3 +383,6 @@ def describe_agvm_parts(optimizer: torch.optim.Optimizer, agvm: Optional[optim.A
         counts[group[optim.PART_KEY]][0] += 1
         counts[group[optim.PART_KEY]][1] += len(group["params"])
     return ", ".join(f"{n} ({g} param groups, {t} tensors)" for n, (g, t) in counts.items())
+
+
+register_built_in_optimizers()

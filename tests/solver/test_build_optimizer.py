@@ -309,3 +309,20 @@ def test_defaults_and_every_key_commented():
             keys += 1
             assert lines[i - 1].strip().startswith("#"), line
     assert keys >= 10
+
+
+def test_built_in_optimizers_are_a_table_entered_by_one_call():
+    """The built-in builders are data (:data:`BUILT_IN_OPTIMIZERS`, each under its function's
+    name); :func:`register_built_in_optimizers` enters them into a registry, any registry,
+    once: a second call adds nothing and does not fail."""
+    from fvcore.common.registry import Registry
+
+    from largedet.solver import BUILT_IN_OPTIMIZERS, register_built_in_optimizers
+
+    assert sorted(BUILT_IN_OPTIMIZERS) == ["AdamW", "LAMB", "LARS", "PMD_LAMB", "SGD"]
+    assert all(builder.__name__ == name for name, builder in BUILT_IN_OPTIMIZERS.items())
+    assert all(OPTIMIZER_REGISTRY.get(name) is b for name, b in BUILT_IN_OPTIMIZERS.items())
+    fresh = Registry("OPTIMIZER_FOR_TEST")
+    register_built_in_optimizers(fresh)
+    register_built_in_optimizers(fresh)
+    assert dict(fresh) == BUILT_IN_OPTIMIZERS

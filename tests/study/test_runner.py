@@ -717,3 +717,28 @@ def test_set_adds_an_override_to_every_cell_and_a_misspelt_key_fails_first(study
     for overrides in seen:
         cfg = cfg_of(study, types.SimpleNamespace(overrides=overrides))
         assert cfg.DATALOADER.NUM_WORKERS == 2 and cfg.SEED == 7
+
+
+def test_cell_numbers_are_shared_by_the_detection_and_video_plans():
+    """One derivation of a cell's steps, warm-up, per-device batch, PMD period and LR drops
+    serves both studies: a video cell's plan carries exactly the numbers of
+    :func:`cell_numbers`, and those are the arithmetic written out here."""
+    sys.path.insert(0, os.path.join(ROOT, "projects", "video", "benchmarks"))
+    from video_study.grid import VIDEO_LR_SCHEDULES, VideoCell, build_video_grid, plan_video_cell
+
+    grid = build_video_grid("tsm4k")
+    cell = VideoCell("pmd_lamb", 256, epochs_factor=1.4, lr_schedule="step")
+    numbers = schema.cell_numbers(grid, cell, 4, warmup_epochs=None, schedules=VIDEO_LR_SCHEDULES,
+                                  min_warmup=1, step_drops=True)  # fmt: skip
+    iterations = round(grid.epochs * 1.4 * grid.num_train) // 256
+    assert numbers.iterations == iterations
+    assert numbers.warmup == min(iterations // 2, max(1, round(grid.warmup_epochs * grid.num_train / 256)))
+    assert numbers.per_device == min(grid.ims_per_device, 256 // 4) == 16  # K = 4 on 4 processes
+    assert numbers.pmd_period == iterations // 4
+    assert numbers.steps == (round(iterations * 3 / 4), round(iterations * 11 / 12))
+    plan = plan_video_cell(grid, cell, "/x", 4)
+    assert (plan.iterations, plan.warmup, plan.pmd_period, plan.steps, plan.per_device) == (
+        numbers.iterations, numbers.warmup, numbers.pmd_period, numbers.steps, numbers.per_device)  # fmt: skip
+    with pytest.raises(ValueError, match="sgd-bs16.*lr_schedule must be one of"):
+        schema.cell_numbers(grid, VideoCell("sgd", 16, lr_schedule="poly"), 1, warmup_epochs=None,
+                            schedules=VIDEO_LR_SCHEDULES, min_warmup=1, step_drops=False)  # fmt: skip

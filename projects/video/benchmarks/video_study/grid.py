@@ -31,15 +31,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from largedet.solver.batch import per_device_batch
-from largedet_study.grid import (
-    OptimizerRecipe,
-    cell_config,
-    cell_run_plan,
-    recipe_overrides,
-    run_steps,
-    warmup_steps,
-)
+from largedet_study.grid import OptimizerRecipe, cell_config, cell_numbers, cell_run_plan, recipe_overrides
 
 
 #: the checkout (projects/video/benchmarks/video_study/ -> four levels up)
@@ -245,18 +237,13 @@ class VideoPlan:
 
 
 def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: int = 1) -> VideoPlan:
-    """What ``cell`` runs: its steps, warm-up, LR and the config overrides that say so."""
-    recipe = grid.recipe(cell.optimizer)
-    iterations = run_steps(cell.name, grid.epochs * cell.epochs_factor, grid.num_train, cell.batch)
-    if cell.lr_schedule not in VIDEO_LR_SCHEDULES:
-        raise ValueError(f"{cell.name}: lr_schedule must be one of {sorted(VIDEO_LR_SCHEDULES)}, got {cell.lr_schedule!r}")
-    warmup_epochs = grid.warmup_epochs if cell.warmup_epochs is None else cell.warmup_epochs
-    warmup = warmup_steps(warmup_epochs, grid.num_train, cell.batch, iterations, minimum=1)
-    per_device = per_device_batch(grid.ims_per_device, cell.batch, world)
-    period = max(1, iterations // 4) if recipe.name == "PMD_LAMB" else None
-    steps = (round(iterations * 3 / 4), round(iterations * 11 / 12)) if cell.multigrid or cell.lr_schedule == "step" else None
+    """What ``cell`` runs: its steps, warm-up, LR and the config overrides that say so (the
+    numbers the detection study derives alike: :func:`largedet_study.grid.cell_numbers`)."""
+    numbers = cell_numbers(grid, cell, world, warmup_epochs=None, schedules=VIDEO_LR_SCHEDULES,
+                           min_warmup=1, step_drops=cell.multigrid or cell.lr_schedule == "step")  # fmt: skip
+    iterations, warmup, period, steps = numbers.iterations, numbers.warmup, numbers.pmd_period, numbers.steps
     overrides = list(grid.extra_overrides) + recipe_overrides(
-        recipe, cell.batch, per_device, cell.lr_factor, None, iterations, warmup, output_dir
+        numbers.recipe, cell.batch, numbers.per_device, cell.lr_factor, None, iterations, warmup, output_dir
     )
     if cell.lr_schedule != "cosine" and not cell.multigrid:
         overrides += ["SOLVER.LR_SCHEDULER_NAME", VIDEO_LR_SCHEDULES[cell.lr_schedule]]
