@@ -28,6 +28,7 @@ from typing import Optional
 import torch.distributed as dist
 
 __all__ = [
+    "AGENT_ENVIRONMENT",
     "JOB_FILE",
     "LOST_PROCESS_EXIT_CODE",
     "LostProcessError",
@@ -41,6 +42,12 @@ __all__ = [
 #: exit status of a process whose collective failed because another process of the job was
 #: lost (sysexits' EX_UNAVAILABLE); torchrun's agent restarts on any non-zero status
 LOST_PROCESS_EXIT_CODE = 69
+#: what torchrun's agents of an elastic job need in their environment: each rendezvous round
+#: publishes its own ``MASTER_ADDR``/``MASTER_PORT`` for the workers' store. With the agent's
+#: store shared with the workers (torch's default since 2.4), a round that admits a machine
+#: never publishes them on the agent that was rank 0 before, and every agent waits for them
+#: until its rendezvous times out (seen with torch 2.14; docs/launching.md, "Elastic runs").
+AGENT_ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 #: the file of ``OUTPUT_DIR`` naming the torchrun job whose run it holds
 JOB_FILE = "torchrun_job.json"
 #: torchrun's run id when ``--rdzv-id`` is not given: it names no job

@@ -58,6 +58,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import submitit
 
+from .elastic import AGENT_ENVIRONMENT
 from .preemption import PREEMPTED_EXIT_CODE
 
 __all__ = ["Placement", "SlurmResources", "TrainingJob", "placement", "submit"]
@@ -279,6 +280,14 @@ class TrainingJob(submitit.helpers.Checkpointable):
             cmd.append("--resume")
         return cmd + list(self.opts)
 
+    def environment(self) -> Dict[str, str]:
+        """The script's environment: this process's, and for an elastic job what torchrun's
+        agents need (:data:`largedet.launch.elastic.AGENT_ENVIRONMENT`, where not set)."""
+        env = dict(os.environ)
+        if self.elastic_min_nodes:
+            env = {**AGENT_ENVIRONMENT, **env}
+        return env
+
     def __call__(self) -> None:
         # the job's own log lines, beside submitit's in the task's log (a no-op where the
         # process has set up logging already)
@@ -291,6 +300,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         previous = {sig: signal.signal(sig, self._relay) for sig in RELAYED_SIGNALS if sig != preemption}
         self._process = subprocess.Popen(
             cmd,
+            env=self.environment(),
             start_new_session=True,
             preexec_fn=lambda: signal.signal(preemption, signal.SIG_IGN),
         )

@@ -118,8 +118,11 @@ def _overrides(spec, out):
 
 def _agent(machines, machine, overrides, log):
     """One torchrun agent (one worker) in namespace ``machine``; the first hosts the c10d
-    rendezvous."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=machines.links[machine])
+    rendezvous. Each round's workers get a store of their own
+    (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, docs/launching.md): with the agent's shared
+    store, the round that admits a machine never publishes its ``MASTER_ADDR``."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=machines.links[machine],
+               TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")  # fmt: skip
     cmd = [
         "ip", "netns", "exec", machines.names[machine],
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "1",
@@ -229,3 +232,70 @@ def test_elastic_job_loses_a_machine_and_the_survivor_finishes(two_machines, tin
     assert elastic.keys() == straight.keys()
     for name in elastic:
         assert torch.equal(elastic[name], straight[name]), name
+
+
+#: long enough that the survivor is still training alone when the machine's agent is back
+#: (about 6 s after it starts here), at an LR that stays finite for the whole run
+REJOIN_MAX_ITER = 80
+REJOIN_LR = "0.002"
+
+
+def test_a_lost_machine_rejoins_and_the_run_finishes_on_both(two_machines, tiny_shapes, tmp_path):
+    """The second machine is lost, the survivor trains on alone; then the machine comes back
+    (its link up, its agent started again with the same command): the survivor's agent sees it
+    waiting and stops its worker with SIGTERM (it saves at the step's end), and the next round
+    trains on both machines, K back to 1, to the end. Every step once in ``metrics.json``."""
+    out = tmp_path / "run"
+    overrides = _overrides(tiny_shapes, out)
+    overrides[overrides.index("SOLVER.MAX_ITER") + 1] = str(REJOIN_MAX_ITER)
+    overrides += ["SOLVER.BASE_LR", REJOIN_LR]
+    logs = [tmp_path / "machine0.log", tmp_path / "machine1.log", tmp_path / "machine1_again.log"]
+    with open(logs[1], "w") as log1, open(logs[0], "w") as log0, open(logs[2], "w") as log2:
+        second = _agent(two_machines, 1, overrides, log1)
+        first = _agent(two_machines, 0, overrides, log0)
+        procs = [(first, logs[0])]
+        again = None
+        try:
+            _wait(lambda: (out / "log.txt.rank1").exists() and len(_records(out)) >= 4,
+                  240, "two machines training", *procs, (second, logs[1]))  # fmt: skip
+            _ip("-n", two_machines.names[1], "link", "set", two_machines.links[1], "down")
+            two_machines.kill(1)
+            second.wait(timeout=30)
+
+            def training_alone():
+                runs = _invocations(out)
+                return len(runs) >= 2 and runs[-1]["status"] == "running" and any(
+                    r["iteration"] >= runs[-1]["start_iter"] for r in _records(out) if "total_loss" in r)
+
+            _wait(training_alone, 180, "the survivor training alone", *procs)
+            alone_from = _invocations(out)[-1]["start_iter"]
+            # the machine comes back
+            _ip("-n", two_machines.names[1], "link", "set", two_machines.links[1], "up")
+            back_at = time.monotonic()
+            again = _agent(two_machines, 1, overrides, log2)
+            procs.append((again, logs[2]))
+
+            def training_on_both():
+                runs = _invocations(out)
+                return len(runs) >= 3 and runs[-1]["status"] == "running" and any(
+                    r["iteration"] >= runs[-1]["start_iter"] for r in _records(out) if "total_loss" in r)
+
+            _wait(training_on_both, 240, "training on both machines again", *procs)
+            print(f"\nfrom the machine's agent starting again to the next optimizer step on both: "
+                  f"{time.monotonic() - back_at:.1f} s")  # fmt: skip
+            assert first.wait(timeout=300) == 0, logs[0].read_text()[-4000:]
+            assert again.wait(timeout=60) == 0, logs[2].read_text()[-4000:]
+        finally:
+            for proc in (first, second, again):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+    iterations = [r["iteration"] for r in _records(out) if "total_loss" in r]
+    assert iterations == list(range(REJOIN_MAX_ITER)), iterations
+    runs = _invocations(out)
+    assert len(runs) == 3 and runs[-1]["status"] == "finished", runs
+    assert 0 < alone_from < runs[-1]["start_iter"] < REJOIN_MAX_ITER, runs
+    log = (out / "log.txt").read_text()
+    assert "Resuming on 1 process(es) x 2 image(s) per pass x K = 2 (the checkpoint's run: 2 x 2 x K = 1)" in log
+    assert "Resuming on 2 process(es) x 2 image(s) per pass x K = 1 (the checkpoint's run: 1 x 2 x K = 2)" in log
+    # the survivor's worker was stopped by its agent, at a step's end, with a checkpoint
+    assert "(SIGTERM): checkpoint" in log, log[-4000:]

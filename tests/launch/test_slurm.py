@@ -346,6 +346,12 @@ def test_an_elastic_job_runs_torchrun_on_each_node_and_survives_a_node_failure(m
     assert module.command(Placement(3, 1, "tcp://gpu-a:12345"))[-2:] == ["-m", "largedet.engine.train_net"]
     assert TrainingJob("-m largedet.engine.train_net", 8).command(Placement(1, 0, "auto"))[:3] == [
         sys.executable, "-m", "largedet.engine.train_net"]  # fmt: skip
+    # the agents publish each round's store address (a machine that comes back is admitted)
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
+    assert job.environment()["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in TrainingJob(TRAIN_NET, 8).environment()
+    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "0")  # the user's own choice stays
+    assert job.environment()["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
     params = SlurmResources(nodes=3, elastic_min_nodes=2).executor_parameters()
     assert params["slurm_additional_parameters"] == {"requeue": True, "no-kill": True}
     assert "no-kill" not in SlurmResources(nodes=3).executor_parameters()["slurm_additional_parameters"]
