@@ -102,6 +102,10 @@ def test_goal_follows_the_interval(fake_regime):
     assert g.goal
     verdict = report.regime_verdict()
     assert "`sgd-bs16-wu0.65-lrwsd`" in verdict and "**met**" in verdict
+    # the fake CSV lacks the grid's batch-16 LR sweep: the verdict names those cells
+    pending = report.pending_batch16_cells()
+    assert "sgd-bs16-wu0.65-lrx2-lrwsd" in pending and "sgd-bs16-wu0.65" not in pending
+    assert "`sgd-bs16-wu0.65-lrx2-lrwsd`" in verdict and "still to run" in verdict
 
 
 def test_goal_not_met_with_a_wide_interval(fake_regime, monkeypatch):
