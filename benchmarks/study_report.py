@@ -5,6 +5,7 @@
     python benchmarks/study_report.py --check    # exit 1 naming each file that differs
     python benchmarks/study_report.py --goal     # the regime and video grids' checks (exit 1: goal not met)
     python benchmarks/study_report.py --block regime-comparison   # print one block
+    python benchmarks/study_report.py --figures  # the comparison tables as pictures (interval_plot)
 """
 
 import argparse
@@ -19,7 +20,14 @@ def main(argv=None) -> int:
     group.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
     group.add_argument("--goal", action="store_true", help="print the regime grid's goal check")
     group.add_argument("--block", choices=sorted(report.BLOCKS), help="print one generated block")
+    group.add_argument("--figures", action="store_true", help="draw the comparison tables' figures")
     args = parser.parse_args(argv)
+    if args.figures:
+        from largedet_study import interval_plot
+
+        for path in interval_plot.draw():
+            print(f"wrote {path}")
+        return 0
     if args.block:
         print(report.BLOCKS[args.block]())
         return 0

@@ -35,11 +35,14 @@ __all__ = [
     "CSVS",
     "Family",
     "check",
+    "comparisons",
     "families",
     "fill",
     "regime_baseline",
     "regime_goal",
+    "regime_rows",
     "value",
+    "video_rows",
     "write",
 ]
 
@@ -304,23 +307,42 @@ def cells_table(csv_name: str, extra: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
+def _splits(csv_name: str) -> List[Tuple[str, str]]:
+    holdout, reported = SPLITS[csv_name]
+    return [(holdout, "held-out"), (reported, "reported")] if holdout else [(reported, "reported")]
+
+
+def comparisons(baseline: Family, rows: Sequence[Tuple[str, Family]], csv_name: str
+                ) -> List[Tuple[str, Family, Dict[str, Optional[Difference]]]]:  # fmt: skip
+    """``rows`` (label, family) against ``baseline``: each with its pooled
+    :class:`~largedet_study.stats.Difference` per split name ("held-out", "reported"; None
+    where a side has no value). What :func:`comparison_table` prints and
+    :func:`largedet_study.interval_plot.plot_intervals` draws."""
+    out = []
+    for label, f in rows:
+        diffs: Dict[str, Optional[Difference]] = {}
+        for column, split in _splits(csv_name):
+            a, b = f.values(column), baseline.values(column)
+            diffs[split] = difference(a, b) if a and b else None
+        out.append((label, f, diffs))
+    return out
+
+
 def comparison_table(csv_name: str, baseline: Family, rows: Sequence[Tuple[str, Family]]) -> str:
     """``rows`` (label, family) against ``baseline``: n, the difference of the means on each
     split with its pooled 95% interval, and the one-sided 95% lower bound."""
-    holdout, reported = SPLITS[csv_name]
-    splits = [(holdout, "held-out"), (reported, "reported")] if holdout else [(reported, "reported")]
+    splits = _splits(csv_name)
     head = [f"against `{baseline.name}` ({baseline.machines})", "n", "machine"]
     for _, split in splits:
         head += [f"{split}: diff [95% interval]", "lower bound"]
     lines = ["| " + " | ".join(head) + " |", "| --- | ---: | --- | " + " | ".join("---:" for _ in head[3:]) + " |"]
-    for label, f in rows:
+    for label, f, diffs in comparisons(baseline, rows, csv_name):
         cells = [label, f"{len(f.trained)}/{len(baseline.trained)}", f.machines]
-        for column, _ in splits:
-            a, b = f.values(column), baseline.values(column)
-            if not (a and b):
+        for _, split in splits:
+            d = diffs[split]
+            if d is None:
                 cells += ["-", "-"]
                 continue
-            d = difference(a, b)
             cells += [d.interval(), "-" if d.lower_bound is None else fmt(d.lower_bound, sign=True)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -338,12 +360,19 @@ def _large_families(csv_name: str) -> List[Tuple[str, Family]]:
     return out
 
 
-def regime_comparison() -> str:
+def regime_rows() -> Tuple[Family, List[Tuple[str, Family]]]:
+    """The regime grid's baseline and the rows compared with it: its other batch-16 recipes,
+    then every large-batch family (with the EPYC calibration's)."""
     base = regime_baseline()
     rows = _large_families("regime") + _large_families("regime_epyc")
     others = [(f"`{n}` (batch 16)", f) for n, f in families("regime").items()
               if f.batch == 16 and f.name != base.name and f.trained]  # fmt: skip
-    return comparison_table("regime", base, others + rows)
+    return base, others + rows
+
+
+def regime_comparison() -> str:
+    base, rows = regime_rows()
+    return comparison_table("regime", base, rows)
 
 
 @dataclass(frozen=True)
@@ -472,12 +501,20 @@ def video_cells(csv_name: str) -> str:
     return cells_table(csv_name) if _read(csv_name) else "(no finished cell yet)"
 
 
-def video_comparison(csv_name: str) -> str:
+def video_rows(csv_name: str) -> Tuple[Optional[Family], List[Tuple[str, Family]]]:
+    """A video grid's baseline (None: no batch-16 row yet) and the rows compared with it."""
     base = video_baseline(csv_name)
     if base is None:
-        return "(no batch-16 baseline yet)"
+        return None, []
     rows = [(f"`{n}`", f) for n, f in families(csv_name).items()
             if n != base.name and f.trained and not n.startswith("tsn")]  # fmt: skip
+    return base, rows
+
+
+def video_comparison(csv_name: str) -> str:
+    base, rows = video_rows(csv_name)
+    if base is None:
+        return "(no batch-16 baseline yet)"
     return comparison_table(csv_name, base, rows)
 
 

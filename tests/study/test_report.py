@@ -183,3 +183,23 @@ def test_video_verdict_needs_three_seeds_and_4096_videos(tmp_path, monkeypatch):
     assert "**met**" in text.split("Moonshot")[0] and "- Moonshot: no recipe" in text
     write([row(r["cell"], r["batch"], r["top1"], r["holdout_top1"], videos=1024) for r in base] + large)
     assert "**not met**" in report.video_verdict("video4k")
+
+
+def test_the_interval_figure_draws_the_tables_numbers(fake_regime):
+    """The figure of the regime comparison draws each row's difference as the table prints
+    it, best held-out difference on top, and writes the picture."""
+    from largedet_study import interval_plot
+
+    path = fake_regime / "regime_intervals.png"
+    drawn = interval_plot.FIGURES["benchmarks/results/figures/regime_intervals.png"](str(path))
+    assert path.stat().st_size > 10_000
+    table = report.regime_comparison()
+    assert [label for label, _ in drawn] == [
+        "pmd_lamb-bs256-ep2x-lrwsd-wd0.01", "pmd_lamb-bs256-lrwsd-wd0.01", "sgd-bs16-wu0.65 (batch 16)"]
+    # 90.0 - mean(82.6, 82.8, 82.7) held-out; 83.5 - 83.7 reported
+    assert drawn[0][1]["held-out"] == pytest.approx(90.0 - 82.7)
+    assert drawn[1][1]["reported"] == pytest.approx(-0.2)
+    for label, diffs in drawn:
+        line = next(row for row in table.splitlines() if row.startswith(f"| `{label.split(' (')[0]}`"))
+        for value in diffs.values():
+            assert f"{value:+.2f}" in line, (label, line)
