@@ -11,8 +11,10 @@ worker exits 69, its agent restarts it on one process, which resumes from the ne
 complete checkpoint with K doubled and finishes the run. Checked: every optimizer step
 once in ``metrics.json``; the final weights equal, bit for bit, those of a one-process run
 resumed from the same checkpoint (the layout the survivor trains on from the restart).
-The time from the loss to the next optimizer step is printed. The namespaces are removed
-at the end, also on failure. Skipped where namespaces cannot be made (not root, no ``ip``).
+The time from the loss to the next optimizer step is printed. A second test has the lost
+machine come back (its link up, its agent started again with the same command): the next
+round trains on both machines to the end, every step once. The namespaces are removed at the
+end, also on failure. Skipped where namespaces cannot be made (not root, no ``ip``).
 """
 
 import json
