@@ -21,6 +21,13 @@ seconds per step and the box AP::
     python benchmarks/demo_speed.py --full --runs 2
 
 The machine class's row is what the 300-second demo target is checked against.
+
+``--lever NAME="KEY VALUE ..."`` (repeatable) measures a candidate change to the demo
+instead: each round trains the demo and the demo with each lever's overrides for ``--iters``
+steps, in fresh processes taking turns, and appends a row per lever and round to
+``benchmarks/results/demo_levers.csv`` (the demo's seconds per step over the lever's)::
+
+    python benchmarks/demo_speed.py --rounds 3 --lever "workers0=DATALOADER.NUM_WORKERS 0"
 """
 
 from __future__ import annotations
@@ -44,12 +51,13 @@ CONFIGS = {
 }
 
 
-def seconds_per_step(config: str, iters: int, skip: int, workdir: str) -> float:
-    """Median of the logged per-step times of a fresh ``iters``-step run of ``config``."""
-    out = os.path.join(workdir, os.path.basename(config))
+def seconds_per_step(config: str, iters: int, skip: int, workdir: str, overrides=(), tag: str = "") -> float:
+    """Median of the logged per-step times of a fresh ``iters``-step run of ``config`` with
+    ``overrides`` (KEY VALUE ...); ``tag`` names its output folder."""
+    out = os.path.join(workdir, os.path.basename(config) + (f"-{tag}" if tag else ""))
     cmd = [sys.executable, "-m", "largedet.engine.train_net", "--config", config,
            "SOLVER.MAX_ITER", str(iters), "SOLVER.CHECKPOINT_PERIOD", str(10 * iters),
-           "LOG_PERIOD", "10", "DATASETS.TEST", "()", "OUTPUT_DIR", out]  # fmt: skip
+           "LOG_PERIOD", "10", "DATASETS.TEST", "()", *overrides, "OUTPUT_DIR", out]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
@@ -182,6 +190,54 @@ def main_full(args) -> None:
     print(f"training: {min(times)}-{max(times)} s over {len(rows)} run(s); rows in {args.csv}")
 
 
+#: the CSV of ``--lever`` rounds
+LEVERS_CSV = os.path.join(ROOT, "benchmarks", "results", "demo_levers.csv")
+LEVER_FIELDS = [
+    "date", "cpu", "cpu_family_model", "isa", "cores", "torch", "lever", "overrides", "round",
+    "iters", "demo_s_per_step", "lever_s_per_step", "speedup", "label",
+]  # fmt: skip
+
+
+def parse_lever(text: str) -> tuple:
+    """``"NAME=KEY VALUE ..."`` -> (NAME, [KEY, VALUE, ...]); ValueError naming the text."""
+    name, sep, overrides = text.partition("=")
+    words = overrides.split()
+    if not sep or not name.strip() or not words or len(words) % 2:
+        raise ValueError(f"--lever {text!r}: expected NAME=KEY VALUE [KEY VALUE ...]")
+    return name.strip(), words
+
+
+def main_levers(args, levers, measure=seconds_per_step) -> dict:
+    """Each round: the demo as it is, then the demo with each lever's overrides, each a
+    fresh ``--iters``-step run; a row per lever and round in ``args.csv`` (the demo's seconds
+    per step over the lever's: its speed-up). Returns {lever: [speed-up per round]}."""
+    import torch
+
+    speedups = {name: [] for name, _ in levers}
+    with tempfile.TemporaryDirectory() as workdir:
+        for r in range(args.rounds):
+            base = measure(CONFIGS["demo"], args.iters, args.skip, os.path.join(workdir, str(r)))
+            rows = []
+            for name, overrides in levers:
+                t = measure(CONFIGS["demo"], args.iters, args.skip, os.path.join(workdir, str(r)), overrides, name)
+                speedups[name].append(base / t)
+                rows.append({**cpu_class(), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+                             "lever": name, "overrides": " ".join(overrides), "round": r + 1, "iters": args.iters,
+                             "demo_s_per_step": f"{base:.4f}", "lever_s_per_step": f"{t:.4f}",
+                             "speedup": f"{base / t:.3f}", "label": args.label})  # fmt: skip
+                print(f"round {r + 1}: demo {base:.3f} s/step, {name} {t:.3f} s/step: {base / t:.3f}x", flush=True)
+            new = not os.path.exists(args.csv)
+            with open(args.csv, "a", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=LEVER_FIELDS)
+                if new:
+                    writer.writeheader()
+                writer.writerows(rows)
+    for name, values in speedups.items():
+        print(f"{name}: speed-up {min(values):.3f}-{max(values):.3f}x over {len(values)} round(s) "
+              f"(median {statistics.median(values):.3f}x); rows in {args.csv}")  # fmt: skip
+    return speedups
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -191,12 +247,26 @@ def main(argv=None) -> None:
     parser.add_argument("--runs", type=int, default=1, help="--full: demo runs")
     parser.add_argument("--csv", default=DEMO_CSV, help="--full: the CSV to append to")
     parser.add_argument("--label", default="", help="--full: a note for the rows (e.g. the VM)")
+    parser.add_argument("--lever", action="append", default=[], metavar="NAME=KEY VALUE ...",
+                        help="rounds of the demo against the demo with these overrides (repeatable); "
+                             "rows in --csv (default benchmarks/results/demo_levers.csv)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="--full: config overrides (KEY VALUE ...)")
     args = parser.parse_args(argv)
+    if args.full and args.lever:
+        parser.error("--full and --lever are separate measurements: give one")
     if args.full:
         return main_full(args)
     if args.iters <= args.skip:
         parser.error("--iters must be larger than --skip")
+    if args.lever:
+        try:
+            levers = [parse_lever(text) for text in args.lever]
+        except ValueError as err:
+            parser.error(str(err))
+        if args.csv == DEMO_CSV:
+            args.csv = LEVERS_CSV
+        main_levers(args, levers)
+        return None
     speedups, per_config = [], {name: [] for name in CONFIGS}
     with tempfile.TemporaryDirectory() as workdir:
         for r in range(args.rounds):

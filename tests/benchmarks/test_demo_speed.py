@@ -6,6 +6,7 @@ import datetime
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -49,3 +50,27 @@ def test_a_short_full_run_appends_its_row(tmp_path):
     assert row["precision"] in ("float32", "bfloat16") and 0.0 <= float(row["box_ap"]) <= 100.0
     assert row["date"] == datetime.date.today().isoformat()
     assert "4 steps trained in" in proc.stdout
+
+
+def test_levers_are_parsed_and_measured_against_the_demo_in_each_round(tmp_path, capsys):
+    """``--lever``: a bad one is one clear error; each round measures the demo, then each
+    lever with its overrides, and writes the demo's time over the lever's per lever and round."""
+    with pytest.raises(ValueError, match="expected NAME=KEY VALUE"):
+        demo_speed.parse_lever("w0=DATALOADER.NUM_WORKERS")
+    assert demo_speed.parse_lever("w0=DATALOADER.NUM_WORKERS 0") == ("w0", ["DATALOADER.NUM_WORKERS", "0"])
+    calls = []
+
+    def measure(config, iters, skip, workdir, overrides=(), tag=""):
+        calls.append((tag, tuple(overrides)))
+        return {"": 0.6, "w0": 0.5, "rois": 0.75}[tag]
+
+    args = types.SimpleNamespace(rounds=2, iters=40, skip=10, csv=str(tmp_path / "levers.csv"), label="test")
+    levers = [("w0", ["DATALOADER.NUM_WORKERS", "0"]), ("rois", ["MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "64"])]
+    speedups = demo_speed.main_levers(args, levers, measure=measure)
+    assert calls == [("", ()), ("w0", ("DATALOADER.NUM_WORKERS", "0")),
+                     ("rois", ("MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "64"))] * 2
+    assert speedups == {"w0": [pytest.approx(1.2)] * 2, "rois": [pytest.approx(0.8)] * 2}
+    rows = list(csv.DictReader(open(tmp_path / "levers.csv")))
+    assert [(r["lever"], r["round"], r["speedup"]) for r in rows] == [
+        ("w0", "1", "1.200"), ("rois", "1", "0.800"), ("w0", "2", "1.200"), ("rois", "2", "0.800")]
+    assert rows[0]["overrides"] == "DATALOADER.NUM_WORKERS 0" and rows[0]["label"] == "test"
