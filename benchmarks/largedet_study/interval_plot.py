@@ -14,6 +14,7 @@ import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import report
+from .plotting import _pyplot
 from .stats import Difference
 
 __all__ = ["FIGURES", "draw", "plot_intervals"]
@@ -33,11 +34,7 @@ def plot_intervals(baseline_name: str, rows: Sequence[Tuple[str, object, Dict[st
     difference as a dot and its 95% interval as a bar, one panel per split; lines at 0 and at
     ``-margin`` (the goal's margin, in ``unit``). Rows are ordered by the first split's
     difference, best on top. Returns the drawn ``(label, {split: difference})`` top to bottom."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     splits = list(rows[0][2]) if rows else ["reported"]
     first = splits[0]
     ordered = sorted(rows, key=lambda r: -(r[2][first].diff if r[2][first] is not None else float("-inf")))
