@@ -12,7 +12,7 @@ import pytest
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from largedet.evaluation import CocoInputError, evaluate_coco_results
+from largedet.evaluation import CocoInputError, coco_cli, evaluate_coco_results
 
 TOOL = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "coco_eval.py")
 
@@ -74,7 +74,7 @@ def _run_tool(gt, dt):
     return subprocess.run([sys.executable, TOOL, "--gt", str(gt), "--dt", str(dt)], capture_output=True, text=True)
 
 
-def test_cli_errors_are_one_clear_line(tiny_shapes, tmp_path):
+def test_cli_errors_are_one_clear_line(tiny_shapes, tmp_path, capsys):
     gt_json = tiny_shapes.json_file("val")
     good = {"image_id": 1, "category_id": 1, "bbox": [1.0, 2.0, 3.0, 4.0], "score": 0.5}
     cases = {
@@ -98,16 +98,21 @@ def test_cli_errors_are_one_clear_line(tiny_shapes, tmp_path):
         "short_box.json": (json.dumps([dict(good, bbox=[1.0, 2.0, 3.0])]),
                            "entry 0 has bbox [1.0, 2.0, 3.0], which is not [x, y, w, h] of finite numbers"),
     }  # fmt: skip
+    # the command line's main() in this process for each case (a process each took 4-5 s)
     for name, (content, message) in cases.items():
         path = tmp_path / name
         if content is not None:
             path.write_text(content)
-        out = _run_tool(gt_json, path)
-        assert out.returncode != 0
-        err = out.stderr.strip().splitlines()
-        assert len(err) == 1 and message in err[0] and name in err[0], (name, out.stderr)
+        capsys.readouterr()
+        assert coco_cli.main(["--gt", gt_json, "--dt", str(path)]) == 1, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and message in err[0] and name in err[0], (name, err)
+    # the tool itself, once each way: the exit status and the one line reach the shell
+    out = _run_tool(gt_json, tmp_path / "bad_cat.json")
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(err) == 1 and cases["bad_cat.json"][1] in err[0], out.stderr
     out = _run_tool(tmp_path / "nope.json", tmp_path / "broken.json")
-    assert out.returncode != 0 and "ground-truth file not found" in out.stderr
+    assert out.returncode == 1 and "ground-truth file not found" in out.stderr
 
 
 def test_library_raises_input_error(tiny_shapes, tmp_path):
