@@ -432,7 +432,7 @@ def regime_verdict() -> str:
     text = [f"- The strongest batch-16 baseline on the held-out split is `{base.name}` "
             f"(held-out {bh.text()}, `shapes_val` {br.text()})."]  # fmt: skip
     if len(base.trained) < 3:
-        text[-1] += (f" It has {len(base.trained)} seed{'s' * (len(base.trained) != 1)}, fewer than "
+        text[-1] += (f" It has {_seeds(len(base.trained))}, fewer than "
                      "the three the check asks: its other seeds are cells of the grid still to run.")
     pending = pending_batch16_cells()
     if pending:
@@ -533,6 +533,10 @@ def _row_against(label: str, fam: Optional[Family], base: Family, splits: Sequen
             + " | ".join(cells) + f" | {fam.machines} / {base.machines} |")  # fmt: skip
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' * (n != 1)}"
+
+
 def results_summary() -> str:
     """The README's results table: the large-batch recipes minus the strongest batch-16
     baseline of their grid, n on each side and the pooled 95% interval, on both splits."""
@@ -565,11 +569,11 @@ def results_summary() -> str:
                                         "256 / 4,096 = 6.25%", epochs)  # fmt: skip
                     if line:
                         lines.append(line)
-    baselines = [f"detection: `{base.name}` ({len(base.trained)} seeds)"]
+    baselines = [f"detection: `{base.name}` ({_seeds(len(base.trained))})"]
     for csv_name in ("video4k", "video"):
         vbase = video_baseline(csv_name)
         if vbase is not None:
-            baselines.append(f"video ({CSVS[csv_name].rsplit('/', 1)[-1]}): `{vbase.name}` ({len(vbase.trained)} seeds)")
+            baselines.append(f"video ({CSVS[csv_name].rsplit('/', 1)[-1]}): `{vbase.name}` ({_seeds(len(vbase.trained))})")
     return "\n".join(lines) + "\n\nDifferences are the large batch minus the baseline (" + "; ".join(baselines) + ")."
 
 
