@@ -581,7 +581,7 @@ STEPS: Tuple[Step, ...] = (
         ),
         dry_args=(
             "projects/video/benchmarks/throughput.py", "--device", "cpu", "--depth", "50",
-            "--size", "32", "--frames", "4", "--batch", "2", "--steps", "1", "--rounds", "1",
+            "--width", "8", "--size", "32", "--frames", "4", "--batch", "2", "--steps", "1", "--rounds", "1",
             "--warmup", "0", "--skip-decode",
         ),
         timeout_s=420,

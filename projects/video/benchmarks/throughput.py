@@ -94,13 +94,14 @@ def shift_function(fn):
         resnet.temporal_shift = saved
 
 
-def build(backbone, variant, depth, device):
+def build(backbone, variant, depth, width, device):
     cfg = get_cfg()
     add_video_config(cfg)
     cfg.MODEL.DEVICE = device
     cfg.MODEL.VIDEO.BACKBONE = backbone
     cfg.MODEL.VIDEO.I3D.VARIANT = variant or "3x3x3"
     cfg.MODEL.VIDEO.RESNET.DEPTH = depth
+    cfg.MODEL.VIDEO.RESNET.WIDTH = width
     cfg.MODEL.VIDEO.NUM_CLASSES = 400
     return build_model(cfg).train()
 
@@ -133,7 +134,7 @@ def bench_training(args, names):
     for name in names:
         backbone, variant = MODELS[name]
         torch.manual_seed(0)
-        model = build(backbone, variant, args.depth, device)
+        model = build(backbone, variant, args.depth, args.width, device)
         models[name] = (model, torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9))
     wall = {name: [] for name in models}
     cpu = {name: [] for name in models}
@@ -261,6 +262,7 @@ def main():
         "--batch", type=int, default=0, help="clips per step (default 8 on GPU, 2 on CPU)"
     )
     parser.add_argument("--depth", type=int, default=50)
+    parser.add_argument("--width", type=int, default=64, help="ResNet width (64: the real one)")
     parser.add_argument(
         "--steps", type=int, default=0, help="steps per timed round (default 20 GPU, 2 CPU)"
     )
@@ -302,7 +304,7 @@ def main():
         run_decoding(args, decoders)
         return
     print(
-        f"Training: ResNet-{args.depth}, {args.batch} clips x {args.frames} frames x "
+        f"Training: ResNet-{args.depth} (width {args.width}), {args.batch} clips x {args.frames} frames x "
         f"{args.size}x{args.size} per step; median of {args.rounds} rounds of {args.steps} steps"
     )
     names = list(MODELS)
