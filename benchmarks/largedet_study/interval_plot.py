@@ -27,12 +27,13 @@ def _plain(label: str) -> str:
     return label.replace("`", "")
 
 
-def plot_intervals(baseline_name: str, rows: Sequence[Tuple[str, object, Dict[str, Optional[Difference]]]],
+def plot_intervals(baseline: str, rows: Sequence[Tuple[str, object, Dict[str, Optional[Difference]]]],
                    path: str, unit: str, margin: float, title: str) -> List[Tuple[str, Dict[str, Optional[float]]]]:  # fmt: skip
     """Draws ``rows`` (``(label, family, {split: Difference})``, as
     :func:`largedet_study.report.comparisons` gives them) to ``path``: one line per row, the
     difference as a dot and its 95% interval as a bar, one panel per split; lines at 0 and at
-    ``-margin`` (the goal's margin, in ``unit``). Rows are ordered by the first split's
+    ``-margin`` (the goal's margin, in ``unit``); ``baseline`` names the baseline under the
+    title. Rows are ordered by the first split's
     difference, best on top. Returns the drawn ``(label, {split: difference})`` top to bottom."""
     plt = _pyplot()
     splits = list(rows[0][2]) if rows else ["reported"]
@@ -65,16 +66,20 @@ def plot_intervals(baseline_name: str, rows: Sequence[Tuple[str, object, Dict[st
     # the legend under the panels, where it hides no row
     handles, texts = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, texts, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.suptitle(f"{title}\nagainst `{baseline_name}`", fontsize=10)
+    fig.suptitle(f"{title}\nthe baseline: {baseline}", fontsize=10)
     fig.tight_layout(rect=(0, 0.35 / height, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return drawn
 
 
+def _name(base) -> str:
+    return f"{base.name} ({report.seed_count(len(base.trained))})"
+
+
 def _regime(path: str):
     base, rows = report.regime_rows()
-    return plot_intervals(base.name, report.comparisons(base, rows, "regime"), path, "AP", 0.5,
+    return plot_intervals(_name(base), report.comparisons(base, rows, "regime"), path, "AP", 0.5,
                           "Regime grid (detection, N = 24,576): each row against the batch-16 baseline")  # fmt: skip
 
 
@@ -82,7 +87,7 @@ def _video4k(path: str):
     base, rows = report.video_rows("video4k")
     if base is None:
         return []
-    return plot_intervals(base.name, report.comparisons(base, rows, "video4k"), path, "top-1", 1.0,
+    return plot_intervals(_name(base), report.comparisons(base, rows, "video4k"), path, "top-1", 1.0,
                           "tsm4k video grid (N = 4,096): each row against the batch-16 baseline")  # fmt: skip
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "regime_baseline",
     "regime_goal",
     "regime_rows",
+    "seed_count",
     "value",
     "video_rows",
     "write",
@@ -432,7 +433,7 @@ def regime_verdict() -> str:
     text = [f"- The strongest batch-16 baseline on the held-out split is `{base.name}` "
             f"(held-out {bh.text()}, `shapes_val` {br.text()})."]  # fmt: skip
     if len(base.trained) < 3:
-        text[-1] += (f" It has {_seeds(len(base.trained))}, fewer than "
+        text[-1] += (f" It has {seed_count(len(base.trained))}, fewer than "
                      "the three the check asks: its other seeds are cells of the grid still to run.")
     pending = pending_batch16_cells()
     if pending:
@@ -533,7 +534,8 @@ def _row_against(label: str, fam: Optional[Family], base: Family, splits: Sequen
             + " | ".join(cells) + f" | {fam.machines} / {base.machines} |")  # fmt: skip
 
 
-def _seeds(n: int) -> str:
+def seed_count(n: int) -> str:
+    """"1 seed", "3 seeds"."""
     return f"{n} seed{'s' * (n != 1)}"
 
 
@@ -569,11 +571,11 @@ def results_summary() -> str:
                                         "256 / 4,096 = 6.25%", epochs)  # fmt: skip
                     if line:
                         lines.append(line)
-    baselines = [f"detection: `{base.name}` ({_seeds(len(base.trained))})"]
+    baselines = [f"detection: `{base.name}` ({seed_count(len(base.trained))})"]
     for csv_name in ("video4k", "video"):
         vbase = video_baseline(csv_name)
         if vbase is not None:
-            baselines.append(f"video ({CSVS[csv_name].rsplit('/', 1)[-1]}): `{vbase.name}` ({_seeds(len(vbase.trained))})")
+            baselines.append(f"video ({CSVS[csv_name].rsplit('/', 1)[-1]}): `{vbase.name}` ({seed_count(len(vbase.trained))})")
     return "\n".join(lines) + "\n\nDifferences are the large batch minus the baseline (" + "; ".join(baselines) + ")."
 
 
