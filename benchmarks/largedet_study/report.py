@@ -435,6 +435,9 @@ def regime_verdict() -> str:
     if len(base.trained) < 3:
         text[-1] += (f" It has {seed_count(len(base.trained))}, fewer than "
                      "the three the check asks: its other seeds are cells of the grid still to run.")
+        if len(base.trained) == 1:
+            text[-1] += (" One seed has no spread of its own: until its others land, every interval "
+                         "against it carries only the other side's seed spread.")
     pending = pending_batch16_cells()
     if pending:
         text[-1] += (" Batch-16 cells of the grid without a row yet: "

@@ -69,7 +69,13 @@ def test_a_one_seed_batch16_recipe_above_the_rest_becomes_the_baseline_and_fails
     _write(fake_regime / "r" / "regime.csv", rows)
     assert report.regime_baseline().name == "sgd-bs16-wu0.65-lrx2-lrwsd"
     g = report.regime_goal()
-    assert not g.goal and "fewer than the three" in report.regime_verdict()
+    verdict = report.regime_verdict()
+    assert not g.goal and "fewer than the three" in verdict
+    assert "carries only the other side's seed spread" in verdict  # a one-seed baseline says so
+    # its second seed: no longer said
+    rows.append(_row("sgd-bs16-wu0.65-lrx2-lrwsd-s1", 16, "83.4", "84.1"))
+    _write(fake_regime / "r" / "regime.csv", rows)
+    assert "carries only the other side's seed spread" not in report.regime_verdict()
 
 
 def test_inline_values(fake_regime):
