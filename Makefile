@@ -7,7 +7,7 @@
 #               docs/_build/html, warnings as errors; open docs/_build/html/index.html
 PYTHON ?= python3
 PIP := $(PYTHON) -m pip
-DEMO_CONFIG ?= configs/shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml
+DEMO_CONFIG ?= configs/shapes/faster_rcnn_R10w32_FPN_sgd_bs8_5min.yaml
 
 .PHONY: setup demo test bench docs video-demo gpu-check gpu-wheels
 

@@ -22,6 +22,9 @@ seconds per step and the box AP::
 
 The machine class's row is what the 300-second demo target is checked against.
 
+``--check`` reads that CSV for this machine's class and exits 1 unless the demo's config (no
+overrides) has rows there, each within 300 s of training at >= 60 box AP.
+
 ``--lever NAME="KEY VALUE ..."`` (repeatable) measures a candidate change to the demo
 instead: each round trains the demo and the demo with each lever's overrides for ``--iters``
 steps, in fresh processes taking turns, and appends a row per lever and round to
@@ -47,7 +50,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {
     "main job": os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml"),
-    "demo": os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8_5min.yaml"),
+    "demo": os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R10w32_FPN_sgd_bs8_5min.yaml"),
 }
 
 
@@ -77,7 +80,7 @@ def seconds_per_step(config: str, iters: int, skip: int, workdir: str, overrides
 DEMO_CSV = os.path.join(ROOT, "benchmarks", "results", "demo_speed.csv")
 DEMO_FIELDS = [
     "date", "cpu", "cpu_family_model", "isa", "cores", "precision", "torch", "iterations",
-    "training_s", "s_per_step", "box_ap", "label",
+    "training_s", "s_per_step", "box_ap", "label", "config",
 ]  # fmt: skip
 #: the flags that tell the x86 classes apart for the demo (its precision and its kernels)
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
@@ -161,6 +164,7 @@ def full_demo(workdir: str, overrides=()) -> dict:
     row["precision"] = "float32" if dtype is None else str(dtype).replace("torch.", "")
     row["torch"] = torch.__version__
     row["box_ap"] = last_box_ap(os.path.join(out, "metrics.json"))
+    row["config"] = " ".join([os.path.basename(config), *overrides])  # what ran, overrides included
     return row
 
 
@@ -194,7 +198,7 @@ def main_full(args) -> None:
 LEVERS_CSV = os.path.join(ROOT, "benchmarks", "results", "demo_levers.csv")
 LEVER_FIELDS = [
     "date", "cpu", "cpu_family_model", "isa", "cores", "torch", "lever", "overrides", "round",
-    "iters", "demo_s_per_step", "lever_s_per_step", "speedup", "label",
+    "iters", "demo_s_per_step", "lever_s_per_step", "speedup", "label", "demo",
 ]  # fmt: skip
 
 
@@ -224,7 +228,8 @@ def main_levers(args, levers, measure=seconds_per_step) -> dict:
                 rows.append({**cpu_class(), "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                              "lever": name, "overrides": " ".join(overrides), "round": r + 1, "iters": args.iters,
                              "demo_s_per_step": f"{base:.4f}", "lever_s_per_step": f"{t:.4f}",
-                             "speedup": f"{base / t:.3f}", "label": args.label})  # fmt: skip
+                             "speedup": f"{base / t:.3f}", "label": args.label,
+                             "demo": os.path.basename(CONFIGS["demo"])})  # fmt: skip
                 print(f"round {r + 1}: demo {base:.3f} s/step, {name} {t:.3f} s/step: {base / t:.3f}x", flush=True)
             new = not os.path.exists(args.csv)
             with open(args.csv, "a", newline="") as f:
@@ -236,6 +241,31 @@ def main_levers(args, levers, measure=seconds_per_step) -> dict:
         print(f"{name}: speed-up {min(values):.3f}-{max(values):.3f}x over {len(values)} round(s) "
               f"(median {statistics.median(values):.3f}x); rows in {args.csv}")  # fmt: skip
     return speedups
+
+
+#: the demo's targets: at most five minutes of training at at least 60 box AP
+TARGET_S, TARGET_AP = 300, 60.0
+
+
+def check_class(path: str, machine: dict) -> tuple:
+    """The target on one machine class: the rows of ``path`` for the demo's config as it is
+    (no overrides) on ``machine``'s CPU, family/model and instruction sets. Returns (met,
+    message); not met where there is no such row or any row is over 300 s or under 60 AP."""
+    demo = os.path.basename(CONFIGS["demo"])
+    keys = ("cpu", "cpu_family_model", "isa")
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("config") == demo and all(r[k] == machine[k] for k in keys)]
+    where = f"{machine['cpu']} ({machine['cpu_family_model']}, {machine['isa']})"
+    if not rows:
+        return False, f"no run of {demo} on {where} in {path}: run --full on it first"
+    bad = [r for r in rows if float(r["training_s"]) > TARGET_S or not r["box_ap"] or float(r["box_ap"]) < TARGET_AP]
+    seconds = sorted(int(r["training_s"]) for r in rows)
+    aps = sorted(float(r["box_ap"] or 0) for r in rows)
+    summary = (f"{len(rows)} run(s) of {demo} on {where}: training {seconds[0]}-{seconds[-1]} s, "
+               f"box AP {aps[0]:.1f}-{aps[-1]:.1f}")  # fmt: skip
+    if bad:
+        return False, f"{summary}: {len(bad)} over {TARGET_S} s or under {TARGET_AP:.0f} AP"
+    return True, f"{summary}: every run within {TARGET_S} s at >= {TARGET_AP:.0f} AP"
 
 
 def main(argv=None) -> None:
@@ -250,8 +280,15 @@ def main(argv=None) -> None:
     parser.add_argument("--lever", action="append", default=[], metavar="NAME=KEY VALUE ...",
                         help="rounds of the demo against the demo with these overrides (repeatable); "
                              "rows in --csv (default benchmarks/results/demo_levers.csv)")  # fmt: skip
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 unless this machine's class has --full rows of the demo, each within "
+                             "300 s at >= 60 box AP")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="--full: config overrides (KEY VALUE ...)")
     args = parser.parse_args(argv)
+    if args.check:
+        met, message = check_class(args.csv, cpu_class())
+        print(message)
+        sys.exit(0 if met else 1)
     if args.full and args.lever:
         parser.error("--full and --lever are separate measurements: give one")
     if args.full:

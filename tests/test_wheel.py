@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = "shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml"
+DEMO = "shapes/faster_rcnn_R10w32_FPN_sgd_bs8_5min.yaml"
 # the files a wheel is built from
 SOURCES = ("setup.py", "largedet/", "configs/", "projects/video/largedet_video/", "projects/video/configs/")
 

@@ -3,7 +3,7 @@
 
     python tools/predict.py --config CFG --input photo1.jpg --input 'more/*.jpg' --output out/ \\
         MODEL.WEIGHTS output/run/model_final.pth
-    python tools/predict.py --config configs/shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml \\
+    python tools/predict.py --config configs/shapes/faster_rcnn_R10w32_FPN_sgd_bs8_5min.yaml \\
         --resume --dataset shapes_val --num-images 8      # what `make demo` runs at its end
 
 Inputs: image files or glob patterns (``--input``, repeated), or the first ``--num-images``

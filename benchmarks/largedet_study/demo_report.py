@@ -10,10 +10,11 @@ from typing import Callable, Dict, List
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEMO_CSV = "benchmarks/results/demo_speed.csv"
+LEVERS_CSV = "benchmarks/results/demo_levers.csv"
 #: the demo's targets (issue: at most five minutes of training at at least 60 box AP)
 TARGET_S, TARGET_AP = 300, 60.0
 
-__all__ = ["BLOCKS", "demo_classes_table"]
+__all__ = ["BLOCKS", "demo_classes_table", "demo_levers_table"]
 
 
 def _span(values: List[float], fmt: str) -> str:
@@ -21,33 +22,65 @@ def _span(values: List[float], fmt: str) -> str:
     return format(lo, fmt) if lo == hi else f"{format(lo, fmt)}-{format(hi, fmt)}"
 
 
-def demo_classes_table(path: str = DEMO_CSV) -> str:
-    """One line per machine class (CPU, family/model, instruction sets, precision): runs,
-    training seconds, seconds per step and box AP (ranges over the runs), dates, and whether
-    every run met both targets."""
+def _column(runs: List[dict], field: str, fmt: str) -> str:
+    """The range of a numeric column over ``runs``."""
+    return _span([float(r[field]) for r in runs], fmt)
+
+
+def _dates(runs: List[dict]) -> str:
+    return ", ".join(sorted({r["date"] for r in runs}))
+
+
+def _groups(path: str, key: tuple) -> Dict[tuple, List[dict]]:
+    """The rows of the CSV at ``path`` (relative to the repository), grouped by the values of
+    the ``key`` columns, in the order the groups first appear."""
     with open(os.path.join(ROOT, path), newline="") as f:
         rows = list(csv.DictReader(f))
     groups: Dict[tuple, List[dict]] = {}
     for row in rows:
-        key = (row["cpu"], row["cpu_family_model"], row["isa"], row["precision"], row["torch"])
-        groups.setdefault(key, []).append(row)
+        groups.setdefault(tuple(row[k] for k in key), []).append(row)
+    return groups
+
+
+def demo_classes_table(path: str = DEMO_CSV) -> str:
+    """One line per demo config and machine class (CPU, family/model, instruction sets,
+    precision): runs, training seconds, seconds per step and box AP (ranges over the runs),
+    dates, and whether every run met both targets."""
+    groups = _groups(path, ("config", "cpu", "cpu_family_model", "isa", "precision", "torch"))
     lines = [
-        "| CPU (family/model) | instruction sets | precision | torch | runs | training s "
+        "| demo config | CPU (family/model) | instruction sets | precision | torch | runs | training s "
         "| s/step | box AP | dates | <= 300 s at >= 60 AP |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | :---: |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | :---: |",
     ]
-    for (cpu, fm, isa, precision, torch_version), runs in groups.items():
+    for (config, cpu, fm, isa, precision, torch_version), runs in groups.items():
         seconds = [float(r["training_s"]) for r in runs]
-        steps = [float(r["s_per_step"]) for r in runs]
         aps = [float(r["box_ap"]) for r in runs if r["box_ap"]]
         met = all(s <= TARGET_S for s in seconds) and len(aps) == len(runs) and min(aps) >= TARGET_AP
-        dates = ", ".join(sorted({r["date"] for r in runs}))
         lines.append(
-            f"| {cpu} ({fm}) | {isa} | {precision} | {torch_version} | {len(runs)} "
-            f"| {_span(seconds, '.0f')} | {_span(steps, '.3f')} "
-            f"| {_span(aps, '.1f') if aps else '-'} | {dates} | {'yes' if met else 'no'} |"
+            f"| `{config}` | {cpu} ({fm}) | {isa} | {precision} | {torch_version} | {len(runs)} "
+            f"| {_span(seconds, '.0f')} | {_column(runs, 's_per_step', '.3f')} "
+            f"| {_span(aps, '.1f') if aps else '-'} | {_dates(runs)} | {'yes' if met else 'no'} |"
         )
     return "\n".join(lines)
 
 
-BLOCKS: Dict[str, Callable[[], str]] = {"demo-classes": demo_classes_table}
+def demo_levers_table(path: str = LEVERS_CSV) -> str:
+    """One line per lever, the demo it was measured against and the CPU (rows of
+    ``python benchmarks/demo_speed.py --lever ...``): the overrides, rounds, the demo's and the
+    lever's seconds per step and the speed-up (ranges over the rounds), dates."""
+    groups = _groups(path, ("demo", "lever", "overrides", "cpu", "cpu_family_model", "isa"))
+    lines = [
+        "| measured against | lever | overrides | CPU (family/model) | instruction sets | rounds "
+        "| demo s/step | lever s/step | speed-up | dates |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for (demo, lever, overrides, cpu, fm, isa), runs in groups.items():
+        lines.append(
+            f"| `{demo}` | {lever} | `{overrides}` | {cpu} ({fm}) | {isa} | {len(runs)} "
+            f"| {_column(runs, 'demo_s_per_step', '.3f')} | {_column(runs, 'lever_s_per_step', '.3f')} "
+            f"| {_column(runs, 'speedup', '.2f')}x | {_dates(runs)} |"
+        )
+    return "\n".join(lines)
+
+
+BLOCKS: Dict[str, Callable[[], str]] = {"demo-classes": demo_classes_table, "demo-levers": demo_levers_table}

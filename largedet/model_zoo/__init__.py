@@ -59,7 +59,7 @@ def _lookup(name: str) -> str | None:
 
 def get_config_file(name: str) -> str:
     """The path of largedet's config ``name`` (see the module docstring), e.g.
-    ``get_config_file("shapes/faster_rcnn_R18_FPN_sgd_bs8_5min.yaml")``. Raises
+    ``get_config_file("shapes/faster_rcnn_R10w32_FPN_sgd_bs8_5min.yaml")``. Raises
     ``FileNotFoundError`` naming the folders searched."""
     path = _lookup(name)
     if path is None:

@@ -46,6 +46,9 @@ def test_a_short_full_run_appends_its_row(tmp_path):
     assert list(row) == demo_speed.DEMO_FIELDS
     # Detectron2 counts from the end of its warm-up steps: 6 + 1 - 3 (898 of the demo's 900)
     assert row["iterations"] == "4" and row["label"] == "test"
+    # what ran: the demo's config and the overrides
+    demo = os.path.basename(demo_speed.CONFIGS["demo"])
+    assert row["config"] == f"{demo} SOLVER.MAX_ITER 6 DATASETS.SHAPES.NUM_VAL 8"
     assert float(row["s_per_step"]) > 0 and int(row["training_s"]) >= 0
     assert row["precision"] in ("float32", "bfloat16") and 0.0 <= float(row["box_ap"]) <= 100.0
     assert row["date"] == datetime.date.today().isoformat()
@@ -74,3 +77,30 @@ def test_levers_are_parsed_and_measured_against_the_demo_in_each_round(tmp_path,
     assert [(r["lever"], r["round"], r["speedup"]) for r in rows] == [
         ("w0", "1", "1.200"), ("rois", "1", "0.800"), ("w0", "2", "1.200"), ("rois", "2", "0.800")]
     assert rows[0]["overrides"] == "DATALOADER.NUM_WORKERS 0" and rows[0]["label"] == "test"
+    assert rows[0]["demo"] == os.path.basename(demo_speed.CONFIGS["demo"])  # what the lever is measured against
+
+
+def test_check_needs_runs_of_the_demo_as_it_is_on_this_class_each_within_the_targets(tmp_path):
+    demo = os.path.basename(demo_speed.CONFIGS["demo"])
+    here = {"cpu": "EPYC", "cpu_family_model": "25/1", "isa": "avx2", "cores": "2"}
+    other = dict(here, cpu_family_model="25/17")
+
+    def write(rows):
+        path = tmp_path / "demo_speed.csv"
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=demo_speed.DEMO_FIELDS)
+            writer.writeheader()
+            for machine, config, seconds, ap in rows:
+                writer.writerow({**machine, "config": config, "training_s": seconds, "box_ap": ap})
+        return str(path)
+
+    # only runs of other classes or with overrides: nothing to check against
+    met, message = demo_speed.check_class(write([(other, demo, "200", "65.00"), (here, f"{demo} SOLVER.MAX_ITER 10", "20", "61.00")]), here)
+    assert not met and message.startswith(f"no run of {demo} on EPYC (25/1, avx2)")
+    met, message = demo_speed.check_class(write([(here, demo, "290", "61.20"), (here, demo, "300", "60.00")]), here)
+    assert met and message == (f"2 run(s) of {demo} on EPYC (25/1, avx2): training 290-300 s, box AP 60.0-61.2: "
+                               "every run within 300 s at >= 60 AP")  # fmt: skip
+    met, message = demo_speed.check_class(write([(here, demo, "290", "61.20"), (here, demo, "301", "64.00")]), here)
+    assert not met and message.endswith(": 1 over 300 s or under 60 AP")
+    met, _ = demo_speed.check_class(write([(here, demo, "250", "59.99")]), here)
+    assert not met
