@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Seconds per training step of the demo against the main job it shortens, in fresh
-processes taking turns on the same machine.
+"""Seconds per training step of the demo against the main job its config builds on, in
+fresh processes taking turns on the same machine.
 
     python benchmarks/demo_speed.py --rounds 3 --iters 150
 
-Each round trains the main job (``configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml``: float32,
-64 RoIs per image) and the demo (``..._sgd_bs8_5min.yaml``: bfloat16 where the CPU has it, 32
-RoIs per image) for ``--iters`` steps each, in a new process each, without evaluation, and
+Each round trains the main job (``configs/shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml``: ResNet-18,
+float32, 64 RoIs per image) and the demo (``faster_rcnn_R10w32_FPN_sgd_bs8_5min.yaml``: a
+ResNet-10 at 32-256 channels, bfloat16 where the CPU has it, 32 RoIs per image) for ``--iters`` steps each, in a new process each, without evaluation, and
 reads Detectron2's per-step ``time`` from ``metrics.json`` after the first ``--skip`` steps
 (start-up, first allocations). Prints each run's median seconds per step, the demo's speed-up
 in each round (main / demo) and the spread over rounds. Needs a quiet machine.
@@ -23,7 +23,9 @@ seconds per step and the box AP::
 The machine class's row is what the 300-second demo target is checked against.
 
 ``--check`` reads that CSV for this machine's class and exits 1 unless the demo's config (no
-overrides) has rows there, each within 300 s of training at >= 60 box AP.
+overrides) has rows there, each within 300 s of training at >= 60 box AP. Rows name the config
+file, not its contents: a change to the demo's config retires its rows (rename them with the
+overrides that give the old run, as the CSV's earlier rows show).
 
 ``--lever NAME="KEY VALUE ..."`` (repeatable) measures a candidate change to the demo
 instead: each round trains the demo and the demo with each lever's overrides for ``--iters``
