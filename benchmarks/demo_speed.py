@@ -49,6 +49,8 @@ import subprocess
 import sys
 import tempfile
 
+from largedet_study.demo_report import TARGET_AP, TARGET_S, runs_missing_targets
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {
     "main job": os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml"),
@@ -245,10 +247,6 @@ def main_levers(args, levers, measure=seconds_per_step) -> dict:
     return speedups
 
 
-#: the demo's targets: at most five minutes of training at at least 60 box AP
-TARGET_S, TARGET_AP = 300, 60.0
-
-
 def check_class(path: str, machine: dict) -> tuple:
     """The target on one machine class: the rows of ``path`` for the demo's config as it is
     (no overrides) on ``machine``'s CPU, family/model and instruction sets. Returns (met,
@@ -260,7 +258,7 @@ def check_class(path: str, machine: dict) -> tuple:
     where = f"{machine['cpu']} ({machine['cpu_family_model']}, {machine['isa']})"
     if not rows:
         return False, f"no run of {demo} on {where} in {path}: run --full on it first"
-    bad = [r for r in rows if float(r["training_s"]) > TARGET_S or not r["box_ap"] or float(r["box_ap"]) < TARGET_AP]
+    bad = runs_missing_targets(rows)
     seconds = sorted(int(r["training_s"]) for r in rows)
     aps = sorted(float(r["box_ap"] or 0) for r in rows)
     summary = (f"{len(rows)} run(s) of {demo} on {where}: training {seconds[0]}-{seconds[-1]} s, "
