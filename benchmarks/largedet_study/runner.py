@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from largedet.launch.run_summary import read_run_summary
+from . import carry as carry_mod
 from .grid import CSV_FIELDS, GRID_NAMES, HOLDOUT_SET, Plan, build_grid, cell_config, final_ap, plan_cell
 from .reevaluate import read_csv_rows, reevaluate_cells, todo_cells
 
@@ -297,6 +298,13 @@ def archive_cell(run_dir: str, dest: str) -> None:
             shutil.copyfile(src, os.path.join(dest, name))
 
 
+#: ``--carry``'s help, shared by the detection and the video study's command lines
+CARRY_HELP = (
+    "keep an interrupted cell's last checkpoint and records in CARRY/<cell>/ (commit it: "
+    "another machine resumes the cell from there); removed when the cell finishes"
+)
+
+
 def run_todo(plans: Sequence, csv_path: str, args, run: Callable, summarize: Callable,
              describe: Callable[[dict], str], fields: Sequence[str] = CSV_FIELDS) -> int:
     """Train every plan whose cell is not in ``csv_path`` yet, in order: claim the cell (a lock
@@ -318,9 +326,17 @@ def run_todo(plans: Sequence, csv_path: str, args, run: Callable, summarize: Cal
         if not claim(lock):
             print(f"[{index + 1}/{len(todo)}] {name}: running in another study process, skipped")
             continue
+        carried = os.path.join(args.carry, name) if getattr(args, "carry", None) else None
         try:
             print(f"[{index + 1}/{len(todo)}] {name}: {plan.iterations} iterations at LR {plan.lr:.4g} ...", flush=True)
-            returncode, text, wall = run(plan, run_dir, args)
+            if carried and carry_mod.restore(carried, run_dir):
+                print(f"    resuming from the carried checkpoint in {carried}", flush=True)
+            try:
+                returncode, text, wall = run(plan, run_dir, args)
+            except BaseException:
+                if carried and carry_mod.save(run_dir, carried):
+                    print(f"    interrupted: last checkpoint carried to {carried}", flush=True)
+                raise
             row = summarize(plan, run_dir, returncode, wall, args)
             if row is None:
                 failures.append(name)
@@ -330,6 +346,8 @@ def run_todo(plans: Sequence, csv_path: str, args, run: Callable, summarize: Cal
             append_row(csv_path, row, fields)
             if args.archive:
                 archive_cell(run_dir, os.path.join(args.archive, name))
+            if carried:
+                carry_mod.discard(carried)
             finished += 1
             eta = (time.time() - started) / finished * (len(todo) - index - 1)
             print(f"    {describe(row)}, {wall / 60:.1f} min; ETA of the rest {eta / 60:.0f} min", flush=True)
@@ -358,6 +376,7 @@ def main(argv=None) -> int:
         default=None,
         help="copy each finished cell's config.yaml and metrics.json into ARCHIVE/<cell>/",
     )
+    parser.add_argument("--carry", default=None, help=CARRY_HELP)
     parser.add_argument(
         "--only", nargs="*", default=None, help="run only these cells (names from --dry-run)"
     )

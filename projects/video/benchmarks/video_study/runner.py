@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from largedet_study.runner import _interrupt_on_sigterm, finished_run, read_done, run_todo, train
+from largedet_study.runner import CARRY_HELP, _interrupt_on_sigterm, finished_run, read_done, run_todo, train
 
 from .grid import (
     ROOT,
@@ -96,6 +96,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--csv", default=None, help="default: OUTPUT_DIR/study.csv")
     parser.add_argument("--archive", default=None,
                         help="copy each finished cell's config.yaml and metrics.json into ARCHIVE/<cell>/")
+    parser.add_argument("--carry", default=None, help=CARRY_HELP)
     parser.add_argument("--only", nargs="*", default=None, help="run only these cells (names from --dry-run)")
     parser.add_argument("--skip", nargs="*", default=(), help="leave out these cells")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
