@@ -32,8 +32,10 @@ demo: setup
 video-demo: setup
 	$(PYTHON) projects/video/train.py --overwrite
 
+# two workers (one per core of CI's machine), each test file on one of them, one thread each
+TEST_WORKERS ?= 2
 test: setup
-	$(PYTHON) -m pytest -q
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: setup
 	$(PYTHON) benchmarks/optimizer_step.py

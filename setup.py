@@ -88,7 +88,7 @@ setup(
         "torchcodec": ["torchcodec>=0.17"],  # INPUT.VIDEO.DECODER torchcodec (needs FFmpeg)
         # the test suite exercises every optional feature whose package installs, and builds
         # the documentation site (make docs: Sphinx, MyST, the furo theme)
-        "test": ["pytest>=7", "faster-coco-eval>=1.6", "submitit>=1.5", "wandb>=0.31",
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "faster-coco-eval>=1.6", "submitit>=1.5", "wandb>=0.31",
                  "torchcodec>=0.17", "sphinx>=7.2,<10", "myst-parser>=3,<6", "furo>=2024.1"],  # fmt: skip
     },
 )

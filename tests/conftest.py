@@ -19,7 +19,11 @@ for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects
 import pytest
 import torch
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+from log_isolation import no_handler_on_a_closed_stream  # noqa: E402,F401  (autouse)
+
+# `make test` runs two pytest-xdist workers with OMP_NUM_THREADS=1 (one core each, and every
+# training process a test starts inherits the one thread); a plain `pytest` keeps two threads
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,8 @@ for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects
     if _folder not in sys.path:
         sys.path.insert(0, _folder)
 
+from log_isolation import no_handler_on_a_closed_stream  # noqa: E402,F401  (autouse; tests/)
+
 
 @pytest.fixture(scope="session")
 def tiny_shapes_spec():
