@@ -20,7 +20,7 @@ import os
 import shutil
 from typing import List, Optional
 
-__all__ = ["carried_files", "restore", "save", "discard"]
+__all__ = ["carried_files", "discard", "restore", "resumes", "save"]
 
 _SKIPPED_SUFFIXES = (".lock", ".tmp")
 
@@ -88,3 +88,11 @@ def restore(src: str, run_dir: str) -> bool:
 def discard(dest: str) -> None:
     """Remove a finished cell's carry (its row and archive now hold what it produced)."""
     shutil.rmtree(dest, ignore_errors=True)
+
+
+def resumes(run_dir: str, carried: Optional[str]) -> bool:
+    """Whether a cell starts from a checkpoint: ``run_dir``'s own, or one carried in
+    ``carried`` (None: no carry folder)."""
+    return _checkpoint_name(run_dir) is not None or (
+        carried is not None and _checkpoint_name(carried) is not None
+    )

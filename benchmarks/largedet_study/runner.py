@@ -249,14 +249,21 @@ def run_cell(plan: Plan, run_dir: str, args) -> Tuple[int, str, float]:
 BACKBONE_PREFIX = "backbone.bottom_up."
 
 
+def pretrained_path(args) -> Optional[str]:
+    """Where :func:`ensure_pretrained` keeps the grid's backbone (None: no pre-training)."""
+    if args.grid_obj.pretrain is None:
+        return None
+    return os.path.join(args.output_dir, "pretrain", "backbone.pth")
+
+
 def ensure_pretrained(args) -> Optional[str]:
     """The grid's pretrained backbone file (trained once, shared by every cell and every
     study process), or None when the grid trains from scratch."""
     grid = args.grid_obj
     if grid.pretrain is None:
         return None
-    run_dir = os.path.join(args.output_dir, "pretrain")
-    path = os.path.join(run_dir, "backbone.pth")
+    path = pretrained_path(args)
+    run_dir = os.path.dirname(path)
     os.makedirs(run_dir, exist_ok=True)
     lock = os.path.join(run_dir, "study.lock")
     while not os.path.exists(path):
@@ -470,8 +477,14 @@ def main(argv=None) -> int:
         print(f"pre-trained backbone: {weights}" if weights else f"{args.grid}: no pre-training")
         return 0
     done = read_done(csv_path)
-    if not args.dry_run and any(p.cell.name not in done for p in plans):
-        weights = ensure_pretrained(args)
+    todo = [p.cell.name for p in plans if p.cell.name not in done]
+    if not args.dry_run and todo:
+        # cells that all resume from a checkpoint (their own or a carried one) load their
+        # whole model from it: the backbone is not pre-trained again for them
+        resuming = all(carry_mod.resumes(os.path.join(args.output_dir, name),
+                                         os.path.join(args.carry, name) if args.carry else None)
+                       for name in todo)  # fmt: skip
+        weights = pretrained_path(args) if resuming else ensure_pretrained(args)
         if weights:
             for p in plans:
                 p.overrides += ["MODEL.WEIGHTS", weights]

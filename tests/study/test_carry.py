@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from largedet_study import carry
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -146,3 +148,25 @@ def test_a_cell_interrupted_on_one_machine_finishes_on_another(tmp_path):
     assert float(rows[0]["wall_clock_s"]) >= float(open(first / cell / "study_wall_clock_s").read())
     assert not (carry_dir / cell).exists()  # the finished cell's carry is gone
 
+
+
+@pytest.mark.parametrize("carried", [True, False])
+def test_the_backbone_is_pre_trained_only_for_a_cell_that_starts_from_step_0(tmp_path, monkeypatch, carried):
+    from largedet_study import runner
+
+    pretrained, weights = [], []
+
+    def run_cell(plan, run_dir, args):
+        weights.append(plan.overrides[plan.overrides.index("MODEL.WEIGHTS") + 1])
+        return 1, "stopped", 1.0  # no row: only the start matters here
+
+    monkeypatch.setattr(runner, "run_cell", run_cell)
+    monkeypatch.setattr(runner, "ensure_pretrained", lambda args: pretrained.append(1) or runner.pretrained_path(args))
+    cell, out, carry_dir = "sgd-bs16-wu0.65-lrx2-lrwsd-s2", tmp_path / "out", tmp_path / "carry"
+    if carried:
+        write_run(str(tmp_path / "elsewhere"), step=4)
+        carry.save(str(tmp_path / "elsewhere"), str(carry_dir / cell))
+    runner.main(["--grid", "regime", "--only", cell, "--output-dir", str(out), "--carry", str(carry_dir),
+                 "--csv", str(tmp_path / "study.csv")])  # fmt: skip
+    assert len(pretrained) == (0 if carried else 1)
+    assert weights == [str(out / "pretrain" / "backbone.pth")]  # the same override either way
