@@ -307,7 +307,7 @@ def archive_cell(run_dir: str, dest: str) -> None:
 
 #: ``--carry``'s help, shared by the detection and the video study's command lines
 CARRY_HELP = (
-    "keep an interrupted cell's last checkpoint and records in CARRY/<cell>/ (commit it: "
+    "keep an interrupted cell's last checkpoint and records in CARRY/<cell>/ (on a shared disk: "
     "another machine resumes the cell from there); removed when the cell finishes"
 )
 
