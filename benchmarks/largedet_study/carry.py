@@ -2,8 +2,8 @@
 
 A cell's run folder (``output/...``) is not committed, so a cell stopped on one machine
 would start again from step 0 on the next. With ``--carry DIR`` the study runner copies an
-interrupted cell's last checkpoint and its records into ``DIR/<cell>/`` (a folder that is
-committed) and, on a machine whose run folder holds no checkpoint of that cell, copies them
+interrupted cell's last checkpoint and its records into ``DIR/<cell>/`` (a folder the next machine reads, on
+a shared disk: a checkpoint is 7-9 MB) and, on a machine whose run folder holds no checkpoint of that cell, copies them
 back before it resumes the cell; a finished cell's entry is removed.
 
 What travels: the file ``last_checkpoint`` names and ``last_checkpoint`` itself, and every
