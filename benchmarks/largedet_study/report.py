@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .demo_report import BLOCKS as DEMO_BLOCKS
+from .video_bench_report import BLOCKS as VIDEO_BENCH_BLOCKS
 from .gpu_report import BLOCKS as GPU_BLOCKS
 from .stats import Difference, Summary, claim, difference, fmt, summarize
 
@@ -734,6 +735,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
 }
 BLOCKS.update(GPU_BLOCKS)
 BLOCKS.update(DEMO_BLOCKS)
+BLOCKS.update(VIDEO_BENCH_BLOCKS)
 
 
 def optimizer_batch_table(csv_name: str, grid: str) -> str:

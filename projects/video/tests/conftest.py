@@ -37,6 +37,22 @@ def tiny_shapes(tmp_path_factory, tiny_shapes_spec):
 
 
 @pytest.fixture
+def unreadable_records(tmp_path):
+    """``make(good)``: records of random bytes, a missing file, the readable video ``good``
+    and ``good`` cut after 300 bytes, labelled 0-3, in this test's folder."""
+
+    def make(good):
+        corrupt = tmp_path / "corrupt.mp4"
+        corrupt.write_bytes(os.urandom(2000))
+        truncated = tmp_path / "truncated.mp4"
+        truncated.write_bytes(open(good, "rb").read()[:300])
+        paths = [corrupt, tmp_path / "missing.mp4", good, truncated]
+        return [{"path": str(p), "label": k} for k, p in enumerate(paths)]
+
+    return make
+
+
+@pytest.fixture
 def single_thread():
     """One intra-op thread: on a small, shared machine, torch's default of one
     thread per core spends most of its time waiting for busy cores."""

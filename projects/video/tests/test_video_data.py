@@ -156,18 +156,8 @@ def test_training_sample_shape_and_requested_shape(stamped_frames):
     assert ds[(0, ClipShape(4, 16))]["clip"].shape == (4, 3, 16, 16)
 
 
-def test_unreadable_videos_are_skipped_counted_and_logged(tmp_path, coded_video, caplog):
-    good, _ = coded_video
-    corrupt = tmp_path / "corrupt.mp4"
-    corrupt.write_bytes(os.urandom(2000))
-    truncated = tmp_path / "truncated.mp4"
-    truncated.write_bytes(open(good, "rb").read()[:300])
-    records = [
-        {"path": str(corrupt), "label": 0},
-        {"path": str(tmp_path / "missing.mp4"), "label": 1},
-        {"path": good, "label": 2},
-        {"path": str(truncated), "label": 3},
-    ]
+def test_unreadable_videos_are_skipped_counted_and_logged(unreadable_records, coded_video, caplog):
+    records = unreadable_records(coded_video[0])
     kw = dict(clip_shape=ClipShape(4, 16), augmentation=TrainAugmentation(flip=False))
     train = VideoDataset(records, is_train=True, **kw)
     with caplog.at_level(logging.WARNING):

@@ -126,6 +126,12 @@ def _add_input_config(cfg: CN) -> None:
     # skip corrupt files alike. torchcodec needs `pip install torchcodec` and
     # FFmpeg 4-9's shared libraries. Folders of JPEG frames need no decoder.
     declare(cfg, "INPUT.VIDEO.DECODER", "pyav", one_of(DECODERS), registry=VIDEO_KEYS)
+    # MB of whole decoded videos each loader process keeps in memory (0: none). A video
+    # is decoded whole on its first read and its later clips come from memory, until
+    # the budget is spent; then the rest are decoded on every read as without it. The
+    # clips are the same either way. For datasets of small videos that fit (a video
+    # of F frames of H x W takes F*H*W*3 bytes; each DataLoader worker holds its own).
+    declare(cfg, "INPUT.VIDEO.DECODED_CACHE_MB", 0, ("an integer >= 0", int_at_least(0)), registry=VIDEO_KEYS)
 
 
 def _add_data_config(cfg: CN) -> None:

@@ -69,6 +69,7 @@ def build_video_dataset(cfg, names, is_train: bool) -> VideoDataset:
         ),
         decoder=v.DECODER,
         max_consecutive_skips=cfg.DATALOADER.MAX_CONSECUTIVE_SKIPS,
+        decoded_cache_mb=v.DECODED_CACHE_MB,
     )
 
 

@@ -10,24 +10,30 @@ after ``max_consecutive_skips`` unreadable videos in a row it raises, so a wrong
 dataset path fails loudly instead of spinning). At test time the video is
 returned as zeros with ``valid=False`` and the evaluator leaves it out and
 counts it. Either way the failure is logged with the file and the reason.
+
+With ``decoded_cache_mb`` > 0 each video is decoded whole the first time it is read
+and kept in memory (:class:`DecodedVideoCache`) until that budget is spent; later
+reads of it take their frames from memory. The frames are the decoder's own, so a
+cached run draws exactly the clips an uncached run draws.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .decoding import VideoDecodeError, open_video
+from .decoding import VideoDecodeError, _Video, open_video
 from .sampling import ClipShape, FrameSampling
 from .transforms import crop_and_resize, multi_scale_crop_box, view_crop_boxes
 
-__all__ = ["TrainAugmentation", "TestViews", "VideoDataset"]
+__all__ = ["TrainAugmentation", "TestViews", "DecodedVideoCache", "VideoDataset"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +62,90 @@ class TestViews:
         return self.num_clips * self.num_crops
 
 
+class _DecodedVideo(_Video):
+    """A whole decoded video in memory, read like an open one: ``num_frames`` is the
+    decoder's count and an index past the decoded frames gets the last one."""
+
+    def __init__(self, path: str, num_frames: int, frames: np.ndarray):
+        self.path = path
+        self._num_frames = num_frames
+        self.frames = frames
+
+    @property
+    def num_frames(self) -> int:
+        return self._num_frames
+
+    def read(self, indices: np.ndarray) -> np.ndarray:
+        return self.frames[np.minimum(np.asarray(indices, dtype=np.int64), len(self.frames) - 1)]
+
+
+class DecodedVideoCache:
+    """Whole decoded videos kept in memory, up to ``max_bytes`` of frames (in each
+    process: every DataLoader worker keeps its own). A video is decoded whole on its
+    first read (frames 0 to its frame count, or to the record's ``num_frames`` when
+    larger); once a video no longer fits, nothing more is added and the rest are
+    read from their files as without a cache. A video whose whole decoding fails
+    (say, a corrupt tail the clip never reaches) is read as without a cache and not
+    kept, so a cache changes no sample and no skip."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = int(max_bytes)
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.full = False
+        self._videos: Dict[str, _DecodedVideo] = {}
+
+    def __len__(self) -> int:
+        return len(self._videos)
+
+    def frames_of(self, path: str) -> Optional[np.ndarray]:
+        """The kept frames of the video at ``path`` (None: not kept)."""
+        video = self._videos.get(path)
+        return None if video is None else video.frames
+
+    @contextlib.contextmanager
+    def open(self, record: Dict, decoder: str) -> Iterator[_Video]:
+        """Like :func:`open_video` for ``record["path"]``, served from memory when it can be."""
+        path = record["path"]
+        cached = self._videos.get(path)
+        if cached is not None:
+            self.hits += 1
+            yield cached
+            return
+        self.misses += 1
+        if self.full:
+            with open_video(path, decoder) as video:
+                yield video
+            return
+        whole = self._decode_whole(record, decoder)
+        if whole is None:  # the file as it is, uncached; errors surface from here
+            with open_video(path, decoder) as video:
+                yield video
+            return
+        if self.bytes + whole.frames.nbytes <= self.max_bytes:
+            self._videos[path] = whole
+            self.bytes += whole.frames.nbytes
+        else:
+            self.full = True
+            logger.info(
+                "Decoded-video cache full: %d videos, %.0f MB of %.0f MB; later videos are "
+                "read from their files on every read",
+                len(self._videos), self.bytes / 2**20, self.max_bytes / 2**20,
+            )
+        yield whole
+
+    @staticmethod
+    def _decode_whole(record: Dict, decoder: str) -> Optional[_DecodedVideo]:
+        try:
+            with open_video(record["path"], decoder) as video:
+                count = video.num_frames
+                frames = video.read(np.arange(max(count, record.get("num_frames") or 0)))
+        except VideoDecodeError:
+            return None
+        return _DecodedVideo(record["path"], count, np.ascontiguousarray(frames))
+
+
 class VideoDataset(Dataset):
     def __init__(
         self,
@@ -68,6 +158,7 @@ class VideoDataset(Dataset):
         test_views: TestViews = TestViews(),
         decoder: str = "pyav",
         max_consecutive_skips: int = 10,
+        decoded_cache_mb: int = 0,
     ):
         """
         Args:
@@ -81,6 +172,8 @@ class VideoDataset(Dataset):
             test_views: the test clips and crops.
             decoder: "pyav" or "opencv" (folders of frames need neither).
             max_consecutive_skips: unreadable training videos in a row tolerated.
+            decoded_cache_mb: MB of whole decoded videos kept in memory in each
+                process (:class:`DecodedVideoCache`); 0: none, every read decodes.
         """
         self.records = records
         self.is_train = is_train
@@ -93,9 +186,15 @@ class VideoDataset(Dataset):
         self.num_skipped = 0  # in this process (each DataLoader worker has its own)
         self._rng: Optional[np.random.Generator] = None
         self._rng_pid = -1
+        self.cache = DecodedVideoCache(decoded_cache_mb * 2**20) if decoded_cache_mb > 0 else None
 
     def __len__(self) -> int:
         return len(self.records)
+
+    def _open(self, record: Dict):
+        if self.cache is None:
+            return open_video(record["path"], self.decoder)
+        return self.cache.open(record, self.decoder)
 
     def _generator(self) -> np.random.Generator:
         # One generator per process, seeded from numpy's global state, which
@@ -153,7 +252,7 @@ class VideoDataset(Dataset):
         the clip's own generator (a position-seeded stream), else the process's."""
         rng = self._generator() if seed is None else np.random.default_rng(seed)
         aug = self.augmentation
-        with open_video(record["path"], self.decoder) as video:
+        with self._open(record) as video:
             n = record.get("num_frames") or video.num_frames
             indices = self.sampling.train_resampled(
                 n, shape.num_frames, self.clip_shape.num_frames, rng
@@ -171,7 +270,7 @@ class VideoDataset(Dataset):
         views = self.test_views
         t = self.clip_shape.num_frames
         try:
-            with open_video(record["path"], self.decoder) as video:
+            with self._open(record) as video:
                 n = record.get("num_frames") or video.num_frames
                 indices = self.sampling.test(n, t, views.num_clips)  # (clips, T)
                 frames = video.read(indices.reshape(-1))
