@@ -185,6 +185,13 @@ def _tsm4k_cells() -> List[VideoCell]:
         # 10-epoch warm-up), for the check's three seeds at 1.0x
         VideoCell("sgd", 256, warmup_epochs=10.0, seed=1),
         VideoCell("sgd", 256, warmup_epochs=10.0, seed=2),
+        # the chosen warm-up at 1.4x the epochs, and at half the linear rule's LR (0.16:
+        # does the rule overshoot at 16x the reference batch?)
+        VideoCell("sgd", 256, epochs_factor=1.4, warmup_epochs=10.0),
+        VideoCell("sgd", 256, warmup_epochs=10.0, lr_factor=0.5),
+        # batch 1024 (25% of N per step) with SGD's warm-up at 2x the epochs, two seeds
+        VideoCell("sgd", 1024, epochs_factor=2.0, warmup_epochs=10.0),
+        VideoCell("sgd", 1024, epochs_factor=2.0, warmup_epochs=10.0, seed=1),
     ]
 
 
