@@ -189,6 +189,9 @@ def _tsm4k_cells() -> List[VideoCell]:
         # does the rule overshoot at 16x the reference batch?)
         VideoCell("sgd", 256, epochs_factor=1.4, warmup_epochs=10.0),
         VideoCell("sgd", 256, warmup_epochs=10.0, lr_factor=0.5),
+        # PMD-LAMB ends every batch-256 row with a higher training loss than SGD: twice its
+        # square-root rule's LR (0.04)
+        VideoCell("pmd_lamb", 256, lr_factor=2.0),
         # batch 1024 (25% of N per step) with SGD's warm-up at 2x the epochs, two seeds
         VideoCell("sgd", 1024, epochs_factor=2.0, warmup_epochs=10.0),
         VideoCell("sgd", 1024, epochs_factor=2.0, warmup_epochs=10.0, seed=1),
