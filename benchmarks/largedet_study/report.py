@@ -653,8 +653,9 @@ def config_video() -> str:
 
 #: the configs that carry a study family's recipe
 RECIPE_CONFIGS = {
-    ("regime", "pmd_lamb-bs256-lrwsd-wd0.01"): "[`r50_fpn_bs1056.yaml`](../configs/r50_fpn_bs1056.yaml), "
-    "[Mask R-CNN](../configs/mask_rcnn_r50_fpn_bs1056.yaml), [OpenImages](../configs/openimages_r50_fpn_bs640.yaml)",
+    ("regime", "pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01"): "[`r50_fpn_bs1056.yaml`](../configs/r50_fpn_bs1056.yaml), "
+    "[Mask R-CNN](../configs/mask_rcnn_r50_fpn_bs1056.yaml)",
+    ("regime", "pmd_lamb-bs256-lrwsd-wd0.01"): "[OpenImages](../configs/openimages_r50_fpn_bs640.yaml)",
     ("steps", "pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01"):
         "[`..._pmdlamb_bs1024.yaml`](../configs/shapes/study/faster_rcnn_R10w16_FPN_64px_pmdlamb_bs1024.yaml)",
 }
