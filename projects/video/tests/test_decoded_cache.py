@@ -97,9 +97,12 @@ def test_a_video_that_fails_past_the_clip_is_read_as_without_a_cache(tmp_path):
         assert video.num_frames == 10
         assert video.read(np.array([8, 0, 3]))[:, 0, 0, 0].tolist() == [80, 0, 30]
     assert len(cache) == 0 and cache.misses == 1 and not cache.full
+    # not decoded whole again: the next read goes to the files directly
+    cache._decode_whole = None  # calling it would raise TypeError
     with pytest.raises(VideoDecodeError):
         with cache.open(record, "opencv") as video:
             video.read(np.array([9]))
+    assert cache.misses == 2 and len(cache) == 0
 
 
 def test_a_record_count_past_the_header_is_decoded_to_it(tmp_path):

@@ -85,8 +85,8 @@ class DecodedVideoCache:
     first read (frames 0 to its frame count, or to the record's ``num_frames`` when
     larger); once a video no longer fits, nothing more is added and the rest are
     read from their files as without a cache. A video whose whole decoding fails
-    (say, a corrupt tail the clip never reaches) is read as without a cache and not
-    kept, so a cache changes no sample and no skip."""
+    (say, a corrupt tail the clip never reaches) is read as without a cache, then and
+    on every later read, and not kept, so a cache changes no sample and no skip."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = int(max_bytes)
@@ -95,6 +95,7 @@ class DecodedVideoCache:
         self.misses = 0
         self.full = False
         self._videos: Dict[str, _DecodedVideo] = {}
+        self._not_whole: set = set()  # paths whose whole decoding failed: not tried again
 
     def __len__(self) -> int:
         return len(self._videos)
@@ -114,12 +115,10 @@ class DecodedVideoCache:
             yield cached
             return
         self.misses += 1
-        if self.full:
-            with open_video(path, decoder) as video:
-                yield video
-            return
-        whole = self._decode_whole(record, decoder)
+        whole = None if self.full or path in self._not_whole else self._decode_whole(record, decoder)
         if whole is None:  # the file as it is, uncached; errors surface from here
+            if not self.full:
+                self._not_whole.add(path)
             with open_video(path, decoder) as video:
                 yield video
             return
