@@ -63,7 +63,9 @@ def _child(videos: int, passes: int) -> dict:
     records = get_video_records(cfg.DATASETS.TRAIN)[:videos]
     cfg.INPUT.VIDEO.DECODED_CACHE_MB = 0
     plain = build_video_dataset(cfg, cfg.DATASETS.TRAIN, True)
-    cfg.INPUT.VIDEO.DECODED_CACHE_MB = 2 * videos * 16 * 40 * 40 * 3 // 2**20 + 1  # room to spare
+    shapes = cfg.DATASETS.MOVING_SHAPES
+    video_bytes = shapes.NUM_FRAMES * shapes.HEIGHT * shapes.WIDTH * 3
+    cfg.INPUT.VIDEO.DECODED_CACHE_MB = 2 * videos * video_bytes // 2**20 + 1  # room to spare
     cached = build_video_dataset(cfg, cfg.DATASETS.TRAIN, True)
     plain.records = cached.records = records
 

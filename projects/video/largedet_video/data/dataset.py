@@ -100,11 +100,6 @@ class DecodedVideoCache:
     def __len__(self) -> int:
         return len(self._videos)
 
-    def frames_of(self, path: str) -> Optional[np.ndarray]:
-        """The kept frames of the video at ``path`` (None: not kept)."""
-        video = self._videos.get(path)
-        return None if video is None else video.frames
-
     @contextlib.contextmanager
     def open(self, record: Dict, decoder: str) -> Iterator[_Video]:
         """Like :func:`open_video` for ``record["path"]``, served from memory when it can be."""
