@@ -39,6 +39,8 @@ __all__ = [
     "comparisons",
     "families",
     "fill",
+    "multigrid_pairs",
+    "multigrid_table",
     "regime_baseline",
     "regime_goal",
     "regime_rows",
@@ -107,6 +109,7 @@ _WORDS = [
     (r"^T(\d+)$", "period T = {}"),
     (r"^agvm$", "AGVM"),
     (r"^multigrid$", "multigrid"),
+    (r"^lrheld$", "its LR held at the base shape's"),
 ]
 
 
@@ -523,6 +526,65 @@ def video_comparison(csv_name: str) -> str:
     return comparison_table(csv_name, base, rows)
 
 
+#: multigrid "trains" where its reported top-1 is above this share of the baseline's
+MULTIGRID_TRAINS = 0.8
+
+
+def multigrid_pairs(csv_name: str = "video4k") -> List[Tuple[Family, Optional[Family]]]:
+    """Each multigrid family with its own row without multigrid at equal epochs: the family
+    named with ``multigrid`` (and ``-lrheld``) replaced by ``lrstep`` (the step schedule multigrid runs on);
+    None where that row has not run."""
+    fams = families(csv_name)
+    return [(f, fams.get(re.sub(r"-multigrid(-lrheld)?", "", name) + "-lrstep"))
+            for name, f in fams.items() if "-multigrid" in name]  # fmt: skip
+
+
+def _seed_of(row: dict) -> str:
+    m = _SEED.search(row["cell"])
+    return m.group(0) if m else ""
+
+
+def multigrid_table(csv_name: str = "video4k") -> str:
+    """Multigrid against its own row without multigrid (:func:`multigrid_pairs`): n, top-1
+    on both splits (mean ± SD), the reported difference with its pooled 95% interval, the
+    training wall clock's speed-up (the row without over multigrid, seed by seed where both
+    have the seed), and whether multigrid trains (reported top-1 above
+    :data:`MULTIGRID_TRAINS` of the baseline's)."""
+    holdout, reported = SPLITS[csv_name]
+    base = video_baseline(csv_name)
+    pairs = multigrid_pairs(csv_name)
+    if not pairs:
+        return "(no multigrid row yet)"
+    head = ["multigrid / without", "n", "held-out top-1", "reported top-1",
+            "reported: diff [95% interval]", "wall clock, s", "speed-up (per seed)", "trains"]
+    lines = ["| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for mg, plain in pairs:
+        n = f"{len(mg.trained)}/{len(plain.trained) if plain else 0}"
+        walls = {_seed_of(r): float(r["wall_clock_s"]) for r in mg.trained if r.get("wall_clock_s")}
+        if plain is not None:
+            ho = f"{_ms(mg.summary(holdout))} / {_ms(plain.summary(holdout))}"
+            rep = f"{_ms(mg.summary(reported))} / {_ms(plain.summary(reported))}"
+            d = difference(mg.values(reported), plain.values(reported)) if plain.trained and mg.trained else None
+            pwalls = {_seed_of(r): float(r["wall_clock_s"]) for r in plain.trained if r.get("wall_clock_s")}
+            both = [s for s in walls if s in pwalls]
+            ratios = [pwalls[s] / walls[s] for s in both]
+            wall = (f"{fmt(summarize(list(walls.values())).mean, 0)} / "
+                    f"{fmt(summarize(list(pwalls.values())).mean, 0)}") if walls and pwalls else "-"
+            speed = (f"{fmt(sum(ratios) / len(ratios))}x ({', '.join(fmt(r) for r in ratios)})"
+                     if ratios else "-")  # fmt: skip
+        else:
+            ho, rep = _ms(mg.summary(holdout)) + " / -", _ms(mg.summary(reported)) + " / -"
+            d, wall, speed = None, "-", "-"
+        diff = "-" if d is None else d.interval()
+        trains = "-"
+        if base is not None and mg.trained:
+            share = mg.summary(reported).mean / base.summary(reported).mean
+            trains = f"{'yes' if share > MULTIGRID_TRAINS else 'no'} ({100 * share:.0f}% of `{base.name}`)"
+        label = f"`{mg.name}` / `{plain.name if plain else '-'}`"
+        lines.append(f"| {label} | {n} | {ho} | {rep} | {diff} | {wall} | {speed} | {trains} |")
+    return "\n".join(lines)
+
+
 def _row_against(label: str, fam: Optional[Family], base: Family, splits: Sequence[str], share: str,
                  epochs: str) -> Optional[str]:  # fmt: skip
     if fam is None or not fam.trained:
@@ -733,6 +795,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "video4k-cells": lambda: video_cells("video4k"),
     "video4k-verdict": lambda: video_verdict("video4k"),
     "video4k-comparison": lambda: video_comparison("video4k"),
+    "video4k-multigrid": lambda: multigrid_table("video4k"),
 }
 BLOCKS.update(GPU_BLOCKS)
 BLOCKS.update(DEMO_BLOCKS)

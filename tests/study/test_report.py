@@ -209,3 +209,45 @@ def test_the_interval_figure_draws_the_tables_numbers(fake_regime):
         line = next(row for row in table.splitlines() if row.startswith(f"| `{label.split(' (')[0]}`"))
         for value in diffs.values():
             assert f"{value:+.2f}" in line, (label, line)
+
+
+def test_multigrid_table_pairs_seeds_and_states_the_speed_up(tmp_path, monkeypatch):
+    """Multigrid against its own step-schedule row: the wall clock's speed-up seed by seed
+    (an unpaired seed counts in the means, never in a ratio), and whether it trains (above
+    80% of the baseline's reported top-1)."""
+    fields = ["cell", "batch", "iterations", "top1", "holdout_top1", "diverged", "final_loss",
+              "device", "val_videos", "holdout_videos", "wall_clock_s"]
+
+    def row(cell, batch, top1, holdout, wall):
+        return dict(cell=cell, batch=batch, iterations=10, top1=top1, holdout_top1=holdout,
+                    diverged="no", final_loss="0.1", device="EPYC", val_videos=4096,
+                    holdout_videos=2048, wall_clock_s=wall)
+
+    def write(rows):
+        with open(tmp_path / "v.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: r.get(k, "") for k in fields})
+
+    monkeypatch.setattr(report, "ROOT", str(tmp_path))
+    monkeypatch.setattr(report, "CSVS", {**report.CSVS, "video4k": "v.csv"})
+    base = [row("sgd-bs16", 16, "86.0", "85.0", "9000"), row("sgd-bs16-s1", 16, "86.4", "85.2", "9000")]
+    write(base + [row("sgd-bs128-multigrid", 128, "80.0", "79.0", "1000")])
+    assert report.multigrid_table() == "\n".join(report.multigrid_table().splitlines()[:2] + [
+        "| `sgd-bs128-multigrid` / `-` | 1/0 | 79.00 / - | 80.00 / - | - | - | - | yes (93% of `sgd-bs16`) |"])
+    write(base + [
+        row("sgd-bs128-multigrid", 128, "80.0", "79.0", "1000"),
+        row("sgd-bs128-multigrid-s1", 128, "70.0", "69.0", "1200"),
+        row("sgd-bs128-multigrid-s2", 128, "60.0", "59.0", "1100"),  # no pair: no ratio
+        row("sgd-bs128-lrstep", 128, "84.0", "83.0", "2500"),
+        row("sgd-bs128-lrstep-s1", 128, "85.0", "84.0", "2400"),
+    ])
+    line = report.multigrid_table().splitlines()[2]
+    # reported top-1 70.00 ± 10.00 against 84.50 ± 0.71; speed-ups 2500/1000, 2400/1200;
+    # 70 / 86.2 = 81% of the baseline
+    assert line.startswith("| `sgd-bs128-multigrid` / `sgd-bs128-lrstep` | 3/2 | 69.00 ± 10.00 / 83.50 ± 0.71 "
+                           "| 70.00 ± 10.00 / 84.50 ± 0.71 | -14.50 [")
+    assert line.endswith("| 1100 / 2450 | 2.25x (2.50, 2.00) | yes (81% of `sgd-bs16`) |")
+    write(base + [row("sgd-bs128-multigrid", 128, "68.0", "67.0", "1000")])
+    assert report.multigrid_table().splitlines()[2].endswith("| no (79% of `sgd-bs16`) |")

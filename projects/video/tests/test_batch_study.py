@@ -147,3 +147,29 @@ def test_table_and_figure_of_the_video_study(tmp_path):
     assert "| PMD-LAMB, square-root rule | - | 81.0 | - |" in table
     out = plot_top1_vs_batch(data, str(tmp_path / "f.png"), 4096)
     assert os.path.getsize(out) > 10_000
+
+
+def test_multigrid_lrheld_cell_holds_the_base_shapes_lr():
+    """tsm4k's multigrid at base batch 128: the coarsest stage is 1024 clips a step (25% of
+    N); with the linear rule its LR is 8x the base's, with ``-lrheld`` the base's at every
+    shape. Both share the stages and steps."""
+    from largedet_video.multigrid import build_multigrid_plan
+
+    grid = study.build_video_grid("tsm4k")
+    plans = {}
+    for scale in (True, False):
+        cell = study.VideoCell("sgd", 128, multigrid=True, multigrid_scale_lr=scale)
+        plan = study.plan_video_cell(grid, cell, "/x")
+        cfg = cfg_of(plan)
+        assert cfg.MULTIGRID.SCALE_LR is scale
+        plans[cell.name] = (plan, build_multigrid_plan(cfg, 4096, 1))
+    (scaled, mg_s), (held, mg_h) = plans["sgd-bs128-multigrid"], plans["sgd-bs128-multigrid-lrheld"]
+    assert scaled.iterations == held.iterations == mg_s.max_iter == mg_h.max_iter
+    first = mg_s.schedule.stages[0]
+    # the stage's own (long-cycle) shape: 8x the clips, 1024 a step; its short cycle's
+    # smallest crop doubles that again, 2048 a step
+    assert (first.batch_size * mg_s.accumulation, first.batch_factor) == (1024, 8)
+    assert max(s.batch_size for s in first.short_cycle_shapes) * mg_s.accumulation == 2048
+    assert [s.relative_lr for s in mg_s.schedule.stages][:4] == [8.0, 4.0, 2.0, 1.0]
+    assert [s.relative_lr for s in mg_h.schedule.stages][:4] == [1.0] * 4
+    assert scaled.lr == held.lr == pytest.approx(0.16)

@@ -213,3 +213,19 @@ def test_paper_default_kinetics_shape():
     ]
     assert sched.max_epoch == round(196 * 1.5)
     assert math.isclose(sum(s.epochs for s in sched.stages), 196 * 1.5)
+
+
+def test_scale_lr_off_holds_the_base_shapes_lr():
+    # The schedule of test_lr_decays_by_gamma_per_lr_stage with scale_lr=False: the same
+    # stages and ends, and each stage's LR gamma^k alone (1, then 0.5, fine-tuning 0.25).
+    kwargs = dict(gamma=0.5, short_cycle=False)
+    scaled = build_multigrid_schedule(2, 8, 16, [0, 15, 30], 40, **kwargs)
+    held = build_multigrid_schedule(2, 8, 16, [0, 15, 30], 40, scale_lr=False, **kwargs)
+    assert ends(held) == ends(scaled) == [15, 22, 26, 28, 42, 50, 53, 55, 60]
+    assert [s.batch_size for s in held.stages] == [s.batch_size for s in scaled.stages]
+    assert [s.relative_lr for s in held.stages] == [1.0] * 4 + [0.5] * 5
+    assert held.lr_steps == [
+        LRStep(0, 1.0), LRStep(15, 1.0), LRStep(22, 1.0), LRStep(26, 1.0),
+        LRStep(28, 0.5), LRStep(42, 0.5), LRStep(50, 0.5), LRStep(53, 0.5),
+        LRStep(55, 0.5), LRStep(57, 0.25),
+    ]  # fmt: skip

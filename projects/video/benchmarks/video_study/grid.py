@@ -86,6 +86,9 @@ class VideoCell:
     batch: int
     seed: Optional[int] = None  # SEED of the run; None: the config's (0)
     multigrid: bool = False
+    # a multigrid cell's LR at its long cycle's shapes: True grows it with the shape's clips
+    # (the linear rule, the paper's), False holds the base shape's (MULTIGRID.SCALE_LR)
+    multigrid_scale_lr: bool = True
     lr_factor: float = 1.0
     # "TSMResNet", or "TSNResNet" (the same network without the shift: the task's
     # single-frame control, at chance by construction: every class renders the same
@@ -103,7 +106,7 @@ class VideoCell:
         parts = ([] if self.backbone == "TSMResNet" else [self.backbone[:3].lower()]) + [
             self.optimizer, f"bs{self.batch}"]
         if self.multigrid:
-            parts.append("multigrid")
+            parts.append("multigrid" if self.multigrid_scale_lr else "multigrid-lrheld")
         if self.epochs_factor != 1.0:
             parts.append(f"ep{self.epochs_factor:g}x")
         if self.warmup_epochs is not None:
@@ -174,9 +177,10 @@ def _tsm4k_cells() -> List[VideoCell]:
         VideoCell("sgd", 256),
         VideoCell("sgd", 16, seed=2),
         *rows,
-        # multigrid whose coarsest stage is 25% of N (base batch 128: 8x the clips, 1024 a
-        # step), against its own row without multigrid at equal epochs (the step schedule
-        # multigrid needs on both), two seeds each: top-1 and the CPU wall-clock
+        # multigrid whose coarsest long-cycle shape is 25% of N (base batch 128: 8x the clips,
+        # 1024 a step; its short cycle's smallest crop 2048), against its own row without
+        # multigrid at equal epochs (the step schedule multigrid needs on both), two seeds
+        # each: top-1 and the CPU wall-clock
         VideoCell("sgd", 128, multigrid=True),
         VideoCell("sgd", 128, lr_schedule="step"),
         VideoCell("sgd", 128, multigrid=True, seed=1),
@@ -195,6 +199,11 @@ def _tsm4k_cells() -> List[VideoCell]:
         # batch 1024 (25% of N per step) with SGD's warm-up at 2x the epochs, two seeds
         VideoCell("sgd", 1024, epochs_factor=2.0, warmup_epochs=10.0),
         VideoCell("sgd", 1024, epochs_factor=2.0, warmup_epochs=10.0, seed=1),
+        # multigrid with the LR held at the base shape's (0.16 at every shape): with the
+        # linear rule its coarsest stage is SGD at 1024 clips and LR 1.28, the setting that
+        # did not train in the first grid
+        VideoCell("sgd", 128, multigrid=True, multigrid_scale_lr=False),
+        VideoCell("sgd", 128, multigrid=True, multigrid_scale_lr=False, seed=1),
     ]
 
 
@@ -266,6 +275,8 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
     if cell.multigrid:
         overrides += ["SOLVER.LR_SCHEDULER_NAME", "WarmupMultiStepLR",
                       "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", *MULTIGRID_OVERRIDES]  # fmt: skip
+        if not cell.multigrid_scale_lr:
+            overrides += ["MULTIGRID.SCALE_LR", "False"]
         # the long cycle multiplies the clips per step, so the run has fewer steps than the
         # base schedule: its warm-up is the steps of its own first 5 epochs
         iterations, warmup = _multigrid_steps(grid, overrides, world)

@@ -236,6 +236,9 @@ def _add_multigrid_config(cfg: CN) -> None:
     # Length of the multigrid schedule in data epochs, as a multiple of the base
     # schedule's (1.5 in the paper; 1.0 keeps the base epoch budget).
     cfg.MULTIGRID.EPOCH_FACTOR = 1.5
+    # The long cycle's LR grows with its shape's clips per step (the linear scaling rule,
+    # the paper's); False holds the base shape's LR at every shape.
+    cfg.MULTIGRID.SCALE_LR = True
     # Clips per BN group: batch statistics over fixed groups of this many clips,
     # whatever the per-device batch (sub-batch BN, one shared affine; synchronized
     # over enough devices where one holds fewer clips). 0 keeps MODEL.VIDEO.NORM

@@ -52,6 +52,7 @@ def build_multigrid_plan(cfg: CfgNode, num_samples: int, world_size: int) -> Mul
             long_cycle_factors=[tuple(f) for f in mg.LONG_CYCLE_FACTORS],
             short_cycle_factors=list(mg.SHORT_CYCLE_FACTORS),
             epoch_factor=mg.EPOCH_FACTOR,
+            scale_lr=mg.SCALE_LR,
         )
     except ValueError as e:
         raise ValueError(

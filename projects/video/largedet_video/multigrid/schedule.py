@@ -220,6 +220,7 @@ def build_multigrid_schedule(
     long_cycle_factors: Sequence[Tuple[float, float]] = DEFAULT_LONG_CYCLE_FACTORS,
     short_cycle_factors: Sequence[float] = DEFAULT_SHORT_CYCLE_FACTORS,
     epoch_factor: float = DEFAULT_EPOCH_FACTOR,
+    scale_lr: bool = True,
 ) -> MultigridSchedule:
     """Build the multigrid schedule for a base step schedule.
 
@@ -239,6 +240,7 @@ def build_multigrid_schedule(
         short_cycle_factors: crops of the short cycle's first shapes, as
             fractions of the base crop ``S``.
         epoch_factor: the schedule's length as a multiple of ``max_epoch``.
+        scale_lr: scale a long-cycle stage's LR by its shape's batch factor (rule 6).
 
     The rules (all roundings are Python's ``round``, half to even):
 
@@ -260,7 +262,8 @@ def build_multigrid_schedule(
     5. All lengths are scaled to add up to ``max_epoch * epoch_factor``; a
        stage's end epoch is the rounded cumulative sum of the scaled lengths.
     6. A long-cycle stage's relative LR is ``gamma^k`` times its long-cycle
-       shape's batch factor (the linear scaling rule). The fine-tuning stage
+       shape's batch factor (the linear scaling rule; ``scale_lr=False``: times 1,
+       the base shape's LR at every shape). The fine-tuning stage
        runs ``[start, (start + end) // 2)`` at the previous stage's LR, then
        ``gamma^K`` (times the base shape's factor, 1). The short cycle never
        changes the LR.
@@ -310,7 +313,7 @@ def build_multigrid_schedule(
     for index, (k, shapes, a, epochs) in enumerate(plan):
         total += epochs * scale
         fine_tuning = index == len(plan) - 1
-        lr = stages[-1].relative_lr if fine_tuning else gamma**k * shapes[-1].batch_factor
+        lr = stages[-1].relative_lr if fine_tuning else gamma**k * (shapes[-1].batch_factor if scale_lr else 1)
         stages.append(
             MultigridStage(
                 index=index,
