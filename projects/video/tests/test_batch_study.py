@@ -173,3 +173,22 @@ def test_multigrid_lrheld_cell_holds_the_base_shapes_lr():
     assert [s.relative_lr for s in mg_s.schedule.stages][:4] == [8.0, 4.0, 2.0, 1.0]
     assert [s.relative_lr for s in mg_h.schedule.stages][:4] == [1.0] * 4
     assert scaled.lr == held.lr == pytest.approx(0.16)
+
+
+def test_a_multigrid_row_says_its_step_schedule(tmp_path):
+    """tsm4k's CSV names each row's LR schedule: a multigrid cell runs the step schedule
+    (its name carries no ``lrstep``), and the row says so."""
+    grid = study.build_video_grid("tsm4k")
+    args = types.SimpleNamespace(grid_obj=grid, num_gpus=1, device_label="cpu", threads=1)
+    run = tmp_path / "mg"
+    _fake_run(str(run), top1=40.0)
+    with open(run / "metrics.json", "a") as f:
+        f.write(json.dumps({"iteration": 3, f"{grid.holdout_set}/classification/top1": 41.0}) + "\n")
+    rows = {}
+    for cell in (study.VideoCell("sgd", 64, multigrid=True, multigrid_scale_lr=False),
+                 study.VideoCell("sgd", 64, lr_schedule="step"), study.VideoCell("sgd", 64)):
+        plan = study.plan_video_cell(grid, cell, str(tmp_path))
+        rows[cell.name] = study_runner.summarize_video_cell(plan, str(run), 0, 60.0, args)
+    assert {n: r["lr_schedule"] for n, r in rows.items()} == {
+        "sgd-bs64-multigrid-lrheld": "step", "sgd-bs64-lrstep": "step", "sgd-bs64": "cosine"}
+    assert rows["sgd-bs64-multigrid-lrheld"]["holdout_top1"] == "41.00"

@@ -204,6 +204,14 @@ def _tsm4k_cells() -> List[VideoCell]:
         # did not train in the first grid
         VideoCell("sgd", 128, multigrid=True, multigrid_scale_lr=False),
         VideoCell("sgd", 128, multigrid=True, multigrid_scale_lr=False, seed=1),
+        # base batch 64: more steps (the coarsest long-cycle shape 512 clips, its short
+        # cycle's smallest crop 1024 = 25% of N), LR held and the linear rule's, against the
+        # step schedule at batch 64
+        VideoCell("sgd", 64, multigrid=True, multigrid_scale_lr=False),
+        VideoCell("sgd", 64, lr_schedule="step"),
+        VideoCell("sgd", 64, multigrid=True),
+        VideoCell("sgd", 64, multigrid=True, multigrid_scale_lr=False, seed=1),
+        VideoCell("sgd", 64, lr_schedule="step", seed=1),
     ]
 
 

@@ -79,7 +79,8 @@ def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: f
         if not diverged and holdout_top1 == "":
             return None
         row.update(
-            lr_schedule=plan.cell.lr_schedule,
+            # a multigrid cell runs the step schedule whatever its name says
+            lr_schedule="step" if plan.cell.multigrid else plan.cell.lr_schedule,
             warmup_epochs=f"{grid.warmup_epochs if plan.cell.warmup_epochs is None else plan.cell.warmup_epochs:g}",
             holdout_top1="" if diverged else holdout_top1,
             val_videos=final_top1(run.metrics, grid.report_set, key="num_videos"),
