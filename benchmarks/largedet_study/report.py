@@ -547,25 +547,25 @@ def _seed_of(row: dict) -> str:
 def multigrid_table(csv_name: str = "video4k") -> str:
     """Multigrid against its own row without multigrid (:func:`multigrid_pairs`): n, top-1
     on both splits (mean ± SD), the reported difference with its pooled 95% interval, the
-    training wall clock's speed-up (the row without over multigrid, seed by seed where both
-    have the seed), and whether multigrid trains (reported top-1 above
-    :data:`MULTIGRID_TRAINS` of the baseline's)."""
+    speed-up of the training wall clock (``train_s``: the run less its evaluation; the row
+    without over multigrid, seed by seed where both have the seed), and whether multigrid
+    trains (reported top-1 above :data:`MULTIGRID_TRAINS` of the baseline's)."""
     holdout, reported = SPLITS[csv_name]
     base = video_baseline(csv_name)
     pairs = multigrid_pairs(csv_name)
     if not pairs:
         return "(no multigrid row yet)"
     head = ["multigrid / without", "n", "held-out top-1", "reported top-1",
-            "reported: diff [95% interval]", "wall clock, s", "speed-up (per seed)", "trains"]
+            "reported: diff [95% interval]", "training, s", "speed-up (per seed)", "trains"]
     lines = ["| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for mg, plain in pairs:
         n = f"{len(mg.trained)}/{len(plain.trained) if plain else 0}"
-        walls = {_seed_of(r): float(r["wall_clock_s"]) for r in mg.trained if r.get("wall_clock_s")}
+        walls = {_seed_of(r): float(r["train_s"]) for r in mg.trained if r.get("train_s")}
         if plain is not None:
             ho = f"{_ms(mg.summary(holdout))} / {_ms(plain.summary(holdout))}"
             rep = f"{_ms(mg.summary(reported))} / {_ms(plain.summary(reported))}"
             d = difference(mg.values(reported), plain.values(reported)) if plain.trained and mg.trained else None
-            pwalls = {_seed_of(r): float(r["wall_clock_s"]) for r in plain.trained if r.get("wall_clock_s")}
+            pwalls = {_seed_of(r): float(r["train_s"]) for r in plain.trained if r.get("train_s")}
             both = [s for s in walls if s in pwalls]
             ratios = [pwalls[s] / walls[s] for s in both]
             wall = (f"{fmt(summarize(list(walls.values())).mean, 0)} / "

@@ -216,12 +216,12 @@ def test_multigrid_table_pairs_seeds_and_states_the_speed_up(tmp_path, monkeypat
     (an unpaired seed counts in the means, never in a ratio), and whether it trains (above
     80% of the baseline's reported top-1)."""
     fields = ["cell", "batch", "iterations", "top1", "holdout_top1", "diverged", "final_loss",
-              "device", "val_videos", "holdout_videos", "wall_clock_s"]
+              "device", "val_videos", "holdout_videos", "train_s"]
 
     def row(cell, batch, top1, holdout, wall):
         return dict(cell=cell, batch=batch, iterations=10, top1=top1, holdout_top1=holdout,
                     diverged="no", final_loss="0.1", device="EPYC", val_videos=4096,
-                    holdout_videos=2048, wall_clock_s=wall)
+                    holdout_videos=2048, train_s=wall)
 
     def write(rows):
         with open(tmp_path / "v.csv", "w", newline="") as f:

@@ -192,3 +192,18 @@ def test_a_multigrid_row_says_its_step_schedule(tmp_path):
     assert {n: r["lr_schedule"] for n, r in rows.items()} == {
         "sgd-bs64-multigrid-lrheld": "step", "sgd-bs64-lrstep": "step", "sgd-bs64": "cosine"}
     assert rows["sgd-bs64-multigrid-lrheld"]["holdout_top1"] == "41.00"
+
+
+def test_train_seconds_leave_out_evaluation_over_every_invocation(tmp_path):
+    """``train_s``: each invocation's wall clock less its evaluation, summed (a resumed run
+    has several); "" without a timed invocation."""
+    run = tmp_path / "r"
+    _fake_run(str(run))
+    assert study_runner.train_seconds(str(run)) == ""
+    with open(run / "run_summary.json", "w") as f:
+        json.dump({"status": "finished", "invocations": [
+            {"wall_clock_s": 100.25, "evaluation_s": 30.0, "status": "preempted"},
+            {"wall_clock_s": 50.0, "evaluation_s": None, "status": "finished"},
+            {"status": "running"}]}, f)
+    assert study_runner.train_seconds(str(run)) == "120.2"  # 70.25 + 50, to 0.1 s
+    assert study.VIDEO_HOLDOUT_CSV_FIELDS[-1] == "train_s"

@@ -14,6 +14,7 @@ import signal
 import sys
 from typing import List, Optional
 
+from largedet.launch.run_summary import read_run_summary
 from largedet_study.runner import CARRY_HELP, _interrupt_on_sigterm, finished_run, read_done, run_todo, train
 
 from .grid import (
@@ -36,6 +37,16 @@ VIDEO_TRAIN_COMMAND = (sys.executable, os.path.join(ROOT, "projects", "video", "
 def run_cell(plan: VideoPlan, run_dir: str, args):
     """Train ``plan``'s cell in ``run_dir`` (resuming it there); (exit status, log, wall s)."""
     return train(plan.overrides, run_dir, args)
+
+
+def train_seconds(run_dir: str) -> str:
+    """The run's wall clock less its evaluation, summed over its invocations (its
+    ``run_summary.json``), to 0.1 s; "" where the summary has no invocation timed."""
+    invocations = (read_run_summary(run_dir) or {}).get("invocations") or []
+    timed = [i for i in invocations if i.get("wall_clock_s") is not None]
+    if not timed:
+        return ""
+    return f"{sum(i['wall_clock_s'] - (i.get('evaluation_s') or 0.0) for i in timed):.1f}"
 
 
 def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: float, args) -> Optional[dict]:
@@ -85,6 +96,7 @@ def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: f
             holdout_top1="" if diverged else holdout_top1,
             val_videos=final_top1(run.metrics, grid.report_set, key="num_videos"),
             holdout_videos=final_top1(run.metrics, grid.holdout_set, key="num_videos"),
+            train_s=train_seconds(run_dir),
         )
     return row
 
