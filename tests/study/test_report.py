@@ -158,16 +158,22 @@ def test_docs_match_their_csvs():
     assert report.check() == []
 
 
-def test_video_verdict_needs_three_seeds_and_4096_videos(tmp_path, monkeypatch):
-    fields = ["cell", "batch", "iterations", "top1", "holdout_top1", "diverged", "final_loss",
-              "device", "val_videos", "holdout_videos"]
+VIDEO_FIELDS = ["cell", "batch", "iterations", "top1", "holdout_top1", "diverged", "final_loss",
+                "device", "val_videos", "holdout_videos", "train_s"]
 
+
+def _write_video(path, rows):
+    """A tsm4k-shaped CSV of ``rows`` (missing columns empty)."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=VIDEO_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in VIDEO_FIELDS})
+
+
+def test_video_verdict_needs_three_seeds_and_4096_videos(tmp_path, monkeypatch):
     def write(rows):
-        with open(tmp_path / "v.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: r.get(k, "") for k in fields})
+        _write_video(tmp_path / "v.csv", rows)
 
     def row(cell, batch, top1, holdout, videos=4096):
         return dict(cell=cell, batch=batch, iterations=10, top1=top1, holdout_top1=holdout,
@@ -215,20 +221,13 @@ def test_multigrid_table_pairs_seeds_and_states_the_speed_up(tmp_path, monkeypat
     """Multigrid against its own step-schedule row: the wall clock's speed-up seed by seed
     (an unpaired seed counts in the means, never in a ratio), and whether it trains (above
     80% of the baseline's reported top-1)."""
-    fields = ["cell", "batch", "iterations", "top1", "holdout_top1", "diverged", "final_loss",
-              "device", "val_videos", "holdout_videos", "train_s"]
-
     def row(cell, batch, top1, holdout, wall):
         return dict(cell=cell, batch=batch, iterations=10, top1=top1, holdout_top1=holdout,
                     diverged="no", final_loss="0.1", device="EPYC", val_videos=4096,
                     holdout_videos=2048, train_s=wall)
 
     def write(rows):
-        with open(tmp_path / "v.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields)
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: r.get(k, "") for k in fields})
+        _write_video(tmp_path / "v.csv", rows)
 
     monkeypatch.setattr(report, "ROOT", str(tmp_path))
     monkeypatch.setattr(report, "CSVS", {**report.CSVS, "video4k": "v.csv"})
