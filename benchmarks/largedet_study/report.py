@@ -532,10 +532,10 @@ MULTIGRID_TRAINS = 0.8
 
 def multigrid_pairs(csv_name: str = "video4k") -> List[Tuple[Family, Optional[Family]]]:
     """Each multigrid family with its own row without multigrid at equal epochs: the family
-    named with ``multigrid`` (and ``-lrheld``) replaced by ``lrstep`` (the step schedule multigrid runs on);
+    named with ``multigrid`` (and ``-lrheld`` or ``-short``) replaced by ``lrstep`` (the step schedule multigrid runs on);
     None where that row has not run."""
     fams = families(csv_name)
-    return [(f, fams.get(re.sub(r"-multigrid(-lrheld)?", "", name) + "-lrstep"))
+    return [(f, fams.get(re.sub(r"-multigrid(-lrheld|-short)?", "", name) + "-lrstep"))
             for name, f in fams.items() if "-multigrid" in name]  # fmt: skip
 
 

@@ -250,3 +250,9 @@ def test_multigrid_table_pairs_seeds_and_states_the_speed_up(tmp_path, monkeypat
     assert line.endswith("| 1100 / 2450 | 2.25x (2.50, 2.00) | yes (81% of `sgd-bs16`) |")
     write(base + [row("sgd-bs128-multigrid", 128, "68.0", "67.0", "1000")])
     assert report.multigrid_table().splitlines()[2].endswith("| no (79% of `sgd-bs16`) |")
+    # the short cycle alone pairs with the same step-schedule row
+    write(base + [row("sgd-bs128-multigrid-short", 128, "84.0", "83.0", "1250"),
+                  row("sgd-bs128-lrstep", 128, "84.0", "83.0", "2500")])
+    assert report.multigrid_table().splitlines()[2].startswith(
+        "| `sgd-bs128-multigrid-short` / `sgd-bs128-lrstep` | 1/1 |")
+    assert "| 2.00x (2.00) | yes (97% of `sgd-bs16`) |" in report.multigrid_table()

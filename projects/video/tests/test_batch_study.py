@@ -175,6 +175,31 @@ def test_multigrid_lrheld_cell_holds_the_base_shapes_lr():
     assert scaled.lr == held.lr == pytest.approx(0.16)
 
 
+def test_multigrid_short_cell_runs_the_short_cycle_alone():
+    """``-multigrid-short``: no long cycle, so every stage has the base shape's 8 frames and
+    the base step schedule's LR; the short cycle alternates crops 16, 23, 32 with 4x, 2x
+    and 1x the clips, so an epoch takes about 3/7 of the base steps (960 -> 408 at base
+    128)."""
+    from largedet_video.multigrid import build_multigrid_plan
+
+    grid = study.build_video_grid("tsm4k")
+    cell = study.VideoCell("sgd", 128, multigrid=True, multigrid_long_cycle=False)
+    assert cell.name == "sgd-bs128-multigrid-short"
+    plan = study.plan_video_cell(grid, cell, "/x")
+    cfg = cfg_of(plan)
+    assert (cfg.MULTIGRID.LONG_CYCLE, cfg.MULTIGRID.SHORT_CYCLE) == (False, True)
+    mg = build_multigrid_plan(cfg, 4096, 1)
+    assert plan.iterations == mg.max_iter
+    assert {(st.num_frames, st.relative_lr) for st in mg.schedule.stages} == {(8, 1.0), (8, 0.1)}
+    shapes = mg.schedule.stages[0].short_cycle_shapes
+    assert [(s.crop_size, s.batch_factor) for s in shapes] == [(16, 4), (23, 2), (32, 1)]
+    # per device an epoch of 4096 clips is 36 cycles of 64 + 32 + 16 clips (108 batches,
+    # 4032 clips) and one batch of the 64 left: 109 batches; 30 epochs over 8 batches a step
+    assert mg.epoch_batches == (109,) * 30
+    assert plan.iterations == 30 * 109 // 8 == 408
+    assert plan.lr == pytest.approx(0.16)
+
+
 def test_a_multigrid_row_says_its_step_schedule(tmp_path):
     """tsm4k's CSV names each row's LR schedule: a multigrid cell runs the step schedule
     (its name carries no ``lrstep``), and the row says so."""
