@@ -29,9 +29,16 @@ multigrid run its speed-up (base training time / its training time) and its top-
 minus the base's. The target (Wu et al. 2020 report 4.5x on GPUs): >= 2.5x faster
 with top-1 within 1 point. On a shared machine the load average before and after
 each run is printed too.
+
+With ``--csv PATH`` each run appends a row (date, CPU, torch, ``--load``: what else the
+machine ran; one ``invocation`` id for the runs of one command, whose speed-ups are taken
+within it); projects/video/README.md's table is generated from
+``projects/video/benchmarks/results/multigrid_demo.csv`` (``python benchmarks/study_report.py``).
 """
 
 import argparse
+import csv
+import datetime
 import logging
 import os
 import sys
@@ -47,6 +54,16 @@ from tabulate import tabulate
 from largedet_video.engine import VideoTrainer, build_cfg, setup
 
 VIDEO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(VIDEO_DIR))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from demo_speed import cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
+
+#: one row per run of an invocation
+CSV_FIELDS = [
+    "date", "invocation", "cpu", "cpu_family_model", "isa", "cores", "torch", "load", "config",
+    "data", "schedule", "epoch_factor", "epochs", "steps", "train_s", "s_per_step", "test_s",
+    "top1", "load_avg",
+]  # fmt: skip
 DEFAULT_CONFIG = os.path.join(
     VIDEO_DIR, "configs", "tsm_r18w32_8f_moving_shapes_adamw_steps_bs16.yaml"
 )
@@ -158,6 +175,8 @@ def main():
         default="frames",
         help="read clips from extracted JPEG frames (default) or decode the MP4 files",
     )
+    parser.add_argument("--csv", help="append one row per run to this CSV")
+    parser.add_argument("--load", default="", help="what else the machine ran (the CSV's load column)")
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     args = parser.parse_args()
     opts = list(args.opts)
@@ -169,6 +188,7 @@ def main():
     if args.data == "frames":
         opts += frame_folders(args.config_file, opts)
 
+    invocation = datetime.datetime.now().strftime("%Y%m%dT%H%M%S")
     variants = [("base shape", [])] + [
         (
             f"multigrid, {f:g}x epochs",
@@ -181,6 +201,9 @@ def main():
     for i, (name, overrides) in enumerate(variants):
         rows[name] = run(args.config_file, opts + overrides, os.path.join(args.output, str(i)))
         logging.getLogger("largedet_video").info("%s: %s", name, rows[name])
+        if args.csv:  # each run as it ends: a crash keeps the runs before it
+            factor = "" if i == 0 else f"{args.epoch_factors[i - 1]:g}"
+            append_row(args.csv, invocation, rows[name], factor, args)
 
     print(f"\nconfig {args.config_file} {' '.join(args.opts)}; data: {args.data}")
     print(
@@ -223,6 +246,28 @@ def main():
             f"steps), top-1 {diff:+.1f} points against the base shape ({target} the "
             f">= 2.5x, within 1 point target)"
         )
+
+
+def append_row(path, invocation, result, epoch_factor, args):
+    """One run's row: ``epoch_factor`` "" for the base shape, else multigrid's factor."""
+    import torch
+
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    row = {
+        "date": datetime.date.today().isoformat(), "invocation": invocation, **cpu_class(),
+        "torch": torch.__version__, "load": args.load,
+        "config": os.path.relpath(os.path.abspath(args.config_file), ROOT)
+        + "".join(f" {o}" for o in args.opts),
+        "data": args.data, "schedule": "multigrid" if epoch_factor else "base",
+        "epoch_factor": epoch_factor, "epochs": f"{result['epochs']:g}", "steps": result["steps"],
+        "train_s": f"{result['train_s']:.1f}", "s_per_step": f"{result['s_per_step']:.4f}",
+        "test_s": f"{result['test_s']:.1f}", "top1": f"{result['top1']:.2f}", "load_avg": result["load"],
+    }  # fmt: skip
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
 
 
 if __name__ == "__main__":
