@@ -80,6 +80,148 @@ def multigrid_demo_table(path: str = MULTIGRID_DEMO_CSV) -> str:
     return "\n".join(lines)
 
 
+THROUGHPUT_CSV = "projects/video/benchmarks/results/throughput"
+#: the TSM paper's speed-ups of TSM over the two I3D baselines (GPUs)
+PAPER_TSM_OVER_I3D = {"I3D 3x3x3": 1.6, "I3D 3x1x1": 2.9}
+
+
+def _median_range(values: List[float], fmt: str, unit: str = "") -> str:
+    """``median (min-max)`` of ``values``, each number followed by ``unit``; the value alone
+    where there is one."""
+    import statistics
+
+    def f(v: float) -> str:
+        return format(v, fmt) + unit
+
+    if len(values) == 1:
+        return f(values[0])
+    lo, hi = min(values), max(values)
+    return f"{f(statistics.median(values))} ({f(lo)}-{f(hi)})"
+
+
+def _invocations(runs: List[dict]) -> Dict[str, Dict[str, dict]]:
+    """{invocation: {model or decoder key: row}}."""
+    out: Dict[str, Dict[str, dict]] = {}
+    for r in runs:
+        out.setdefault(r["invocation"], {})[r.get("model") or (r["video_set"], r["decoder"])] = r
+    return out
+
+
+def throughput_training_table(prefix: str = THROUGHPUT_CSV) -> str:
+    """Training clips/s per model (rows of ``throughput.py --csv``), one table row per model,
+    machine, load and setting: the invocations, clips/s and clips per CPU-second (median and
+    range over the invocations), GFLOPs per clip and parameters; then per setting the ratios
+    taken within each invocation: TSM over each I3D baseline, and the shift's cost against
+    TSN (1 - TSM / TSN, wall clock and CPU time)."""
+    path = prefix + "_training.csv"
+    if not os.path.exists(os.path.join(ROOT, path)):
+        return "(not measured yet)"
+    key = ("cpu", "cpu_family_model", "torch", "device", "load", "depth", "width", "size", "frames", "batch")
+    groups = _groups(path, key)
+    head = ["| setting | CPU (family/model) | torch | beside | model | runs | clips/s | clips per CPU-s "
+            "| GFLOPs/clip | parameters (M) | dates |",
+            "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    ratios = ["| setting | CPU (family/model) | beside | runs | TSM / I3D 3x3x3 (paper 1.6x) "
+              "| TSM / I3D 3x1x1 (paper 2.9x) | shift cost, wall (goal <= 3%) | shift cost, CPU time "
+              "| naive shift cost, wall |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for (cpu, fm, torch_version, device, load, depth, width, size, frames, batch), runs in groups.items():
+        setting = f"R{depth}{'' if width == '64' else f' w{width}'}, {batch} x {frames} x {size}^2"
+        where = cpu if device == "cpu" else device
+        models: Dict[str, List[dict]] = {}
+        for r in runs:
+            models.setdefault(r["model"], []).append(r)
+        for model, rs in models.items():
+            cpu_s = [float(r["clips_cpu_s"]) for r in rs if r["clips_cpu_s"]]
+            head.append(
+                f"| {setting} | {where} ({fm}) | {torch_version} | {load or 'nothing'} | {model} | {len(rs)} "
+                f"| {_median_range([float(r['clips_s']) for r in rs], '.2f')} "
+                f"| {_median_range(cpu_s, '.2f') if cpu_s else '-'} | {_column(rs, 'gflops', '.1f')} "
+                f"| {_column(rs, 'params_m', '.1f')} | {_dates(rs)} |"
+            )
+        inv = list(_invocations(runs).values())
+
+        def ratio(a: str, b: str, field: str, cost: bool = False) -> str:
+            vals = [float(i[a][field]) / float(i[b][field]) for i in inv if a in i and b in i and i[a][field]]
+            if not vals:
+                return "-"
+            if cost:
+                return _median_range([100 * (1 - v) for v in vals], "+.1f", "%")
+            return _median_range(vals, ".2f", "x")
+
+        ratios.append(
+            f"| {setting} | {where} ({fm}) | {load or 'nothing'} | {len(inv)} "
+            f"| {ratio('TSM', 'I3D 3x3x3', 'clips_s')} | {ratio('TSM', 'I3D 3x1x1', 'clips_s')} "
+            f"| {ratio('TSM', 'TSN', 'clips_s', True)} | {ratio('TSM', 'TSN', 'clips_cpu_s', True)} "
+            f"| {ratio('TSM (naive shift)', 'TSN', 'clips_s', True)} |"
+        )
+    return "\n".join(head) + "\n\n" + "\n".join(ratios)
+
+
+def throughput_decoding_table(prefix: str = THROUGHPUT_CSV) -> str:
+    """Decoding clips/s of one worker per decoder and video set (rows of ``throughput.py
+    --decoders --csv``), per machine and load: the invocations, clips/s and clips per
+    CPU-second (median and range over the invocations' medians), and per CPU-second the
+    decoder over PyAV within each invocation."""
+    path = prefix + "_decoding.csv"
+    if not os.path.exists(os.path.join(ROOT, path)):
+        return "(not measured yet)"
+    groups = _groups(path, ("cpu", "cpu_family_model", "torch", "device", "load"))
+    lines = ["| CPU (family/model) | torch | beside | video set | decoder | runs | clips/s | clips per CPU-s "
+             "| / PyAV, per CPU-s | dates |",
+             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for (cpu, fm, torch_version, _device, load), runs in groups.items():
+        inv = list(_invocations(runs).values())
+        cells: Dict[tuple, List[dict]] = {}
+        for r in runs:
+            cells.setdefault((r["video_set"], r["decoder"]), []).append(r)
+        for (video_set, decoder), rs in cells.items():
+            vs = [float(i[(video_set, decoder)]["clips_cpu_s"]) / float(i[(video_set, "pyav")]["clips_cpu_s"])
+                  for i in inv if (video_set, decoder) in i and (video_set, "pyav") in i]  # fmt: skip
+            rel = "-" if decoder == "pyav" or not vs else _median_range(vs, ".2f", "x")
+            lines.append(
+                f"| {cpu} ({fm}) | {torch_version} | {load or 'nothing'} | {video_set} | {decoder} | {len(rs)} "
+                f"| {_median_range([float(r['clips_s']) for r in rs], '.2f')} "
+                f"| {_median_range([float(r['clips_cpu_s']) for r in rs], '.1f')} | {rel} | {_dates(rs)} |"
+            )
+    return "\n".join(lines)
+
+
+#: the GPU check's video-throughput step (2026-11-26), one run on each of two machines
+GPU_THROUGHPUT_LOGS = tuple(f"benchmarks/results/gpu_check_h100_2026-11-26/lease{k}/video-throughput.log" for k in (1, 2))
+_MODEL_LINE = re.compile(r"^  (TSN|TSM|TSM \(naive shift\)|I3D 3x3x3|I3D 3x1x1) +([\d.]+) clips/s")
+_RATIO_LINE = re.compile(r"^  TSM / (I3D 3x[13]x[13]): +([\d.]+)x")
+_SHIFT_LINE = re.compile(r"^  shift cost vs TSN: ([+-][\d.]+)% wall.*naive shift ([+-][\d.]+)% wall")
+
+
+def gpu_throughput_line(paths=GPU_THROUGHPUT_LOGS) -> str:
+    """The GPU check's training clips/s per model and the printed ratios, each as the runs'
+    values joined by " / ", read from the benchmark's output."""
+    runs = []
+    for path in paths:
+        with open(os.path.join(ROOT, path)) as f:
+            lines = f.read().splitlines()
+        run: Dict[str, str] = {}
+        for line in lines:
+            for pattern in (_MODEL_LINE, _RATIO_LINE):
+                m = pattern.match(line)
+                key = m and (m.group(1) if pattern is _MODEL_LINE else "TSM / " + m.group(1))
+                if m and key not in run:
+                    run[key] = m.group(2)
+            m = _SHIFT_LINE.match(line)
+            if m:
+                run["shift"], run["naive"] = m.group(1), m.group(2)
+        runs.append(run)
+
+    def joined(key: str, unit: str = "") -> str:
+        return " / ".join(r[key] + unit for r in runs)
+
+    models = ", ".join(f"{m} {joined(m)}" for m in ("TSN", "TSM", "TSM (naive shift)", "I3D 3x3x3", "I3D 3x1x1"))
+    return (f"training clips/s (runs: {len(runs)}): {models}. TSM / I3D 3x3x3 {joined('TSM / I3D 3x3x3', 'x')} "
+            f"(paper 1.6x), TSM / I3D 3x1x1 {joined('TSM / I3D 3x1x1', 'x')} (paper 2.9x); the shift "
+            f"{joined('shift', '%')} against TSN (goal <= 3%), the naive shift {joined('naive', '%')}.")
+
+
 #: the GPU check's multigrid step (2026-11-26): the end of the benchmark's output
 GPU_MULTIGRID_LOG = "benchmarks/results/gpu_check_h100_2026-11-26/lease2/multigrid_tail.log"
 _SPEED_LINE = re.compile(r"^multigrid, ([\d.]+)x epochs: ([\d.]+)x faster training")
@@ -106,7 +248,10 @@ def gpu_multigrid_line(path: str = GPU_MULTIGRID_LOG) -> str:
 
 
 BLOCKS: Dict[str, Callable[[], str]] = {
+    "video-throughput-training": throughput_training_table,
+    "video-throughput-decoding": throughput_decoding_table,
     "video-multigrid-gpu": gpu_multigrid_line,
+    "video-throughput-gpu": gpu_throughput_line,
     "video-decoded-cache": decoded_cache_table,
     "video-multigrid-demo": multigrid_demo_table,
 }

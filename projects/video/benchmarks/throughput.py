@@ -30,12 +30,20 @@
 
 Ratios printed: TSM / I3D 3x3x3 and TSM / I3D 3x1x1 (the TSM paper: 1.6x and
 2.9x), the shift's cost against TSN (goal: <= 3%), each decoder / PyAV.
+
+``--csv PREFIX`` appends the figures to ``PREFIX_training.csv`` (one row per model) and
+``PREFIX_decoding.csv`` (one row per decoder and video set), with the date, CPU, torch
+and ``--load`` (what else the machine ran); projects/video/README.md's tables are generated
+from ``projects/video/benchmarks/results/throughput_*.csv`` (``python benchmarks/study_report.py``).
 """
 
 import argparse
 import contextlib
+import csv
+import datetime
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -58,6 +66,19 @@ from largedet_video.data.moving_shapes import (
     write_mp4,
 )
 from largedet_video.data.sampling import segment_train_indices
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from demo_speed import cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
+
+MACHINE_FIELDS = ["date", "invocation", "cpu", "cpu_family_model", "isa", "cores", "torch", "device", "load"]
+TRAINING_FIELDS = MACHINE_FIELDS + [
+    "depth", "width", "size", "frames", "batch", "threads", "rounds", "steps", "model", "clips_s",
+    "clips_cpu_s", "gflops", "params_m",
+]  # fmt: skip
+DECODING_FIELDS = MACHINE_FIELDS + [
+    "video_set", "decoder", "rounds", "seconds", "clips_s", "clips_s_min", "clips_s_max", "clips_cpu_s",
+]  # fmt: skip
 from largedet_video.modeling.backbone import RESNET_LAYERS, resnet
 
 MODELS = {
@@ -247,6 +268,44 @@ def run_decoding(args, decoders):
             if "pyav" in rates:
                 ratio = median(rates[decoder][0]) / median(rates["pyav"][0])
                 print(f"    {decoder} / PyAV: {ratio:.2f}x")
+    return results
+
+
+def append_rows(path, fields, rows, machine):
+    """Append ``rows`` (dicts of the fields past the machine's) to the CSV at ``path``."""
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({**machine, **row})
+
+
+def machine_columns(args):
+    """The columns every row of one invocation shares."""
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    return {"date": datetime.date.today().isoformat(), "invocation": args.invocation, **cpu_class(),
+            "torch": torch.__version__, "device": device, "load": args.load}  # fmt: skip
+
+
+def training_rows(args, names, wall, cpu, flops, params):
+    gpu = args.device.startswith("cuda")
+    return [{
+        "depth": args.depth, "width": args.width, "size": args.size, "frames": args.frames,
+        "batch": args.batch, "threads": torch.get_num_threads(), "rounds": args.rounds, "steps": args.steps,
+        "model": name, "clips_s": f"{wall[name]:.3f}", "clips_cpu_s": "" if gpu else f"{cpu[name]:.3f}",
+        "gflops": f"{flops[name] / 1e9:.2f}", "params_m": f"{params[name] / 1e6:.2f}",
+    } for name in names]  # fmt: skip
+
+
+def decoding_rows(args, results):
+    median = statistics.median
+    return [{
+        "video_set": name, "decoder": decoder, "rounds": args.decode_rounds, "seconds": args.decode_seconds,
+        "clips_s": f"{median(wall):.3f}", "clips_s_min": f"{min(wall):.3f}", "clips_s_max": f"{max(wall):.3f}",
+        "clips_cpu_s": f"{median(cpu):.3f}",
+    } for name, rates in results.items() for decoder, (wall, cpu) in rates.items()]  # fmt: skip
 
 
 def main():
@@ -280,7 +339,10 @@ def main():
         help="decoding only, with these decoders (none named: every one that runs here)",
     )
     parser.add_argument("--skip-decode", action="store_true")
+    parser.add_argument("--csv", metavar="PREFIX", help="append the figures to PREFIX_training.csv and PREFIX_decoding.csv")
+    parser.add_argument("--load", default="", help="what else the machine ran (the CSVs' load column)")
     args = parser.parse_args()
+    args.invocation = datetime.datetime.now().strftime("%Y%m%dT%H%M%S")
     gpu = args.device.startswith("cuda")
     args.size = args.size or (224 if gpu else 112)
     args.batch = args.batch or (8 if gpu else 2)
@@ -301,7 +363,9 @@ def main():
         if reason and decoder not in decoders:
             print(f"  (no {decoder}: {reason})")
     if args.decoders is not None:
-        run_decoding(args, decoders)
+        results = run_decoding(args, decoders)
+        if args.csv:
+            append_rows(args.csv + "_decoding.csv", DECODING_FIELDS, decoding_rows(args, results), machine_columns(args))
         return
     print(
         f"Training: ResNet-{args.depth} (width {args.width}), {args.batch} clips x {args.frames} frames x "
@@ -312,6 +376,9 @@ def main():
         names = [n for n in names if not n.startswith("I3D")]
         print(f"  (no I3D: the I3D baselines are bottleneck ResNets, not ResNet-{args.depth})")
     wall, cpu, flops, params = bench_training(args, names)
+    if args.csv:
+        rows = training_rows(args, names, wall, cpu, flops, params)
+        append_rows(args.csv + "_training.csv", TRAINING_FIELDS, rows, machine_columns(args))
     for model in names:
         extra = "" if gpu else f"  {cpu[model]:7.2f} clips/CPU-s"
         print(
@@ -329,7 +396,9 @@ def main():
     )
 
     if not args.skip_decode:
-        run_decoding(args, decoders)
+        results = run_decoding(args, decoders)
+        if args.csv:
+            append_rows(args.csv + "_decoding.csv", DECODING_FIELDS, decoding_rows(args, results), machine_columns(args))
 
 
 if __name__ == "__main__":
