@@ -48,7 +48,7 @@ def test_kinetics_recipe_arithmetic():
     iters_per_epoch = 240_000 / s.IMS_PER_BATCH
     assert s.IMS_PER_BATCH == 1536 * 8
     assert s.MAX_ITER == int(100 * iters_per_epoch)
-    assert s.WARMUP_ITERS == round(5 * iters_per_epoch)
+    assert s.WARMUP_ITERS == round(10 * iters_per_epoch)  # the video study's warm-up (next test)
     assert lr_scaling(cfg).lr == pytest.approx(0.01 * s.IMS_PER_BATCH / 64) == pytest.approx(1.92)
     assert batch_plan(cfg, 1536).accumulation == 1 and batch_plan(cfg, 8).accumulation == 192
     assert s.LR_SCHEDULER_NAME == "WarmupCosineLR"
@@ -75,21 +75,29 @@ def test_multigrid_configs_plan():
     assert not multigrid_enabled(base)
 
 
-def test_kinetics_config_cites_study_rows_that_exist():
-    """Every study row the Kinetics config's comments name is a row: "video: <cell>" of the
-    video batch study's CSV, a bare <cell> of the detection study's steps-matched CSV."""
+def test_kinetics_config_cites_study_rows_that_exist_and_takes_the_marked_recipe():
+    """Every study row the Kinetics config's comments name ("video4k: <cell>") is a row of the
+    tsm4k study's CSV; the row marked as the config's recipe (the held-out choice, generated)
+    is what the config trains: its optimizer, its warm-up in epochs (5 where the name says
+    none), its schedule (cosine, or WSD for ``-lrwsd``) and its LR factor on the linear rule."""
     import re
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(CONFIG_DIR)))
-    with open(os.path.join(CONFIG_DIR, "kinetics400_tsm_r50_8f.yaml")) as f:
+    path = os.path.join(CONFIG_DIR, "kinetics400_tsm_r50_8f.yaml")
+    with open(path) as f:
         text = f.read()
-    rows = {}
-    for name, path in (("video", "projects/video/benchmarks/results/batch_study.csv"),
-                       ("steps", "benchmarks/results/batch_scaling_steps.csv")):  # fmt: skip
-        with open(os.path.join(root, path)) as f:
-            rows[name] = {line.split(",", 1)[0] for line in f}
-    cell = r"((?:sgd|lamb|pmd_lamb|adamw)-bs\d+[\w.-]*)"
-    video = set(re.findall(r"video: " + cell, text))
-    steps = set(re.findall(r"(?<!video: )\b" + cell, text)) - video
-    assert video and video <= rows["video"], video - rows["video"]
-    assert steps and steps <= rows["steps"], steps - rows["steps"]
+    with open(os.path.join(root, "projects/video/benchmarks/results/tsm4k_study.csv")) as f:
+        rows = {line.split(",", 1)[0] for line in f}
+    cell = r"((?:sgd|pmd_lamb)-bs\d+[\w.-]*)"
+    cited = set(re.findall(r"video4k: " + cell, text))
+    assert cited and cited <= rows, cited - rows
+    (recipe,) = re.findall(r"\[video4k: " + cell + r", n=\d+\].*<- this config's recipe", text)
+    cfg = load(path)
+    s = cfg.SOLVER
+    iters_per_epoch = 240_000 / s.IMS_PER_BATCH
+    warmup = re.search(r"-wu([\d.]+)", recipe)
+    lr_factor = re.search(r"-lrx([\d.]+)", recipe)
+    assert s.OPTIMIZER == {"sgd": "SGD", "pmd_lamb": "PMD_LAMB"}[recipe.split("-")[0]]
+    assert s.WARMUP_ITERS == round(float(warmup.group(1) if warmup else 5) * iters_per_epoch)
+    assert s.LR_SCHEDULER_NAME == ("WarmupStableDecayLR" if "-lrwsd" in recipe else "WarmupCosineLR")
+    assert lr_scaling(cfg).lr == pytest.approx(1.92 * float(lr_factor.group(1) if lr_factor else 1))
