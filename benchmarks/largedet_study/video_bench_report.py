@@ -81,6 +81,26 @@ def multigrid_demo_table(path: str = MULTIGRID_DEMO_CSV) -> str:
 
 
 THROUGHPUT_CSV = "projects/video/benchmarks/results/throughput"
+DEMO_RUNS_CSV = "projects/video/benchmarks/results/demo_runs.csv"
+
+
+def video_demo_table(path: str = DEMO_RUNS_CSV) -> str:
+    """One line per demo config, machine class, torch and load (rows of
+    ``projects/video/benchmarks/demo_runs.py --csv``): runs, top-1, training seconds, seconds
+    per step and the whole command's seconds, each the range over the runs."""
+    if not os.path.exists(os.path.join(ROOT, path)):
+        return "(not measured yet)"
+    groups = _groups(path, ("config", "cpu", "cpu_family_model", "isa", "torch", "load"))
+    lines = ["| config | CPU (family/model) | instruction sets | torch | beside | runs | top-1 % | training s "
+             "| s/step | whole command, s | dates |",
+             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for (config, cpu, fm, isa, torch_version, load), runs in groups.items():
+        lines.append(
+            f"| `{os.path.basename(config)}` | {cpu} ({fm}) | {isa} | {torch_version} | {load or 'nothing'} "
+            f"| {len(runs)} | {_column(runs, 'top1', '.1f')} | {_column(runs, 'training_s', '.0f')} "
+            f"| {_column(runs, 's_per_step', '.3f')} | {_column(runs, 'whole_s', '.0f')} | {_dates(runs)} |"
+        )
+    return "\n".join(lines)
 #: the TSM paper's speed-ups of TSM over the two I3D baselines (GPUs)
 PAPER_TSM_OVER_I3D = {"I3D 3x3x3": 1.6, "I3D 3x1x1": 2.9}
 
@@ -248,6 +268,7 @@ def gpu_multigrid_line(path: str = GPU_MULTIGRID_LOG) -> str:
 
 
 BLOCKS: Dict[str, Callable[[], str]] = {
+    "video-demo-runs": video_demo_table,
     "video-throughput-training": throughput_training_table,
     "video-throughput-decoding": throughput_decoding_table,
     "video-multigrid-gpu": gpu_multigrid_line,

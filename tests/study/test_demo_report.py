@@ -186,3 +186,43 @@ def test_gpu_throughput_line_joins_the_runs_printed_figures(tmp_path):
     assert line.startswith("training clips/s (runs: 2): TSN 197.30 / 201.46, TSM 182.13 / 186.15, ")
     assert "TSM / I3D 3x3x3 0.65x / 0.63x (paper 1.6x), TSM / I3D 3x1x1 0.99x / 0.99x (paper 2.9x)" in line
     assert line.endswith("the shift +7.7% / +7.6% against TSN (goal <= 3%), the naive shift +28.9% / +28.9%.")
+
+
+def test_video_demo_runs_read_the_run_and_make_one_line_per_config(tmp_path):
+    """projects/video/benchmarks/demo_runs.py reads a finished run (training = wall clock less
+    evaluation over the invocations; top-1 with or without the set's name in front) and
+    refuses an unfinished one; the README's table gives ranges over the runs."""
+    import importlib.util
+    import json
+
+    import pytest
+
+    from largedet_study import video_bench_report
+
+    spec = importlib.util.spec_from_file_location(
+        "demo_runs", os.path.join(demo_report.ROOT, "projects", "video", "benchmarks", "demo_runs.py"))
+    demo_runs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo_runs)
+    run = tmp_path / "run"
+    run.mkdir()
+    summary = {"status": "finished", "iterations": 300, "invocations": [
+        {"wall_clock_s": 100.0, "evaluation_s": 0.0}, {"wall_clock_s": 60.0, "evaluation_s": 30.0}]}
+    (run / "run_summary.json").write_text(json.dumps(summary))
+    (run / "metrics.json").write_text("\n".join(json.dumps(r) for r in [
+        {"iteration": 10, "total_loss": 1.0}, {"iteration": 299, "classification/top1": 98.0}]))
+    assert demo_runs.run_summary_figures(str(run)) == {"iterations": 300, "training_s": 130.0, "top1": 98.0}
+    (run / "run_summary.json").write_text(json.dumps({**summary, "status": "preempted"}))
+    with pytest.raises(RuntimeError, match="did not finish"):
+        demo_runs.run_summary_figures(str(run))
+
+    path = tmp_path / "demo_runs.csv"
+    cls = ["2026-11-28", "EPYC", "25/1", "avx2", "2", "2.14.1", "a cell"]
+    _write(path, demo_runs.CSV_FIELDS, [
+        cls + ["projects/video/configs/tsm.yaml", "1", "300", "120.0", "0.4000", "157.0", "100.00"],
+        cls + ["projects/video/configs/tsn.yaml", "1", "300", "122.0", "0.4067", "166.0", "19.00"],
+        cls + ["projects/video/configs/tsm.yaml", "2", "300", "130.0", "0.4333", "160.0", "98.00"],
+    ])  # fmt: skip
+    assert video_bench_report.video_demo_table(str(path)).splitlines()[2:] == [
+        "| `tsm.yaml` | EPYC (25/1) | avx2 | 2.14.1 | a cell | 2 | 98.0-100.0 | 120-130 | 0.400-0.433 | 157-160 | 2026-11-28 |",
+        "| `tsn.yaml` | EPYC (25/1) | avx2 | 2.14.1 | a cell | 1 | 19.0 | 122 | 0.407 | 166 | 2026-11-28 |",
+    ]  # fmt: skip
