@@ -1,13 +1,19 @@
-"""Video benchmark figures in projects/video/README.md, generated from their CSVs and
-registered in :data:`largedet_study.report.BLOCKS`: the decoded-video cache
-(``video-decoded-cache``, rows of ``projects/video/benchmarks/decoded_cache.py --csv``) and
-multigrid against the base shape on the demo (``video-multigrid-demo``, rows of
-``projects/video/benchmarks/multigrid.py --csv``)."""
+"""Video benchmark figures in projects/video/README.md, generated from their CSVs (rows
+of ``projects/video/benchmarks/<script>.py --csv``) and the GPU check's saved output, and
+registered in :data:`largedet_study.report.BLOCKS`:
+
+- ``video-demo-runs``: the demo and its TSN control (``demo_runs.py``);
+- ``video-throughput-training`` and ``video-throughput-decoding`` (``throughput.py``);
+- ``video-decoded-cache`` (``decoded_cache.py``);
+- ``video-multigrid-demo``: multigrid against the base shape on the demo (``multigrid.py``);
+- ``video-throughput-gpu`` and ``video-multigrid-gpu``: the H100 check of 2026-11-26.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import statistics
 from typing import Callable, Dict, List
 
 from .demo_report import ROOT, _column, _dates, _groups, _span
@@ -19,7 +25,10 @@ MULTIGRID_SPEEDUP = 2.5
 #: ... with top-1 at most this many points below the base shape's
 MULTIGRID_TOP1_DROP = 1.0
 
-__all__ = ["BLOCKS", "decoded_cache_table", "multigrid_demo_table"]
+__all__ = [
+    "BLOCKS", "decoded_cache_table", "gpu_multigrid_line", "gpu_throughput_line", "multigrid_demo_table",
+    "throughput_decoding_table", "throughput_training_table", "video_demo_table",
+]  # fmt: skip
 
 
 def decoded_cache_table(path: str = DECODED_CACHE_CSV) -> str:
@@ -108,7 +117,6 @@ PAPER_TSM_OVER_I3D = {"I3D 3x3x3": 1.6, "I3D 3x1x1": 2.9}
 def _median_range(values: List[float], fmt: str, unit: str = "") -> str:
     """``median (min-max)`` of ``values``, each number followed by ``unit``; the value alone
     where there is one."""
-    import statistics
 
     def f(v: float) -> str:
         return format(v, fmt) + unit
