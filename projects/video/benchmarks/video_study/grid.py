@@ -230,6 +230,11 @@ def _tsm4k_cells() -> List[VideoCell]:
         # held-out split chooses
         VideoCell("sgd", 256, seed=1),
         VideoCell("sgd", 256, seed=2),
+        # PMD-LAMB at twice its square-root rule's LR is the best batch-256 row on the
+        # held-out split at 1.0x (one seed): its seeds, and the LR axis one step further
+        VideoCell("pmd_lamb", 256, lr_factor=2.0, seed=1),
+        VideoCell("pmd_lamb", 256, lr_factor=2.0, seed=2),
+        VideoCell("pmd_lamb", 256, lr_factor=4.0),
     ]
 
 
