@@ -110,6 +110,8 @@ _WORDS = [
     (r"^agvm$", "AGVM"),
     (r"^multigrid$", "multigrid"),
     (r"^lrheld$", "its LR held at the base shape's"),
+    (r"^short$", "the short cycle alone"),
+    (r"^lrstep$", "step LR"),
 ]
 
 
