@@ -1,6 +1,7 @@
 """Every yaml under projects/video/configs loads and builds its model."""
 
 import glob
+import math
 import os
 
 import pytest
@@ -48,13 +49,20 @@ def test_kinetics_recipe_arithmetic():
     iters_per_epoch = 240_000 / s.IMS_PER_BATCH
     assert s.IMS_PER_BATCH == 1536 * 8
     assert s.MAX_ITER == int(100 * iters_per_epoch)
-    assert s.WARMUP_ITERS == round(10 * iters_per_epoch)  # the video study's warm-up (next test)
-    assert lr_scaling(cfg).lr == pytest.approx(0.01 * s.IMS_PER_BATCH / 64) == pytest.approx(1.92)
+    assert s.WARMUP_ITERS == round(5 * iters_per_epoch)
+    assert s.PMD.PERIOD == s.MAX_ITER // 4
+    # the square-root rule from 0.01 per 16 clips (the next test: the study's choice)
+    assert lr_scaling(cfg).lr == pytest.approx(0.01 * math.sqrt(s.IMS_PER_BATCH / 16)) == pytest.approx(0.2771, abs=1e-4)
     assert batch_plan(cfg, 1536).accumulation == 1 and batch_plan(cfg, 8).accumulation == 192
     assert s.LR_SCHEDULER_NAME == "WarmupCosineLR"
     assert (s.WEIGHT_DECAY, s.WEIGHT_DECAY_NORM, s.WEIGHT_DECAY_BIAS) == (1e-4, 0.0, 0.0)
     assert cfg.MODEL.VIDEO.DROPOUT == 0.0 and cfg.INPUT.VIDEO.NUM_FRAMES == 8
     assert cfg.MODEL.VIDEO.RESNET.DEPTH == 50 and cfg.MODEL.VIDEO.BACKBONE == "TSMResNet"
+    # the paper's SGD recipe is the overrides the config's comment gives
+    sgd = load(os.path.join(CONFIG_DIR, "kinetics400_tsm_r50_8f.yaml"))
+    sgd.defrost()
+    sgd.merge_from_list(["SOLVER.OPTIMIZER", "SGD", "SOLVER.LSR.RULE", "linear", "SOLVER.LSR.REFERENCE_BATCH", "64"])
+    assert lr_scaling(sgd).lr == pytest.approx(1.92)
 
 
 def test_multigrid_configs_plan():
@@ -96,8 +104,16 @@ def test_kinetics_config_cites_study_rows_that_exist_and_takes_the_marked_recipe
     s = cfg.SOLVER
     iters_per_epoch = 240_000 / s.IMS_PER_BATCH
     warmup = re.search(r"-wu([\d.]+)", recipe)
-    lr_factor = re.search(r"-lrx([\d.]+)", recipe)
-    assert s.OPTIMIZER == {"sgd": "SGD", "pmd_lamb": "PMD_LAMB"}[recipe.split("-")[0]]
+    lr_factor = float(re.search(r"-lrx([\d.]+)", recipe).group(1)) if "-lrx" in recipe else 1.0
+    optimizer = recipe.split("-")[0]
+    assert s.OPTIMIZER == {"sgd": "SGD", "pmd_lamb": "PMD_LAMB"}[optimizer]
     assert s.WARMUP_ITERS == round(float(warmup.group(1) if warmup else 5) * iters_per_epoch)
     assert s.LR_SCHEDULER_NAME == ("WarmupStableDecayLR" if "-lrwsd" in recipe else "WarmupCosineLR")
-    assert lr_scaling(cfg).lr == pytest.approx(1.92 * float(lr_factor.group(1) if lr_factor else 1))
+    # the study's rule and reference LR per 16 clips times the row's factor (PMD-LAMB: the
+    # square-root rule from 0.005); SGD keeps the paper's linear rule from 0.01 per 64 clips
+    if optimizer == "pmd_lamb":
+        assert (s.LSR.RULE, s.LSR.REFERENCE_BATCH) == ("sqrt", 16)
+        assert s.LSR.REFERENCE_LR == pytest.approx(0.005 * lr_factor)
+    else:
+        assert (s.LSR.RULE, s.LSR.REFERENCE_BATCH) == ("linear", 64)
+        assert s.LSR.REFERENCE_LR == pytest.approx(0.01 * lr_factor)
