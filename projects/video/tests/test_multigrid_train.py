@@ -129,7 +129,8 @@ def overrides(output_dir, **extra):
         "SOLVER.MAX_ITER": 192,
         "SOLVER.WARMUP_ITERS": 0,
         "SOLVER.CHECKPOINT_PERIOD": 10,
-        "TEST.PRECISE_BN.ENABLED": True,
+        # off: multigrid recomputes BN at the base shape after every stage all the same
+        "TEST.PRECISE_BN.ENABLED": False,
         "TEST.PRECISE_BN.NUM_ITER": 1,
         "MULTIGRID.LONG_CYCLE": True,
         "MULTIGRID.SHORT_CYCLE": True,
@@ -251,7 +252,8 @@ def test_stage_changes_in_place(uninterrupted):
         expected = 0.9 * before["momentum_value"] + d_p
         assert torch.allclose(after["momentum_value"], expected, rtol=1e-5, atol=1e-7)
         assert not torch.allclose(d_p, expected, rtol=1e-3, atol=1e-6)  # the old buffer counts
-    # Precise BN after each non-empty stage (stage 3 rounds to zero epochs here).
+    # Precise BN after each non-empty stage (stage 3 rounds to zero epochs here), though
+    # TEST.PRECISE_BN.ENABLED is False: the shapes' mixed statistics never reach a test.
     assert [s.index for s, _ in plan.stage_end_iterations()] == [0, 1, 2, 4]
     assert precise_bn_runs == 4
 

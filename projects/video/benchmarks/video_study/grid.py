@@ -225,11 +225,9 @@ def _tsm4k_cells() -> List[VideoCell]:
         VideoCell("sgd", 128, multigrid=True, multigrid_long_cycle=False),
         VideoCell("sgd", 128, multigrid=True, multigrid_long_cycle=False, seed=1),
         VideoCell("sgd", 64, multigrid=True, multigrid_long_cycle=False),
-        # every multigrid row above ends near 42-44% with its training loss far above its
-        # step-schedule row's, the short cycle alone too: per optimizer step the short cycle
-        # learned as fast as the base schedule, but it has 2.3x fewer steps in the same epochs.
-        # At twice the epochs (MULTIGRID.EPOCH_FACTOR's role, the paper's 1.5x) it has about
-        # the base schedule's steps at 1.0x
+        # the short cycle at twice the epochs (about the base schedule's steps at 1.0x). The
+        # multigrid rows run before multigrid always recomputed BN at the base shape were
+        # tested with BN statistics mixed over their shapes: they are to be run again
         VideoCell("sgd", 128, multigrid=True, multigrid_long_cycle=False, epochs_factor=2.0),
         # the 5-epoch warm-up's seeds: held-out, the 10-epoch warm-up (n=3) leads the 5-epoch
         # one (n=1) by less than the baseline's SD; three seeds each resolve which one the

@@ -116,10 +116,10 @@ class VideoTrainer(Trainer):
         return build_video_train_loader(cfg, self.batch.per_device)
 
     def _multigrid_hook(self):
-        precise_bn = self.cfg.TEST.PRECISE_BN
+        # Precise BN at the base shape after every stage whatever TEST.PRECISE_BN.ENABLED
+        # says: the running statistics of a multigrid run average every shape it trained on
+        # (crops of 16, 23 and 32 px in one short cycle), and a model tested with them sees
+        # the base shape's activations through another shape's statistics.
         return MultigridHook(
-            self.multigrid,
-            self.model,
-            self._base_shape_loader() if precise_bn.ENABLED else None,
-            precise_bn.NUM_ITER,
+            self.multigrid, self.model, self._base_shape_loader(), self.cfg.TEST.PRECISE_BN.NUM_ITER
         )
