@@ -484,7 +484,6 @@ def video_verdict(csv_name: str = "video4k") -> str:
     chooses at <= 1.4x the epochs (>= 3 seeds) within 1.0 top-1 of it, with the one-sided 95%
     lower bound of the difference >= -2.0 (the goal); batch 1024 the same at <= 2x (moonshot)."""
     holdout, reported = SPLITS[csv_name]
-    fams = families(csv_name)
     base = video_baseline(csv_name)
     if base is None:
         return "- No batch-16 baseline row yet."
