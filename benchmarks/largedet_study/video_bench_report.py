@@ -31,6 +31,19 @@ __all__ = [
 ]  # fmt: skip
 
 
+def _missing(path: str) -> bool:
+    """No CSV at ``path`` (relative to the repository) yet: its table says so."""
+    return not os.path.exists(os.path.join(ROOT, path))
+
+
+def _by(rows: List[dict], key) -> Dict[object, List[dict]]:
+    """``rows`` grouped by ``key(row)``, in the order the groups first appear."""
+    out: Dict[object, List[dict]] = {}
+    for r in rows:
+        out.setdefault(key(r), []).append(r)
+    return out
+
+
 def decoded_cache_table(path: str = DECODED_CACHE_CSV) -> str:
     """One line per machine class, torch and load: the fresh processes measured, and the ranges
     over them of ms per training clip without the cache, with it in its first pass and later,
@@ -56,7 +69,7 @@ def multigrid_demo_table(path: str = MULTIGRID_DEMO_CSV) -> str:
     (ranges over the runs); for multigrid its speed-up (the base's training seconds over its
     own) and top-1 minus the base's, each within one invocation, and whether every run met
     the target (>= 2.5x at most 1 point lower)."""
-    if not os.path.exists(os.path.join(ROOT, path)):
+    if _missing(path):
         return "(not measured yet)"
     groups = _groups(path, ("cpu", "cpu_family_model", "torch", "load", "config", "data"))
     lines = [
@@ -66,10 +79,7 @@ def multigrid_demo_table(path: str = MULTIGRID_DEMO_CSV) -> str:
     ]
     for (cpu, fm, torch_version, load, _config, _data), runs in groups.items():
         base = {r["invocation"]: r for r in runs if r["schedule"] == "base"}
-        schedules: Dict[str, List[dict]] = {}
-        for r in runs:
-            schedules.setdefault(r["epoch_factor"], []).append(r)
-        for factor, rs in schedules.items():
+        for factor, rs in _by(runs, lambda r: r["epoch_factor"]).items():
             label = "base shape" if not factor else f"multigrid, {factor}x epochs"
             speed = drop = target = "-"
             paired = [(base[r["invocation"]], r) for r in rs if factor and r["invocation"] in base]
@@ -97,7 +107,7 @@ def video_demo_table(path: str = DEMO_RUNS_CSV) -> str:
     """One line per demo config, machine class, torch and load (rows of
     ``projects/video/benchmarks/demo_runs.py --csv``): runs, top-1, training seconds, seconds
     per step and the whole command's seconds, each the range over the runs."""
-    if not os.path.exists(os.path.join(ROOT, path)):
+    if _missing(path):
         return "(not measured yet)"
     groups = _groups(path, ("config", "cpu", "cpu_family_model", "isa", "torch", "load"))
     lines = ["| config | CPU (family/model) | instruction sets | torch | beside | runs | top-1 % | training s "
@@ -110,8 +120,7 @@ def video_demo_table(path: str = DEMO_RUNS_CSV) -> str:
             f"| {_column(runs, 's_per_step', '.3f')} | {_column(runs, 'whole_s', '.0f')} | {_dates(runs)} |"
         )
     return "\n".join(lines)
-#: the TSM paper's speed-ups of TSM over the two I3D baselines (GPUs)
-PAPER_TSM_OVER_I3D = {"I3D 3x3x3": 1.6, "I3D 3x1x1": 2.9}
+
 
 
 def _median_range(values: List[float], fmt: str, unit: str = "") -> str:
@@ -129,10 +138,8 @@ def _median_range(values: List[float], fmt: str, unit: str = "") -> str:
 
 def _invocations(runs: List[dict]) -> Dict[str, Dict[str, dict]]:
     """{invocation: {model or decoder key: row}}."""
-    out: Dict[str, Dict[str, dict]] = {}
-    for r in runs:
-        out.setdefault(r["invocation"], {})[r.get("model") or (r["video_set"], r["decoder"])] = r
-    return out
+    return {inv: {r.get("model") or (r["video_set"], r["decoder"]): r for r in rs}
+            for inv, rs in _by(runs, lambda r: r["invocation"]).items()}  # fmt: skip
 
 
 def throughput_training_table(prefix: str = THROUGHPUT_CSV) -> str:
@@ -142,7 +149,7 @@ def throughput_training_table(prefix: str = THROUGHPUT_CSV) -> str:
     taken within each invocation: TSM over each I3D baseline, and the shift's cost against
     TSN (1 - TSM / TSN, wall clock and CPU time)."""
     path = prefix + "_training.csv"
-    if not os.path.exists(os.path.join(ROOT, path)):
+    if _missing(path):
         return "(not measured yet)"
     key = ("cpu", "cpu_family_model", "torch", "device", "load", "depth", "width", "size", "frames", "batch")
     groups = _groups(path, key)
@@ -156,10 +163,7 @@ def throughput_training_table(prefix: str = THROUGHPUT_CSV) -> str:
     for (cpu, fm, torch_version, device, load, depth, width, size, frames, batch), runs in groups.items():
         setting = f"R{depth}{'' if width == '64' else f' w{width}'}, {batch} x {frames} x {size}^2"
         where = cpu if device == "cpu" else device
-        models: Dict[str, List[dict]] = {}
-        for r in runs:
-            models.setdefault(r["model"], []).append(r)
-        for model, rs in models.items():
+        for model, rs in _by(runs, lambda r: r["model"]).items():
             cpu_s = [float(r["clips_cpu_s"]) for r in rs if r["clips_cpu_s"]]
             head.append(
                 f"| {setting} | {where} ({fm}) | {torch_version} | {load or 'nothing'} | {model} | {len(rs)} "
@@ -192,7 +196,7 @@ def throughput_decoding_table(prefix: str = THROUGHPUT_CSV) -> str:
     CPU-second (median and range over the invocations' medians), and per CPU-second the
     decoder over PyAV within each invocation."""
     path = prefix + "_decoding.csv"
-    if not os.path.exists(os.path.join(ROOT, path)):
+    if _missing(path):
         return "(not measured yet)"
     groups = _groups(path, ("cpu", "cpu_family_model", "torch", "device", "load"))
     lines = ["| CPU (family/model) | torch | beside | video set | decoder | runs | clips/s | clips per CPU-s "
@@ -200,10 +204,7 @@ def throughput_decoding_table(prefix: str = THROUGHPUT_CSV) -> str:
              "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
     for (cpu, fm, torch_version, _device, load), runs in groups.items():
         inv = list(_invocations(runs).values())
-        cells: Dict[tuple, List[dict]] = {}
-        for r in runs:
-            cells.setdefault((r["video_set"], r["decoder"]), []).append(r)
-        for (video_set, decoder), rs in cells.items():
+        for (video_set, decoder), rs in _by(runs, lambda r: (r["video_set"], r["decoder"])).items():
             vs = [float(i[(video_set, decoder)]["clips_cpu_s"]) / float(i[(video_set, "pyav")]["clips_cpu_s"])
                   for i in inv if (video_set, decoder) in i and (video_set, "pyav") in i]  # fmt: skip
             rel = "-" if decoder == "pyav" or not vs else _median_range(vs, ".2f", "x")

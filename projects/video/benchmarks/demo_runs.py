@@ -28,7 +28,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VIDEO_DIR = os.path.dirname(HERE)
 ROOT = os.path.dirname(os.path.dirname(VIDEO_DIR))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+sys.path.insert(0, HERE)
 from demo_speed import cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
+from video_study.grid import final_top1  # noqa: E402
+from video_study.runner import train_seconds  # noqa: E402
+
+from largedet.launch.run_summary import read_run_summary  # noqa: E402
 
 CONFIGS = (
     "projects/video/configs/tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml",
@@ -42,24 +47,17 @@ REPORT_SET = "moving_shapes_val"
 
 
 def run_summary_figures(output_dir: str) -> dict:
-    """Training seconds (wall clock less evaluation, over the invocations), steps and top-1
-    of the finished run in ``output_dir``."""
-    with open(os.path.join(output_dir, "run_summary.json")) as f:
-        summary = json.load(f)
-    invocations = [i for i in summary.get("invocations") or [] if i.get("wall_clock_s") is not None]
-    if summary.get("status") != "finished" or not invocations:
+    """Training seconds (wall clock less evaluation, over the invocations: the batch study's
+    ``train_seconds``), steps and top-1 of the finished run in ``output_dir``."""
+    summary = read_run_summary(output_dir) or {}
+    training = train_seconds(output_dir)
+    if summary.get("status") != "finished" or not training:
         raise RuntimeError(f"{output_dir}: the run did not finish (run_summary.json status {summary.get('status')!r})")
-    training = sum(i["wall_clock_s"] - (i.get("evaluation_s") or 0.0) for i in invocations)
-    top1 = None
     with open(os.path.join(output_dir, "metrics.json")) as f:
-        for line in f:
-            record = json.loads(line)
-            # the key has the set's name in front where a run tests on several sets
-            for key in (f"{REPORT_SET}/classification/top1", "classification/top1"):
-                top1 = record.get(key, top1)
-    if top1 is None:
+        top1 = final_top1([json.loads(line) for line in f if line.strip()], REPORT_SET)
+    if top1 == "":
         raise RuntimeError(f"{output_dir}/metrics.json: no {REPORT_SET} top-1")
-    return {"iterations": summary["iterations"], "training_s": training, "top1": top1}
+    return {"iterations": summary["iterations"], "training_s": float(training), "top1": float(top1)}
 
 
 def run_demo(config: str, output_dir: str) -> dict:
