@@ -172,14 +172,18 @@ def full_demo(workdir: str, overrides=()) -> dict:
     return row
 
 
-def append_rows(path: str, rows) -> None:
-    new = not os.path.exists(path)
+def append_rows(path: str, rows, fields=None) -> None:
+    """Append ``rows`` (dicts; a missing field is written empty) to the CSV at ``path``, with
+    the header ``fields`` (default: demo_speed.csv's) first where the file is new or empty.
+    The benchmarks that write result CSVs all append through here."""
+    fields = fields or DEMO_FIELDS
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
     with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=DEMO_FIELDS)
+        writer = csv.DictWriter(f, fieldnames=fields)
         if new:
             writer.writeheader()
         for row in rows:
-            writer.writerow({k: row.get(k, "") for k in DEMO_FIELDS})
+            writer.writerow({k: row.get(k, "") for k in fields})
 
 
 def main_full(args) -> None:
@@ -235,12 +239,7 @@ def main_levers(args, levers, measure=seconds_per_step) -> dict:
                              "speedup": f"{base / t:.3f}", "label": args.label,
                              "demo": os.path.basename(CONFIGS["demo"])})  # fmt: skip
                 print(f"round {r + 1}: demo {base:.3f} s/step, {name} {t:.3f} s/step: {base / t:.3f}x", flush=True)
-            new = not os.path.exists(args.csv)
-            with open(args.csv, "a", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=LEVER_FIELDS)
-                if new:
-                    writer.writeheader()
-                writer.writerows(rows)
+            append_rows(args.csv, rows, LEVER_FIELDS)
     for name, values in speedups.items():
         print(f"{name}: speed-up {min(values):.3f}-{max(values):.3f}x over {len(values)} round(s) "
               f"(median {statistics.median(values):.3f}x); rows in {args.csv}")  # fmt: skip

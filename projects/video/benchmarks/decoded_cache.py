@@ -23,7 +23,6 @@ ran); projects/video/README.md's table is generated from that CSV
 """
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -35,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from demo_speed import cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
+from demo_speed import append_rows, cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
 
 CSV_FIELDS = [
     "date", "cpu", "cpu_family_model", "isa", "cores", "torch", "load", "process", "videos",
@@ -136,20 +135,14 @@ def main() -> None:
 
 
 def _append_rows(path: str, runs: list, args) -> None:
-    new = not os.path.exists(path) or os.path.getsize(path) == 0
     machine = cpu_class()
     date = datetime.date.today().isoformat()
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        if new:
-            writer.writeheader()
-        for k, run in enumerate(runs, 1):
-            writer.writerow({
-                "date": date, **machine, "torch": run["torch"], "load": args.load, "process": k,
-                "videos": run["videos"], "passes": args.passes,
-                **{key: f"{run[key]:.4g}" for key in ("uncached_ms", "cached_first_ms", "cached_ms", "ratio")},
-                "cache_mb": f"{run['cache_mb']:.1f}",
-            })  # fmt: skip
+    append_rows(path, [{
+        "date": date, **machine, "torch": run["torch"], "load": args.load, "process": k,
+        "videos": run["videos"], "passes": args.passes,
+        **{key: f"{run[key]:.4g}" for key in ("uncached_ms", "cached_first_ms", "cached_ms", "ratio")},
+        "cache_mb": f"{run['cache_mb']:.1f}",
+    } for k, run in enumerate(runs, 1)], CSV_FIELDS)  # fmt: skip
 
 
 if __name__ == "__main__":

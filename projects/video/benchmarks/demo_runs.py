@@ -15,7 +15,6 @@ CPU, torch, ``--load``); projects/video/README.md's table is generated from
 """
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -29,7 +28,7 @@ VIDEO_DIR = os.path.dirname(HERE)
 ROOT = os.path.dirname(os.path.dirname(VIDEO_DIR))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 sys.path.insert(0, HERE)
-from demo_speed import cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
+from demo_speed import append_rows, cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
 from video_study.grid import final_top1  # noqa: E402
 from video_study.runner import train_seconds  # noqa: E402
 
@@ -70,15 +69,6 @@ def run_demo(config: str, output_dir: str) -> dict:
     return figures
 
 
-def append_row(path: str, row: dict) -> None:
-    new = not os.path.exists(path) or os.path.getsize(path) == 0
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), help="paths from the repository root")
@@ -102,7 +92,7 @@ def main() -> None:
             print(f"run {k} {os.path.basename(config)}: top-1 {r['top1']:.1f}%, training {r['training_s']:.0f} s, "
                   f"whole {r['whole_s']:.0f} s", flush=True)  # fmt: skip
             if args.csv:
-                append_row(args.csv, row)
+                append_rows(args.csv, [row], CSV_FIELDS)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ within it); projects/video/README.md's table is generated from
 """
 
 import argparse
-import csv
 import datetime
 import logging
 import os
@@ -56,7 +55,7 @@ from largedet_video.engine import VideoTrainer, build_cfg, setup
 VIDEO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(VIDEO_DIR))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from demo_speed import cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
+from demo_speed import append_rows, cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
 
 #: one row per run of an invocation
 CSV_FIELDS = [
@@ -252,7 +251,6 @@ def append_row(path, invocation, result, epoch_factor, args):
     """One run's row: ``epoch_factor`` "" for the base shape, else multigrid's factor."""
     import torch
 
-    new = not os.path.exists(path) or os.path.getsize(path) == 0
     row = {
         "date": datetime.date.today().isoformat(), "invocation": invocation, **cpu_class(),
         "torch": torch.__version__, "load": args.load,
@@ -263,11 +261,7 @@ def append_row(path, invocation, result, epoch_factor, args):
         "train_s": f"{result['train_s']:.1f}", "s_per_step": f"{result['s_per_step']:.4f}",
         "test_s": f"{result['test_s']:.1f}", "top1": f"{result['top1']:.2f}", "load_avg": result["load"],
     }  # fmt: skip
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
+    append_rows(path, [row], CSV_FIELDS)
 
 
 if __name__ == "__main__":

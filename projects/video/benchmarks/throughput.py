@@ -39,7 +39,6 @@ from ``projects/video/benchmarks/results/throughput_*.csv`` (``python benchmarks
 
 import argparse
 import contextlib
-import csv
 import datetime
 import os
 import statistics
@@ -69,7 +68,7 @@ from largedet_video.data.sampling import segment_train_indices
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-from demo_speed import cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
+from demo_speed import append_rows, cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
 
 MACHINE_FIELDS = ["date", "invocation", "cpu", "cpu_family_model", "isa", "cores", "torch", "device", "load"]
 TRAINING_FIELDS = MACHINE_FIELDS + [
@@ -271,17 +270,6 @@ def run_decoding(args, decoders):
     return results
 
 
-def append_rows(path, fields, rows, machine):
-    """Append ``rows`` (dicts of the fields past the machine's) to the CSV at ``path``."""
-    new = not os.path.exists(path) or os.path.getsize(path) == 0
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        if new:
-            writer.writeheader()
-        for row in rows:
-            writer.writerow({**machine, **row})
-
-
 def machine_columns(args):
     """The columns every row of one invocation shares."""
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
@@ -365,7 +353,8 @@ def main():
     if args.decoders is not None:
         results = run_decoding(args, decoders)
         if args.csv:
-            append_rows(args.csv + "_decoding.csv", DECODING_FIELDS, decoding_rows(args, results), machine_columns(args))
+            machine = machine_columns(args)
+            append_rows(args.csv + "_decoding.csv", [{**machine, **r} for r in decoding_rows(args, results)], DECODING_FIELDS)
         return
     print(
         f"Training: ResNet-{args.depth} (width {args.width}), {args.batch} clips x {args.frames} frames x "
@@ -377,8 +366,9 @@ def main():
         print(f"  (no I3D: the I3D baselines are bottleneck ResNets, not ResNet-{args.depth})")
     wall, cpu, flops, params = bench_training(args, names)
     if args.csv:
-        rows = training_rows(args, names, wall, cpu, flops, params)
-        append_rows(args.csv + "_training.csv", TRAINING_FIELDS, rows, machine_columns(args))
+        machine = machine_columns(args)
+        rows = [{**machine, **r} for r in training_rows(args, names, wall, cpu, flops, params)]
+        append_rows(args.csv + "_training.csv", rows, TRAINING_FIELDS)
     for model in names:
         extra = "" if gpu else f"  {cpu[model]:7.2f} clips/CPU-s"
         print(
@@ -398,7 +388,8 @@ def main():
     if not args.skip_decode:
         results = run_decoding(args, decoders)
         if args.csv:
-            append_rows(args.csv + "_decoding.csv", DECODING_FIELDS, decoding_rows(args, results), machine_columns(args))
+            machine = machine_columns(args)
+            append_rows(args.csv + "_decoding.csv", [{**machine, **r} for r in decoding_rows(args, results)], DECODING_FIELDS)
 
 
 if __name__ == "__main__":
