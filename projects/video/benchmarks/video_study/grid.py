@@ -239,6 +239,16 @@ def _tsm4k_cells() -> List[VideoCell]:
         VideoCell("pmd_lamb", 256, lr_factor=2.0, seed=1),
         VideoCell("pmd_lamb", 256, lr_factor=2.0, seed=2),
         VideoCell("pmd_lamb", 256, lr_factor=4.0),
+        # the short cycle at 2x the epochs against the step schedule at 2x (equal epochs),
+        # and its second seeds; rerun of the multigrid rows with BN recomputed at the base
+        # shape (the rows before that are in tsm4k_study_before_bn_fix.csv)
+        VideoCell("sgd", 128, epochs_factor=2.0, lr_schedule="step"),
+        VideoCell("sgd", 128, multigrid=True, multigrid_long_cycle=False, epochs_factor=2.0, seed=1),
+        VideoCell("sgd", 128, epochs_factor=2.0, lr_schedule="step", seed=1),
+        # batch 1024 (25% of N per step) at the held-out split's recipe (PMD-LAMB, twice the
+        # square-root rule's LR) and 2x the epochs, two seeds
+        VideoCell("pmd_lamb", 1024, epochs_factor=2.0, lr_factor=2.0),
+        VideoCell("pmd_lamb", 1024, epochs_factor=2.0, lr_factor=2.0, seed=1),
     ]
 
 
