@@ -256,3 +256,35 @@ def test_multigrid_table_pairs_seeds_and_states_the_speed_up(tmp_path, monkeypat
     assert report.multigrid_table().splitlines()[2].startswith(
         "| `sgd-bs128-multigrid-short` / `sgd-bs128-lrstep` | 1/1 |")
     assert "| 2.00x (2.00) | yes (97% of `sgd-bs16`) |" in report.multigrid_table()
+
+
+def test_multigrid_verdict_takes_two_seeds_a_side_and_states_the_speed_up(tmp_path, monkeypatch):
+    """The verdict's multigrid line: only a multigrid family with two seeds whose row without
+    multigrid has the same two counts; the best reported top-1 among those; "met" above 80%
+    of the baseline's top-1, with the speed-up seed by seed."""
+    def row(cell, batch, top1, wall):
+        return dict(cell=cell, batch=batch, iterations=10, top1=top1, holdout_top1=top1, diverged="no",
+                    final_loss="0.1", device="EPYC", val_videos=4096, holdout_videos=2048, train_s=wall)
+
+    monkeypatch.setattr(report, "ROOT", str(tmp_path))
+    monkeypatch.setattr(report, "CSVS", {**report.CSVS, "video4k": "v.csv"})
+    base = [row("sgd-bs16", 16, "85.0", "9000"), row("sgd-bs16-s1", 16, "87.0", "9000"),
+            row("sgd-bs16-s2", 16, "86.0", "9000")]
+    short = [row("sgd-bs128-multigrid-short-ep2x", 128, "75.0", "1400"),
+             row("sgd-bs128-multigrid-short-ep2x-s1", 128, "73.0", "1500"),
+             row("sgd-bs128-ep2x-lrstep", 128, "84.0", "2100"),
+             row("sgd-bs128-ep2x-lrstep-s1", 128, "82.0", "1800")]
+    # one seed of the better multigrid row: it does not count
+    one_seed = [row("sgd-bs128-multigrid-lrheld", 128, "84.0", "300"), row("sgd-bs128-lrstep", 128, "84.0", "900")]
+    _write_video(tmp_path / "v.csv", base + one_seed)
+    assert report.multigrid_verdict() == (
+        "- Multigrid: no multigrid row and its row without multigrid have two seeds each yet: not met.")
+    _write_video(tmp_path / "v.csv", base + one_seed + short)
+    line = report.multigrid_verdict()
+    # 74 / 86 = 86%; 74 - 83 = -9; 2100/1400 = 1.50, 1800/1500 = 1.20, mean 1.35
+    assert line.startswith("- Multigrid: `sgd-bs128-multigrid-short-ep2x` (n=2), reported top-1 74.00 ± 1.41, "
+                           "86% of the baseline's (the bar: above 80%); against `sgd-bs128-ep2x-lrstep` (n=2) -9.00 [")
+    assert line.endswith("its training 1.35x as fast (per seed 1.50, 1.20): **met**.")
+    assert line in report.video_verdict("video4k").splitlines()
+    _write_video(tmp_path / "v.csv", base + [dict(r, top1="68.0") if "multigrid" in r["cell"] else r for r in short])
+    assert report.multigrid_verdict().endswith("**not met**.")
