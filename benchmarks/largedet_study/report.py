@@ -569,7 +569,7 @@ def speed_ups(multigrid: Family, plain: Family) -> List[float]:
 
 
 def multigrid_verdict(csv_name: str = "video4k") -> str:
-    """Item 4's check in a generated sentence: among the multigrid families with two seeds or
+    """The video check's multigrid line: among the multigrid families with two seeds or
     more whose row without multigrid has two too, the one with the best reported top-1; it
     trains where that top-1 is above :data:`MULTIGRID_TRAINS` of the baseline's, and its
     speed-up is stated seed by seed."""
@@ -809,7 +809,9 @@ def recipe_table() -> str:
             words = describe(f.name).split(", ")
             what = ", ".join(w for w in [words[0]] + words[2:] if not w.endswith("x the epochs"))
             if " LR" not in what:
-                what += ", cosine LR" if csv_name.startswith("video") else ", step LR"
+                # the video grids' default is cosine; multigrid runs the step schedule always
+                cosine = csv_name.startswith("video") and "multigrid" not in f.name
+                what += ", cosine LR" if cosine else ", step LR"
             what = what.replace("weight decay", "wd")
             share = f"{100 * f.batch / _GRID_N[csv_name]:.3g}%"
             bound = "-" if d.lower_bound is None else fmt(d.lower_bound, sign=True)

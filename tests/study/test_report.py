@@ -288,3 +288,21 @@ def test_multigrid_verdict_takes_two_seeds_a_side_and_states_the_speed_up(tmp_pa
     assert line in report.video_verdict("video4k").splitlines()
     _write_video(tmp_path / "v.csv", base + [dict(r, top1="68.0") if "multigrid" in r["cell"] else r for r in short])
     assert report.multigrid_verdict().endswith("**not met**.")
+
+
+def test_recipe_table_words_a_video_rows_schedule(tmp_path, monkeypatch):
+    """The recipe table names the LR schedule a row ran: a video row without one in its name
+    ran cosine, a multigrid row the step schedule."""
+    def row(cell, batch, top1):
+        return dict(cell=cell, batch=batch, iterations=10, top1=top1, holdout_top1=top1, diverged="no",
+                    final_loss="0.1", device="EPYC", val_videos=4096, holdout_videos=2048, train_s="100")
+
+    monkeypatch.setattr(report, "ROOT", str(tmp_path))
+    monkeypatch.setattr(report, "CSVS", {**report.CSVS, "video4k": "v.csv"})
+    _write_video(tmp_path / "v.csv", [
+        row("sgd-bs16", 16, "86.0"), row("sgd-bs16-s1", 16, "86.0"), row("sgd-bs16-s2", 16, "86.0"),
+        row("sgd-bs256", 256, "85.0"), row("sgd-bs256-s1", 256, "85.0"),
+        row("sgd-bs128-multigrid-short-ep2x", 128, "84.0"), row("sgd-bs128-multigrid-short-ep2x-s1", 128, "84.0")])
+    lines = report.recipe_table().splitlines()
+    assert "| 128 (3.12%) | SGD, multigrid, the short cycle alone, step LR | 2x | 2/3 | -2.00 [" in "\n".join(lines)
+    assert "| 256 (6.25%) | SGD, cosine LR | 1x | 2/3 | -1.00 [" in "\n".join(lines)

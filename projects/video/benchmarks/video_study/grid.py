@@ -227,7 +227,8 @@ def _tsm4k_cells() -> List[VideoCell]:
         VideoCell("sgd", 64, multigrid=True, multigrid_long_cycle=False),
         # the short cycle at twice the epochs (about the base schedule's steps at 1.0x). The
         # multigrid rows run before multigrid always recomputed BN at the base shape were
-        # tested with BN statistics mixed over their shapes: they are to be run again
+        # tested with BN statistics mixed over their shapes: tsm4k_study_before_bn_fix.csv
+        # keeps them apart, and the rows of these names are the runs since
         VideoCell("sgd", 128, multigrid=True, multigrid_long_cycle=False, epochs_factor=2.0),
         # the 5-epoch warm-up's seeds: held-out, the 10-epoch warm-up (n=3) leads the 5-epoch
         # one (n=1) by less than the baseline's SD; three seeds each resolve which one the
