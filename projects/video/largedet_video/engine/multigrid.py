@@ -4,7 +4,7 @@ the stages (logging, precise BN at the base shape at each stage end)."""
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Optional
+from typing import Iterable
 
 import torch
 from detectron2.engine import HookBase
@@ -42,7 +42,7 @@ class MultigridHook(HookBase):
 
     Before the first step of each stage it logs the stage (shapes, per-device batch
     sizes, LR) and records ``multigrid/stage`` in the event storage. After the last
-    step of each stage, with ``precise_bn_loader``, it recomputes the BN statistics
+    step of each stage it recomputes the BN statistics
     at the base shape (fvcore's ``update_bn_stats`` through Detectron2's ``PreciseBN``,
     on ``precise_bn_iters`` batches of that loader), so that the evaluation and the
     checkpoint that follow see statistics of the shape the model is tested at. Place
@@ -54,16 +54,13 @@ class MultigridHook(HookBase):
         self,
         plan: MultigridPlan,
         model: nn.Module,
-        precise_bn_loader: Optional[Iterable] = None,
+        precise_bn_loader: Iterable,
         precise_bn_iters: int = 200,
     ):
         self.plan = plan
         self._ends = {end: stage for stage, end in plan.stage_end_iterations()}
-        self._precise_bn = (
-            PreciseBN(0, model, precise_bn_loader, precise_bn_iters)
-            if precise_bn_loader is not None
-            else None
-        )
+        # always: the running statistics of a multigrid run average every shape it trained on
+        self._precise_bn = PreciseBN(0, model, precise_bn_loader, precise_bn_iters)
         self._stage = -1
 
     def before_step(self):
@@ -84,7 +81,7 @@ class MultigridHook(HookBase):
 
     def after_step(self):
         stage = self._ends.get(self.trainer.iter + 1)
-        if stage is not None and self._precise_bn is not None:
+        if stage is not None:
             logger.info("Precise BN at the base shape after multigrid stage %d", stage.index)
             self._precise_bn.update_stats()
             comm.synchronize()
