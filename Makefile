@@ -32,10 +32,12 @@ demo: setup
 video-demo: setup
 	$(PYTHON) projects/video/train.py --overwrite
 
-# two workers (one per core of CI's machine), each test file on one of them, one thread each
+# two workers (one per core of CI's machine), each test file on one of them, one thread each;
+# PYTEST_ARGS: more of pytest's options, e.g. a random order: PYTEST_ARGS="-p randomly --randomly-seed=7"
 TEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 test: setup
-	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: setup
 	$(PYTHON) benchmarks/optimizer_step.py

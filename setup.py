@@ -87,8 +87,9 @@ setup(
         "wandb": ["wandb>=0.31"],  # WANDB.ENABLED
         "torchcodec": ["torchcodec>=0.17"],  # INPUT.VIDEO.DECODER torchcodec (needs FFmpeg)
         # the test suite exercises every optional feature whose package installs, and builds
-        # the documentation site (make docs: Sphinx, MyST, the furo theme)
-        "test": ["pytest>=7", "pytest-xdist>=3.5", "faster-coco-eval>=1.6", "submitit>=1.5", "wandb>=0.31",
+        # the documentation site (make docs: Sphinx, MyST, the furo theme); pytest-randomly
+        # runs it in a random order on request (the default order is fixed: pytest.ini)
+        "test": ["pytest>=7", "pytest-xdist>=3.5", "pytest-randomly>=3.15", "faster-coco-eval>=1.6", "submitit>=1.5", "wandb>=0.31",
                  "torchcodec>=0.17", "sphinx>=7.2,<10", "myst-parser>=3,<6", "furo>=2024.1"],  # fmt: skip
     },
 )

@@ -19,7 +19,7 @@ for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects
 import pytest
 import torch
 
-from log_isolation import no_handler_on_a_closed_stream  # noqa: E402,F401  (autouse)
+from global_state import restore_global_state  # noqa: E402,F401  (autouse)
 
 # `make test` runs two pytest-xdist workers with OMP_NUM_THREADS=1 (one core each, and every
 # training process a test starts inherits the one thread); a plain `pytest` keeps two threads

@@ -35,3 +35,12 @@ def run_rejected(script, args, env, untouched):
     assert time.monotonic() - start < 120
     assert not any(path.exists() for path in untouched), untouched
     return lines[0]
+
+
+def dead_pid() -> int:
+    """The PID of a process that has ended and been reaped: spawned and waited for here,
+    so no process of this machine holds it (unless the kernel hands it out again, which it
+    does only after cycling through the other free PIDs)."""
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid

@@ -3,12 +3,17 @@
 of the shapes demo named by its config's name, from a folder that is not the checkout.
 
 The wheel is built from a copy of the repository's files (``pip wheel --no-deps
---no-build-isolation``) and installed into a fresh virtual environment that sees this machine's
-packages (``--system-site-packages``: torch, Detectron2), where it must shadow the checkout's
-editable install.
+--no-build-isolation``) and installed into a fresh virtual environment that sees the packages of
+the interpreter running the tests (torch, Detectron2), where it must shadow the checkout's
+editable install. That interpreter may be the system's, a venv's or a conda env's: a venv made
+from a venv's Python is based on the *base* interpreter, so ``--system-site-packages`` would show
+the base's packages, not the outer venv's. The new venv is made without it and a ``.pth`` file in
+its site-packages adds the running interpreter's own site folders (``site.getsitepackages()`` and
+the user site), their ``.pth`` files included, after the wheel's.
 """
 
 import os
+import site
 import shutil
 import subprocess
 import sys
@@ -31,6 +36,24 @@ def _run(argv, cwd, env=None, timeout=300):
     return result
 
 
+def site_folders():
+    """The site folders of the running interpreter, in the order it searches them."""
+    folders = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        folders.append(site.getusersitepackages())
+    return [f for f in folders if os.path.isdir(f)]
+
+
+def see_outer_packages(venv):
+    """Let ``venv`` see the running interpreter's packages after its own: a ``.pth`` file whose
+    line adds each site folder with ``site.addsitedir`` (which reads that folder's ``.pth``
+    files too, as the outer interpreter does)."""
+    (own,) = (venv / "lib").glob("python*/site-packages")
+    (own / "_outer_site.pth").write_text(
+        f"import site; [site.addsitedir(f) for f in {site_folders()!r}]\n"
+    )
+
+
 @pytest.fixture(scope="module")
 def installed_wheel(tmp_path_factory):
     """``(venv folder, its python, a working folder outside the checkout, environment)``."""
@@ -51,7 +74,8 @@ def installed_wheel(tmp_path_factory):
           "-w", dist, source], cwd=tmp)  # fmt: skip
     (wheel,) = dist.glob("largedet-*.whl")
     venv = tmp / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], cwd=tmp)
+    _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp)
+    see_outer_packages(venv)
     python = venv / "bin" / "python"
     _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel],
          cwd=tmp)  # fmt: skip

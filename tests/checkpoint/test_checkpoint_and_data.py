@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 from engine_testing import largedet_log, tiny_cfg, weights
+from launch_testing import dead_pid
 from torch import nn
 
 import largedet  # noqa: F401
@@ -207,7 +208,8 @@ def test_checkpoint_files_are_created_with_the_umask(tmp_path, umask):
 
 
 def test_temporary_files_of_a_killed_save_are_removed(tmp_path):
-    stale = [".model_0000003.pth.4242-0a1b2c3d.tmp", ".last_checkpoint.4242-0a1b2c3d.tmp",
+    pid = dead_pid()  # the killed save's process: no live process holds its PID
+    stale = [f".model_0000003.pth.{pid}-0a1b2c3d.tmp", f".last_checkpoint.{pid}-0a1b2c3d.tmp",
              ".model_0000001.pth.k3_x9qz0.tmp"]  # fmt: skip
     for name in stale + [".notes.tmp"]:  # the last one is no checkpoint's: it stays
         (tmp_path / name).write_bytes(b"half")

@@ -18,7 +18,7 @@ for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects
     if _folder not in sys.path:
         sys.path.insert(0, _folder)
 
-from log_isolation import no_handler_on_a_closed_stream  # noqa: E402,F401  (autouse; tests/)
+from global_state import restore_global_state  # noqa: E402,F401  (autouse; tests/)
 
 
 @pytest.fixture(scope="session")
