@@ -17,12 +17,14 @@ HAS_OPENCV := import importlib.metadata as m, importlib.util as u, sys; sys.exit
 # 1. a working torch/torchvision pair (the pinned one, only where none works);
 # 2. largedet (editable) and its dependencies, with OpenCV's headless build (the extra
 #    "opencv") only where no OpenCV is installed: all of its builds write the same cv2 folder;
-# 3. Detectron2, only where none is installed (never beside or over another one).
+# 3. the study's packages (study/: largedet_study, video_study), editable, for its scripts and tests;
+# 4. Detectron2, only where none is installed (never beside or over another one).
 setup:
 	@$(PYTHON) -c "import torch, torchvision; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)" 2>/dev/null \
 		|| $(PIP) install -r requirements-torch.txt
 	@if $(PYTHON) -c '$(HAS_OPENCV)'; then extras=test; else extras=test,opencv; fi; \
 		echo $(PIP) install --quiet -e ".[$$extras]"; $(PIP) install --quiet -e ".[$$extras]"
+	$(PIP) install --quiet --no-deps -e study
 	$(PYTHON) tools/install_detectron2.py
 
 demo: setup

@@ -9,13 +9,6 @@ import setuptools  # noqa: F401,E402
 import os
 import sys
 
-# The studies' packages live beside their runners, not in the library: largedet_study in
-# benchmarks/, video_study in projects/video/benchmarks/.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects", "video", "benchmarks")):
-    if _folder not in sys.path:
-        sys.path.insert(0, _folder)
-
 import pytest
 import torch
 

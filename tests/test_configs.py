@@ -126,7 +126,7 @@ def test_large_batch_configs_carry_the_study_recipe(name, earlier_lr, epochs):
     regime = set(re.findall(r"regime: " + cell, text))
     steps = set(re.findall(r"(?<!regime: )\b" + cell, text))
     for rows, grid in ((regime, "batch_scaling_regime.csv"), (steps, "batch_scaling_steps.csv")):
-        with open(os.path.join(CONFIG_DIR, "..", "benchmarks", "results", grid)) as f:
+        with open(os.path.join(CONFIG_DIR, "..", "study", "results", grid)) as f:
             cells = {line.split(",", 1)[0] for line in f}
         assert rows <= cells, (grid, rows - cells)
 

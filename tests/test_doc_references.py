@@ -15,9 +15,10 @@ VIDEO = os.path.join(ROOT, "projects", "video")
 ROLE = re.compile(r":(mod|func|class|data|meth|attr|exc):`~?([A-Za-z_][\w.]*)`")
 # (folder, the package name it holds, or None for scripts)
 SOURCES = (("largedet", "largedet"), (os.path.join("projects", "video", "largedet_video"), "largedet_video"),
-           (os.path.join("benchmarks", "largedet_study"), "largedet_study"),
-           (os.path.join("projects", "video", "benchmarks", "video_study"), "video_study"),
-           ("tools", None), ("benchmarks", None), (os.path.join("projects", "video", "benchmarks"), None))  # fmt: skip
+           (os.path.join("study", "largedet_study"), "largedet_study"),
+           (os.path.join("study", "video_study"), "video_study"),
+           ("tools", None), ("benchmarks", None), (os.path.join("projects", "video", "benchmarks"), None),
+           ("study", None))  # fmt: skip
 
 
 def _module_name(path: str, folder: str, package: str) -> str:

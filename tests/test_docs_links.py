@@ -16,6 +16,7 @@ PAGES = sorted(
         *glob.glob(os.path.join(ROOT, "docs", "*.md")),
         os.path.join(ROOT, "benchmarks", "RESULTS.md"),
         os.path.join(ROOT, "projects", "video", "README.md"),
+        os.path.join(ROOT, "study", "README.md"),
     ]
 )
 LINK = re.compile(r"\]\(([^)\s]+)\)")

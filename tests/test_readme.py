@@ -1,5 +1,5 @@
 """The README stays a front page: at most 150 lines, its results table generated from the
-study CSVs (the numbers themselves are checked by tests/study/test_report.py)."""
+study CSVs (the numbers themselves are checked by study/tests/test_report.py)."""
 
 import os
 import re

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FOLDERS = ("largedet", "projects/video/largedet_video", "projects/video/train.py", "tools", "benchmarks",
-           "projects/video/benchmarks")  # fmt: skip
+           "projects/video/benchmarks", "study")  # fmt: skip
 ALLOWED = {"largedet/solver/plan.py", "largedet/solver/batch.py"}
 
 #: what each pattern finds: the LSR's formula, K, the per-device batch from the global one
@@ -49,7 +49,7 @@ def _found(pattern):
 def test_the_sources_are_read():
     files = dict(_sources())
     assert "largedet/solver/plan.py" in files and "largedet/engine/trainer.py" in files
-    assert "benchmarks/largedet_study/grid.py" in files
+    assert "study/largedet_study/grid.py" in files
 
 
 @pytest.mark.parametrize("what", sorted(ARITHMETIC))

@@ -1,7 +1,7 @@
 """Narrow basic-block ResNets with an FPN, for small data and CPU studies.
 
 Detectron2's ``build_resnet_backbone`` fixes ResNet-18/34 at 64 channels in res2. The
-batch-scaling study (``benchmarks/batch_scaling_study.py``) trains dozens of detectors
+batch-scaling study (``study/batch_scaling_study.py``) trains dozens of detectors
 on 2 CPU cores, where a ResNet-18 at 64-512 channels spends most of the time; these
 builders take any width and depth of basic blocks and reuse Detectron2's ``BasicStem``,
 ``BasicBlock``, ``ResNet`` and ``FPN`` unchanged.

@@ -28,7 +28,7 @@ import sys
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT_GLOBS = ("tools", "projects/video", "projects/video/benchmarks", "benchmarks")
+SCRIPT_GLOBS = ("tools", "projects/video", "projects/video/benchmarks", "benchmarks", "study")
 CONFIG_FLAGS = ("--config", "--config-file")
 
 

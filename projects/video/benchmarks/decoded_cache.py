@@ -19,7 +19,7 @@ and in its later passes (median), and the ratio uncached / cached-later; then th
 range of each over the processes. The last line is ``DECODED-CACHE-FIGURES {json}``. With
 ``--csv`` each process appends a row (date, CPU, torch, ``--load``: what else the machine
 ran); projects/video/README.md's table is generated from that CSV
-(``python benchmarks/study_report.py``).
+(``python study/study_report.py``).
 """
 
 import argparse

@@ -11,7 +11,7 @@ in turn, ``--runs`` times. Read from the run: the training wall clock less evalu
 trainer's ``run_summary.json``), seconds per step, the whole command's wall clock (dataset
 generation on first use included) and top-1. With ``--csv`` each run appends a row (date,
 CPU, torch, ``--load``); projects/video/README.md's table is generated from
-``projects/video/benchmarks/results/demo_runs.csv`` (``python benchmarks/study_report.py``).
+``projects/video/benchmarks/results/demo_runs.csv`` (``python study/study_report.py``).
 """
 
 import argparse
@@ -27,7 +27,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VIDEO_DIR = os.path.dirname(HERE)
 ROOT = os.path.dirname(os.path.dirname(VIDEO_DIR))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-sys.path.insert(0, HERE)
 from demo_speed import append_rows, cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
 from video_study.grid import final_top1  # noqa: E402
 from video_study.runner import train_seconds  # noqa: E402

@@ -33,7 +33,7 @@ each run is printed too.
 With ``--csv PATH`` each run appends a row (date, CPU, torch, ``--load``: what else the
 machine ran; one ``invocation`` id for the runs of one command, whose speed-ups are taken
 within it); projects/video/README.md's table is generated from
-``projects/video/benchmarks/results/multigrid_demo.csv`` (``python benchmarks/study_report.py``).
+``projects/video/benchmarks/results/multigrid_demo.csv`` (``python study/study_report.py``).
 """
 
 import argparse

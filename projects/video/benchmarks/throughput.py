@@ -34,7 +34,7 @@ Ratios printed: TSM / I3D 3x3x3 and TSM / I3D 3x1x1 (the TSM paper: 1.6x and
 ``--csv PREFIX`` appends the figures to ``PREFIX_training.csv`` (one row per model) and
 ``PREFIX_decoding.csv`` (one row per decoder and video set), with the date, CPU, torch
 and ``--load`` (what else the machine ran); projects/video/README.md's tables are generated
-from ``projects/video/benchmarks/results/throughput_*.csv`` (``python benchmarks/study_report.py``).
+from ``projects/video/benchmarks/results/throughput_*.csv`` (``python study/study_report.py``).
 """
 
 import argparse

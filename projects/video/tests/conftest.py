@@ -10,13 +10,10 @@ import sys
 
 import pytest
 
-# The studies' packages live beside their runners, not in the library.
+# the helpers shared with largedet's tests (tests/launch_testing.py, tests/global_state.py)
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-# and the helpers shared with largedet's tests (tests/launch_testing.py)
-for _folder in (os.path.join(_ROOT, "benchmarks"), os.path.join(_ROOT, "projects", "video", "benchmarks"),
-                os.path.join(_ROOT, "tests")):
-    if _folder not in sys.path:
-        sys.path.insert(0, _folder)
+if os.path.join(_ROOT, "tests") not in sys.path:
+    sys.path.insert(0, os.path.join(_ROOT, "tests"))
 
 from global_state import restore_global_state  # noqa: E402,F401  (autouse; tests/)
 

@@ -94,7 +94,7 @@ def test_kinetics_config_cites_study_rows_that_exist_and_takes_the_marked_recipe
     path = os.path.join(CONFIG_DIR, "kinetics400_tsm_r50_8f.yaml")
     with open(path) as f:
         text = f.read()
-    with open(os.path.join(root, "projects/video/benchmarks/results/tsm4k_study.csv")) as f:
+    with open(os.path.join(root, "study/results/video/tsm4k_study.csv")) as f:
         rows = {line.split(",", 1)[0] for line in f}
     cell = r"((?:sgd|pmd_lamb)-bs\d+[\w.-]*)"
     cited = set(re.findall(r"video4k: " + cell, text))

@@ -19,7 +19,7 @@ wrapped around), so the displacement between two frames is the shape's motion
 plus noise of the order of the slow-fast difference. Telling slow from fast needs
 the shape's position relative to the static background over several frames;
 single frames still carry nothing (TSN: chance, 12.5%). It is the task with
-headroom for the batch-scaling study of ``projects/video/benchmarks/batch_study.py``.
+headroom for the batch-scaling study of ``study/video_batch_study.py``.
 
 Videos are written once (``largedet.data.build_once``), under
 ``largedet.data.datasets_root()`` (``$LARGEDET_DATASETS``, default

@@ -1,6 +1,6 @@
 """The comparison tables as a picture: each row's difference from the batch-16 baseline with
 its pooled 95% interval, held-out and reported split side by side
-(:func:`plot_intervals`); ``python benchmarks/study_report.py --figures`` draws the regime
+(:func:`plot_intervals`); ``python study/study_report.py --figures`` draws the regime
 grid's and the tsm4k video grid's (:data:`FIGURES`).
 
 The numbers are those of :func:`largedet_study.report.comparisons`, the ones the generated
@@ -93,8 +93,8 @@ def _video4k(path: str):
 
 #: figure path (in the checkout) -> the function that draws it
 FIGURES: Dict[str, Callable[[str], list]] = {
-    "benchmarks/results/figures/regime_intervals.png": _regime,
-    "projects/video/benchmarks/results/figures/tsm4k_intervals.png": _video4k,
+    "study/results/figures/regime_intervals.png": _regime,
+    "study/results/video/figures/tsm4k_intervals.png": _video4k,
 }
 
 

@@ -6,15 +6,15 @@ per cell, gradient accumulation where the batch exceeds one pass), evaluates box
 appends one CSV row per cell. The grids, cells, per-cell plan and CSV columns are in
 :mod:`largedet_study.grid` (the runner: :mod:`largedet_study.runner`).
 
-    python benchmarks/batch_scaling_study.py --dry-run       # the plan: cells, LR, iterations
+    python study/batch_scaling_study.py --dry-run       # the plan: cells, LR, iterations
     # the steps-matched CPU grid (about 45 min per cell on one core), two processes at once
-    for i in 1 2; do nice python benchmarks/batch_scaling_study.py \
-        --csv benchmarks/results/batch_scaling_steps.csv \
-        --archive benchmarks/results/batch_scaling_steps_runs & done
-    python benchmarks/batch_scaling_study.py --grid short    # the short-budget grid (16 epochs)
-    python benchmarks/batch_scaling_study.py --grid regime --dry-run   # COCO's regime: N, batch/N, epochs
-    python benchmarks/batch_scaling_study.py --grid gpu --num-gpus 8
-    python tools/plot_metrics.py --study benchmarks/results/batch_scaling_steps.csv
+    for i in 1 2; do nice python study/batch_scaling_study.py \
+        --csv study/results/batch_scaling_steps.csv \
+        --archive study/results/batch_scaling_steps_runs & done
+    python study/batch_scaling_study.py --grid short    # the short-budget grid (16 epochs)
+    python study/batch_scaling_study.py --grid regime --dry-run   # COCO's regime: N, batch/N, epochs
+    python study/batch_scaling_study.py --grid gpu --num-gpus 8
+    python study/plot_study.py --study study/results/batch_scaling_steps.csv
 
 Resumable: cells already in the CSV are skipped, and an interrupted cell resumes from
 its last checkpoint (``--resume``); its wall-clock adds up over the invocations. Several

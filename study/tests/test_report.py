@@ -154,7 +154,7 @@ def test_check_names_a_stale_file(fake_regime, monkeypatch):
 
 def test_docs_match_their_csvs():
     """Every generated table and number in README.md, docs/, the video README and the
-    configs' comments is what its CSV gives (``python benchmarks/study_report.py``)."""
+    configs' comments is what its CSV gives (``python study/study_report.py``)."""
     assert report.check() == []
 
 
@@ -203,7 +203,7 @@ def test_the_interval_figure_draws_the_tables_numbers(fake_regime):
     from largedet_study import interval_plot
 
     path = fake_regime / "regime_intervals.png"
-    drawn = interval_plot.FIGURES["benchmarks/results/figures/regime_intervals.png"](str(path))
+    drawn = interval_plot.FIGURES["study/results/figures/regime_intervals.png"](str(path))
     assert path.stat().st_size > 10_000
     table = report.regime_comparison()
     assert [label for label, _ in drawn] == [

@@ -1,6 +1,6 @@
 """The video batch study's figure and table: top-1 against the global batch for each
 optimizer at equal epochs, beside the batch-16 baseline's seed band (the CSV of
-``projects/video/benchmarks/batch_study.py``)."""
+``study/video_batch_study.py``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Runs the video batch-scaling study: one ``projects/video/train.py`` subprocess per cell,
 a CSV row per finished cell; resumable, several processes at once (a lock file per cell).
 
-The command line is ``projects/video/benchmarks/batch_study.py``; the grid and the plan
+The command line is ``study/video_batch_study.py``; the grid and the plan
 of each cell are in :mod:`video_study.grid`. Claiming, CSV appends, the training
 subprocess and its wall clock are the detection study's (:mod:`largedet_study.runner`).
 """

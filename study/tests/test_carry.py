@@ -103,7 +103,6 @@ time.sleep(120)
 
 DRIVER = r"""
 import sys
-sys.path.insert(0, {benchmarks!r})
 from largedet_study import runner
 runner.TRAIN_COMMAND = (sys.executable, {fake!r})
 runner.ensure_pretrained = lambda args: None
@@ -114,7 +113,7 @@ sys.exit(runner.main(sys.argv[1:]))
 def test_a_cell_interrupted_on_one_machine_finishes_on_another(tmp_path):
     fake = tmp_path / "fake_trainer.py"
     fake.write_text(FAKE_TRAINER)
-    driver = DRIVER.format(benchmarks=os.path.join(ROOT, "benchmarks"), fake=str(fake))
+    driver = DRIVER.format(fake=str(fake))
     carry_dir, csv_path, cell = tmp_path / "carry", tmp_path / "study.csv", "sgd-bs256"
 
     def study(output_dir):

@@ -1,4 +1,5 @@
-"""largedet_study.plotting and tools/plot_metrics.py: study CSV and metrics.json to figures."""
+"""largedet_study.plotting, study/plot_study.py and tools/plot_metrics.py (largedet.utils.run_curves):
+study CSV and metrics.json to figures."""
 
 import csv
 import json
@@ -139,11 +140,14 @@ def test_plot_metrics_cli_writes_figures_and_the_table(tmp_path):
     fake_run_dir(str(tmp_path / "a"), 16, 1536, range(0, 96, 5))
     fake_run_dir(str(tmp_path / "b"), 256, 1536, range(0, 6))
     out = tmp_path / "figs"
-    cmd = [sys.executable, os.path.join(ROOT, "tools", "plot_metrics.py"), "--study", study,
+    study_cmd = [sys.executable, os.path.join(ROOT, "study", "plot_study.py"), "--study", study, "--out-dir", str(out)]
+    proc = subprocess.run(study_cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "| pmd_lamb | 48.0 | 30.0 |" in proc.stdout
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "plot_metrics.py"),
            "--runs", str(tmp_path / "a"), str(tmp_path / "b"), "--out-dir", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "| pmd_lamb | 48.0 | 30.0 |" in proc.stdout
     for name in ("ap_vs_batch.png", "images_per_s.png", "loss_lr_vs_epochs.png"):
         with open(out / name, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -199,7 +203,7 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
         ("pmd_lamb-bs1024-ep1.4x", 72.5, 74.0)]  # fmt: skip
     assert [c for c, _, _ in plot_cells_at_batch(merged, 1024, png, images=images)] == [
         "pmd_lamb-bs1024", "pmd_lamb-bs1024-ep1.4x", "sgd-bs1024"]  # fmt: skip
-    cli = [sys.executable, os.path.join(ROOT, "tools", "plot_metrics.py"), "--study", path,
+    cli = [sys.executable, os.path.join(ROOT, "study", "plot_study.py"), "--study", path,
            "--eval-csv", str(larger), "--cells-at-batch", "1024", "--out-dir", str(tmp_path / "f")]  # fmt: skip
     proc = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -210,7 +214,7 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
     larger.write_text("cell,images,holdout_ap,box_ap\na,150,1,1\nb,2000,2,2\n")
     with pytest.raises(ValueError, match=r"different image counts \[150, 2000\]"):
         with_reevaluation(load_study(path), str(larger))
-    proc = subprocess.run(cli[:2] + cli[4:6] + ["--runs", "x"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cli[:2] + cli[4:6] + ["--compare", "a=x.csv"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--eval-csv goes with --study" in proc.stderr
 
 

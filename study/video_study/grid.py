@@ -1,6 +1,6 @@
 """The video batch-scaling study's schema: its grid, cells, per-cell plan and CSV columns.
 
-``projects/video/benchmarks/batch_study.py`` runs the cells (one ``projects/video/train.py``
+``study/video_batch_study.py`` runs the cells (one ``projects/video/train.py``
 per cell, with the detection study's runner, :mod:`largedet_study.runner`) and draws the
 CSV. The grid is a miniature of "Training Kinetics in 15 Minutes" (Lin, Gan, Han 2019:
 TSM-R50 at 12,288 clips per step = 5.1% of Kinetics-400's 240,000 clips, 100 epochs, SGD
@@ -34,8 +34,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from largedet_study.grid import OptimizerRecipe, cell_config, cell_numbers, cell_run_plan, recipe_overrides
 
 
-#: the checkout (projects/video/benchmarks/video_study/ -> four levels up)
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+#: the checkout (study/video_study/ -> four levels up)
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 __all__ = [
     "EPOCHS",
     "NUM_TRAIN",

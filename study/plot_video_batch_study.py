@@ -1,24 +1,21 @@
 #!/usr/bin/env python3
 """The video batch study's figure (top-1 against the global batch) and its Markdown table.
 
-    python projects/video/benchmarks/plot_batch_study.py \\
-        projects/video/benchmarks/results/batch_study.csv --out projects/video/benchmarks/results/figures
+    python study/plot_video_batch_study.py \\
+        study/results/video/batch_study.csv --out study/results/video/figures
 """
 
 import argparse
 import os
 import sys
 
-# the detection study's runner (largedet_study) is in the repository's benchmarks/
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "benchmarks"))
-
-from video_study.grid import NUM_TRAIN  # noqa: E402
-from video_study.plotting import load_video_study, plot_top1_vs_batch, video_table  # noqa: E402
+from video_study.grid import NUM_TRAIN
+from video_study.plotting import load_video_study, plot_top1_vs_batch, video_table
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("csv", help="the CSV written by batch_study.py")
+    parser.add_argument("csv", help="the CSV written by video_batch_study.py")
     parser.add_argument("--out", default=".", help="folder of top1_vs_batch.png")
     parser.add_argument("--title", default="", help="the figure's title")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The video batch-scaling study (projects/video/benchmarks/batch_study.py): the grid's
+"""The video batch-scaling study (study/video_batch_study.py): the grid's
 arithmetic, the config each cell trains with, its CSV row, resumption."""
 
 import csv
@@ -15,7 +15,7 @@ from largedet_video import add_video_config
 from video_study import grid as study
 from video_study import runner as study_runner
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def cfg_of(plan):

@@ -1,6 +1,6 @@
 """The batch-scaling study's schema: its grids, cells, per-cell plan and CSV columns.
 
-``benchmarks/batch_scaling_study.py`` runs the cells (one ``tools/train_net.py`` per cell)
+``study/batch_scaling_study.py`` runs the cells (one ``tools/train_net.py`` per cell)
 and :mod:`largedet_study.plotting` draws the CSV it writes; both take the names and
 columns from here. Two CPU grids on the shapes data at 64 px:
 
@@ -37,7 +37,7 @@ from largedet.config import add_largedet_config
 from largedet.solver.batch import per_device_batch
 from largedet.solver.plan import RunPlan, run_plan
 
-#: the checkout (benchmarks/largedet_study/ -> two levels up)
+#: the checkout (study/largedet_study/ -> two levels up)
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 __all__ = [

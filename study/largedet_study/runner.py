@@ -2,7 +2,7 @@
 largedet.engine.train_net``, i.e. ``tools/train_net.py``) per cell, a CSV row
 per finished cell; resumable, several processes at once (a lock file per cell).
 
-``benchmarks/batch_scaling_study.py`` is its command line; the grids and the per-cell
+``study/batch_scaling_study.py`` is its command line; the grids and the per-cell
 plan are in :mod:`largedet_study.grid`.
 """
 

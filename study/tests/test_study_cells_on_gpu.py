@@ -1,4 +1,4 @@
-"""benchmarks/study_cells_on_gpu.py: what it packs for a machine that gives back few files,
+"""study/study_cells_on_gpu.py: what it packs for a machine that gives back few files,
 and the seconds per iteration it reads from a training log."""
 
 import os
@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-SCRIPT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+SCRIPT_DIR = os.path.join(os.path.dirname(__file__), "..")
 
 
 @pytest.fixture(scope="module")

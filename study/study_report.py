@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The studies' numbers in the docs, written from their CSVs (:mod:`largedet_study.report`).
 
-    python benchmarks/study_report.py            # regenerate every marked table and number
-    python benchmarks/study_report.py --check    # exit 1 naming each file that differs
-    python benchmarks/study_report.py --goal     # the regime and video grids' checks (exit 1: goal not met)
-    python benchmarks/study_report.py --block regime-comparison   # print one block
-    python benchmarks/study_report.py --figures  # the comparison tables as pictures (interval_plot)
+    python study/study_report.py            # regenerate every marked table and number
+    python study/study_report.py --check    # exit 1 naming each file that differs
+    python study/study_report.py --goal     # the regime and video grids' checks (exit 1: goal not met)
+    python study/study_report.py --block regime-comparison   # print one block
+    python study/study_report.py --figures  # the comparison tables as pictures (interval_plot)
 """
 
 import argparse
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     if args.check:
         stale = report.check()
         for path in stale:
-            print(f"{path}: generated numbers differ from the CSVs; run python benchmarks/study_report.py")
+            print(f"{path}: generated numbers differ from the CSVs; run python study/study_report.py")
         return 1 if stale else 0
     for path in report.write():
         print(f"rewrote {path}")

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Run cells of the batch-scaling study side by side on one GPU machine, under a deadline.
 
-    python3 benchmarks/study_cells_on_gpu.py --grid regime --cells CELL [CELL ...] \\
+    python3 study/study_cells_on_gpu.py --grid regime --cells CELL [CELL ...] \\
         --pretrain FILE --deadline 540 --pack $OUT [--workers 2] [--resume-from DIR]
 
 For a lent GPU machine that gives back only a few files and stops every command at a limit:
 installs what does not import from ``--wheels`` (as ``benchmarks/gpu_check.py`` does),
 puts ``--pretrain`` (the grid's ``pretrain/backbone.pth``, made on the CPU) where the study
-looks for it, and starts one ``benchmarks/batch_scaling_study.py --only CELL`` per cell at
+looks for it, and starts one ``study/batch_scaling_study.py --only CELL`` per cell at
 once, each with ``DATALOADER.NUM_WORKERS`` set to ``--workers`` (the CPU grid loads in
 the training process), TF32 off (``NVIDIA_TF32_OVERRIDE=0``: float32 convolutions and
 products, as on the CPU) and, for several cells, CUDA's multi-process service (MPS).
@@ -43,9 +43,10 @@ from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+# benchmarks/gpu_check.py, a script beside the speed benchmarks: the wheel install and the child env
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
-import gpu_check  # noqa: E402  (benchmarks/gpu_check.py: the wheel install and the child env)
+import gpu_check  # noqa: E402
 
 PACK_LIMIT = 15 * 1024 * 1024
 MAX_FILES = 8
