@@ -431,6 +431,14 @@ def _regime_cells() -> List[Cell]:
         # regime CSV): its second and third seeds, for a baseline of three
         replace(_STRONG_BASELINE, lr_factor=2.0, seed=1),
         replace(_STRONG_BASELINE, lr_factor=2.0, seed=2),
+        # equal tuning at batch 256, 1.0x (seed 0 per candidate, the held-out split chooses):
+        # LAMB without the periodic moment decay on the configs' recipe (does the decay earn
+        # its place?), and the recipe's LR at x2 and x0.5 of 0.02 (one change per cell)
+        Cell("lamb", b, **_WSD),
+        Cell("pmd_lamb", b, lr_factor=2.0, **_WSD),
+        Cell("pmd_lamb", b, lr_factor=0.5, **_WSD),
+        # batch 16's LR 0.04 led its sweep at the edge: 0.08 brackets it
+        replace(_STRONG_BASELINE, lr_factor=4.0),
     ]
 
 
