@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     if args.goal:
         print("Detection, regime grid:\n" + report.regime_verdict())
         print("\nVideo, tsm4k grid:\n" + report.video_verdict("video4k"))
-        return 0 if report.regime_goal().goal else 1
+        return 0 if report.regime_goal() else 1
     if args.check:
         stale = report.check()
         for path in stale:

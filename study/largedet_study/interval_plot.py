@@ -1,5 +1,5 @@
 """The comparison tables as a picture: each row's difference from the batch-16 baseline with
-its pooled 95% interval, held-out and reported split side by side
+its Welch 95% interval, held-out and reported split side by side
 (:func:`plot_intervals`); ``python study/study_report.py --figures`` draws the regime
 grid's and the tsm4k video grid's (:data:`FIGURES`).
 

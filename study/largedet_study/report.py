@@ -12,7 +12,7 @@ suite) fails where a file differs from what the CSVs give:
   render), KEY as :func:`value` reads it.
 
 Seeds of a cell are its rows whose names differ only in a ``-sN`` suffix (the family).
-Every comparison gives n on both sides, the spread (sample SD) and the pooled 95%
+Every comparison gives n on both sides, the spread (sample SD) and Welch's 95%
 interval and one-sided 95% lower bound of the difference (:mod:`.stats`).
 """
 
@@ -27,6 +27,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from .demo_report import BLOCKS as DEMO_BLOCKS
 from .video_bench_report import BLOCKS as VIDEO_BENCH_BLOCKS
 from .gpu_report import BLOCKS as GPU_BLOCKS
+from . import fairness
+from .fairness import machine_class, welch
 from .stats import Difference, Summary, claim, difference, fmt, summarize
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -43,6 +45,7 @@ __all__ = [
     "multigrid_table",
     "regime_baseline",
     "regime_goal",
+    "regime_optimizers",
     "regime_rows",
     "seed_count",
     "value",
@@ -54,6 +57,8 @@ __all__ = [
 CSVS = {
     "regime": "study/results/batch_scaling_regime.csv",
     "regime_epyc": "study/results/batch_scaling_regime_epyc_calibration.csv",
+    # the regime grid's rows on the 2-core Ice Lake Xeon VM (no AMX): a machine class of its own
+    "regime_icelake": "study/results/batch_scaling_regime_icelake.csv",
     "steps": "study/results/batch_scaling_steps.csv",
     "steps2000": "study/results/batch_scaling_steps_eval2000.csv",
     "short": "study/results/batch_scaling_cpu.csv",
@@ -67,6 +72,7 @@ CSVS = {
 SPLITS = {
     "regime": ("holdout_ap", "box_ap"),
     "regime_epyc": ("holdout_ap", "box_ap"),
+    "regime_icelake": ("holdout_ap", "box_ap"),
     "steps": ("holdout_ap", "box_ap"),
     "steps2000": ("holdout_ap", "box_ap"),
     "short": (None, "box_ap"),
@@ -149,10 +155,7 @@ def describe(name: str) -> str:
 
 
 def _machine(device: str) -> str:
-    for short in ("EPYC", "Xeon", "H100", "H200"):
-        if short in device:
-            return short
-    return device or "?"
+    return machine_class(device)
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,12 @@ def families(csv_name: str) -> Dict[str, Family]:
 
 def _family(csv_name: str, name: str) -> Family:
     """A family by name; ``baseline``: the grid's strongest batch-16 one; ``=CELL``: the one
-    row named CELL (one seed of a family)."""
+    row named CELL (one seed of a family); ``NAME@CLASS``: its rows of one machine class
+    (:func:`largedet_study.fairness.machine_class`)."""
+    if "@" in name:
+        name, cls = name.split("@", 1)
+        fam = _family(csv_name, name)
+        return Family(fam.name, tuple(r for r in fam.rows if machine_class(r.get("device", "")) == cls))
     if name.startswith("="):
         rows = tuple(r for r in _read(csv_name) if r["cell"] == name[1:])
         if not rows:
@@ -236,7 +244,7 @@ def value(key: str) -> str:
     * ``CSV/FAMILY/STAT/COLUMN``: STAT one of ``mean``, ``sd``, ``n``, ``min``, ``max``,
       ``row`` (the family's one row); FAMILY ``baseline`` is the strongest batch-16 baseline;
     * ``CSV/A~B/STAT/COLUMN``: mean(A) - mean(B) (B may be in another CSV: ``A~CSV2:B``),
-      STAT one of ``diff``, ``low``, ``high``, ``lb`` (the pooled 95% interval's ends and the
+      STAT one of ``diff``, ``low``, ``high``, ``lb`` (Welch's 95% interval's ends and the
       one-sided 95% lower bound), ``ci`` (``+0.07 [-0.46, +0.59]``);
     * ``CSV/FAMILY/name``: the family's cell name as run (``baseline`` resolved).
     """
@@ -253,7 +261,7 @@ def value(key: str) -> str:
         b_csv, _, b_name = b_name.rpartition(":")
         a = _family(csv_name, a_name)
         b = _family(b_csv or csv_name, b_name)
-        d = difference(a.values(column), b.values(column))
+        d = welch(a.values(column), b.values(column))
         if stat == "ci":
             return d.interval()
         number = {"diff": d.diff, "low": d.low, "high": d.high, "lb": d.lower_bound}[stat]
@@ -325,7 +333,7 @@ def _splits(csv_name: str) -> List[Tuple[str, str]]:
 
 def comparisons(baseline: Family, rows: Sequence[Tuple[str, Family]], csv_name: str
                 ) -> List[Tuple[str, Family, Dict[str, Optional[Difference]]]]:  # fmt: skip
-    """``rows`` (label, family) against ``baseline``: each with its pooled
+    """``rows`` (label, family) against ``baseline``: each with its Welch
     :class:`~largedet_study.stats.Difference` per split name ("held-out", "reported"; None
     where a side has no value). What :func:`comparison_table` prints and
     :func:`largedet_study.interval_plot.plot_intervals` draws."""
@@ -334,27 +342,29 @@ def comparisons(baseline: Family, rows: Sequence[Tuple[str, Family]], csv_name: 
         diffs: Dict[str, Optional[Difference]] = {}
         for column, split in _splits(csv_name):
             a, b = f.values(column), baseline.values(column)
-            diffs[split] = difference(a, b) if a and b else None
+            diffs[split] = welch(a, b) if a and b else None
         out.append((label, f, diffs))
     return out
 
 
 def comparison_table(csv_name: str, baseline: Family, rows: Sequence[Tuple[str, Family]]) -> str:
     """``rows`` (label, family) against ``baseline``: n, the difference of the means on each
-    split with its pooled 95% interval, and the one-sided 95% lower bound."""
+    split with its Welch 95% interval, and the one-sided 95% lower bound."""
     splits = _splits(csv_name)
     head = [f"against `{baseline.name}` ({baseline.machines})", "n", "machine"]
     for _, split in splits:
-        head += [f"{split}: diff [95% interval]", "lower bound"]
+        head += [f"{split}: diff [95% interval]", "lower bound (pooled)"]
     lines = ["| " + " | ".join(head) + " |", "| --- | ---: | --- | " + " | ".join("---:" for _ in head[3:]) + " |"]
     for label, f, diffs in comparisons(baseline, rows, csv_name):
         cells = [label, f"{len(f.trained)}/{len(baseline.trained)}", f.machines]
-        for _, split in splits:
+        for column, split in splits:
             d = diffs[split]
             if d is None:
                 cells += ["-", "-"]
                 continue
-            cells += [d.interval(), "-" if d.lower_bound is None else fmt(d.lower_bound, sign=True)]
+            pooled = difference(f.values(column), baseline.values(column)).lower_bound
+            bound = "-" if d.lower_bound is None else fmt(d.lower_bound, sign=True)
+            cells += [d.interval(), bound + ("" if pooled is None else f" ({fmt(pooled, sign=True)})")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -386,17 +396,18 @@ def regime_comparison() -> str:
     return comparison_table("regime", base, rows)
 
 
-@dataclass(frozen=True)
-class GoalCheck:
-    """The regime grid's check: the large-batch family chosen on held-out at <= 1.4x the
-    epochs, with >= 3 seeds, against the strongest batch-16 baseline."""
+#: the regime grid's CSVs: its own rows, the EPYC calibration's, the Ice Lake VM's
+REGIME_CSVS = ("regime", "regime_epyc", "regime_icelake")
 
-    baseline: Family
-    chosen: Optional[Family]
-    held_out: Optional[Difference]
-    reported: Optional[Difference]
-    goal: bool  # within 0.5 on both splits, held-out lower bound >= -1.0, <= 1.4x
-    moonshot: bool  # within 0.5 at 1.0x with the held-out lower bound >= -0.5
+
+def regime_families_all() -> Dict[str, Family]:
+    """The regime grid's families with the rows of every one of its CSVs (a family's rows
+    may come from several machine classes: :mod:`largedet_study.fairness` keeps them apart)."""
+    groups: Dict[str, List[dict]] = {}
+    for csv_name in REGIME_CSVS:
+        for row in _read(csv_name):
+            groups.setdefault(_SEED.sub("", row["cell"]), []).append(row)
+    return {name: Family(name, tuple(rows)) for name, rows in groups.items()}
 
 
 def _epochs_factor(name: str) -> float:
@@ -404,26 +415,10 @@ def _epochs_factor(name: str) -> float:
     return float(m.group(1)) if m else 1.0
 
 
-def regime_goal(max_factor: float = 1.4) -> GoalCheck:
-    """The issue's check on the regime CSV (:class:`GoalCheck`)."""
-    base = regime_baseline()
-    fams = [f for f in families("regime").values()
-            if f.batch > 16 and _epochs_factor(f.name) <= max_factor and len(f.values("holdout_ap")) >= 3]  # fmt: skip
-    if not fams or base is None:
-        return GoalCheck(base, None, None, None, False, False)
-    chosen = max(fams, key=lambda f: f.summary("holdout_ap").mean)
-    h = difference(chosen.values("holdout_ap"), base.values("holdout_ap"))
-    r = difference(chosen.values("box_ap"), base.values("box_ap"))
-    within = h.diff >= -0.5 and r.diff >= -0.5
-    goal = within and h.lower_bound is not None and h.lower_bound >= -1.0 and len(base.trained) >= 3
-    one_x = [f for f in fams if _epochs_factor(f.name) == 1.0]
-    moon = False
-    for f in one_x:
-        hh = difference(f.values("holdout_ap"), base.values("holdout_ap"))
-        rr = difference(f.values("box_ap"), base.values("box_ap"))
-        if hh.diff >= -0.5 and rr.diff >= -0.5 and hh.lower_bound is not None and hh.lower_bound >= -0.5:
-            moon = len(base.trained) >= 3
-    return GoalCheck(base, chosen, h, r, goal, moon)
+def regime_goal() -> bool:
+    """Whether the regime grid meets its goal on one machine class by Welch's bound
+    (:func:`largedet_study.fairness.goal_met`)."""
+    return fairness.goal_met(regime_families_all())
 
 
 def pending_batch16_cells() -> List[str]:
@@ -436,40 +431,20 @@ def pending_batch16_cells() -> List[str]:
 
 
 def regime_verdict() -> str:
-    """The regime grid's verdict in a few generated sentences."""
-    g = regime_goal()
-    base = g.baseline
-    bh, br = base.summary("holdout_ap"), base.summary("box_ap")
-    text = [f"- The strongest batch-16 baseline on the held-out split is `{base.name}` "
-            f"(held-out {bh.text()}, `shapes_val` {br.text()})."]  # fmt: skip
-    if len(base.trained) < 3:
-        text[-1] += (f" It has {seed_count(len(base.trained))}, fewer than "
-                     "the three the check asks: its other seeds are cells of the grid still to run.")
-        if len(base.trained) == 1:
-            text[-1] += (" One seed has no spread of its own: until its others land, every interval "
-                         "against it carries only the other side's seed spread.")
+    """The regime grid's verdict, per machine class and epoch budget
+    (:func:`largedet_study.fairness.verdict_text`), with the batch-16 cells still to run."""
+    text = fairness.verdict_text(regime_families_all())
     pending = pending_batch16_cells()
     if pending:
-        text[-1] += (" Batch-16 cells of the grid without a row yet: "
-                     f"{', '.join(f'`{n}`' for n in pending)}; the baseline is the best of those that ran.")  # fmt: skip
-    if g.chosen is None:
-        text.append("- No large-batch recipe at <= 1.4x the epochs has three seeds yet.")
-    else:
-        welch = [difference(g.chosen.values(c), base.values(c), method="welch") for c in ("holdout_ap", "box_ap")]
-        bounds = ", ".join("n/a" if w.lower_bound is None else f"{fmt(w.lower_bound, sign=True)}" for w in welch)
-        text.append(
-            f"- The large-batch recipe the held-out split chooses at <= 1.4x the epochs is "
-            f"`{g.chosen.name}`: minus the baseline, held-out {claim(g.held_out, 0.5)}; "
-            f"`shapes_val` {claim(g.reported, 0.5)}. Without pooling the variances (Welch) "
-            f"the one-sided lower bounds are {bounds} (held-out, `shapes_val`)."
-        )
-    text.append(
-        "- Goal (a mean difference of at least -0.5 AP on both splits at <= 1.4x, the held-out "
-        f"one-sided lower bound >= -1.0, three seeds each): **{'met' if g.goal else 'not met'}**"
-        f"{' while those batch-16 cells are still to run' if pending else ''}. Moonshot (the same "
-        f"at 1.0x with the lower bound >= -0.5): **{'met' if g.moonshot else 'not met'}**."
-    )
-    return "\n".join(text)
+        text += ("\n- Batch-16 cells of the grid without a row yet: "
+                 f"{', '.join(f'`{n}`' for n in pending)}; each baseline is the best of those that ran.")  # fmt: skip
+    return text
+
+
+def regime_optimizers() -> str:
+    """PMD-LAMB, LAMB and SGD at batch 256 against each machine class's strongest baseline
+    (:func:`largedet_study.fairness.optimizer_table`)."""
+    return fairness.optimizer_table(regime_families_all())
 
 
 def video_choice(csv_name: str, min_batch: int, max_factor: float) -> Optional[Family]:
@@ -506,7 +481,7 @@ def video_verdict(csv_name: str = "video4k") -> str:
             text.append(f"- {label.capitalize()}: no recipe at batch >= {lo} and <= {factor:g}x the epochs has three seeds yet: not met.")
             verdicts.append(False)
             continue
-        d = difference(f.values(reported), base.values(reported))
+        d = welch(f.values(reported), base.values(reported))
         met = ok_base and d.diff >= -1.0 and d.lower_bound is not None and d.lower_bound >= -2.0
         verdicts.append(met)
         text.append(f"- {label.capitalize()}: `{f.name}` minus the baseline, reported top-1 {claim(d, 1.0)}; "
@@ -582,7 +557,7 @@ def multigrid_verdict(csv_name: str = "video4k") -> str:
     mg, plain = max(pairs, key=lambda p: p[0].summary(reported).mean)
     share = mg.summary(reported).mean / base.summary(reported).mean
     ratios = speed_ups(mg, plain)
-    d = difference(mg.values(reported), plain.values(reported))
+    d = welch(mg.values(reported), plain.values(reported))
     met = share > MULTIGRID_TRAINS
     return (f"- Multigrid: `{mg.name}` (n={len(mg.trained)}), reported top-1 {_ms(mg.summary(reported))}, "
             f"{100 * share:.0f}% of the baseline's (the bar: above {100 * MULTIGRID_TRAINS:.0f}%); "
@@ -593,7 +568,7 @@ def multigrid_verdict(csv_name: str = "video4k") -> str:
 
 def multigrid_table(csv_name: str = "video4k") -> str:
     """Multigrid against its own row without multigrid (:func:`multigrid_pairs`): n, top-1
-    on both splits (mean ± SD), the reported difference with its pooled 95% interval, the
+    on both splits (mean ± SD), the reported difference with its Welch 95% interval, the
     speed-up of the training wall clock (``train_s``: the run less its evaluation; the row
     without over multigrid, seed by seed where both have the seed), and whether multigrid
     trains (reported top-1 above :data:`MULTIGRID_TRAINS` of the baseline's)."""
@@ -610,7 +585,7 @@ def multigrid_table(csv_name: str = "video4k") -> str:
         if plain is not None:
             ho = f"{_ms(mg.summary(holdout))} / {_ms(plain.summary(holdout))}"
             rep = f"{_ms(mg.summary(reported))} / {_ms(plain.summary(reported))}"
-            d = difference(mg.values(reported), plain.values(reported)) if plain.trained and mg.trained else None
+            d = welch(mg.values(reported), plain.values(reported)) if plain.trained and mg.trained else None
             walls, pwalls = _train_seconds(mg), _train_seconds(plain)
             ratios = speed_ups(mg, plain)
             wall = (f"{fmt(summarize(list(walls.values())).mean, 0)} / "
@@ -639,7 +614,7 @@ def _row_against(label: str, fam: Optional[Family], base: Family, splits: Sequen
         if column is None:
             cells.append("-")
             continue
-        d = difference(fam.values(column), base.values(column))
+        d = welch(fam.values(column), base.values(column))
         cells.append(d.interval())
     return (f"| {label} | {share} | {epochs} | {len(fam.trained)} / {len(base.trained)} | "
             + " | ".join(cells) + f" | {fam.machines} / {base.machines} |")  # fmt: skip
@@ -652,7 +627,7 @@ def seed_count(n: int) -> str:
 
 def results_summary() -> str:
     """The README's results table: the large-batch recipes minus the strongest batch-16
-    baseline of their grid, n on each side and the pooled 95% interval, on both splits."""
+    baseline of their grid, n on each side and Welch's 95% interval, on both splits."""
     lines = ["| study | batch / N | epochs | n (large / 16) | held-out: diff [95% interval] "
              "| reported: diff [95% interval] | machines |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
@@ -711,12 +686,12 @@ def config_regime() -> str:
         f = fams.get(name)
         if f is None or not f.trained:
             continue
-        h = difference(f.values("holdout_ap"), base.values("holdout_ap"))
-        r = difference(f.values("box_ap"), base.values("box_ap"))
+        h = welch(f.values("holdout_ap"), base.values("holdout_ap"))
+        r = welch(f.values("box_ap"), base.values("box_ap"))
         parts.append(f"{what} {h.interval().replace('[', '(').replace(']', ')')} held-out, "
                      f"{r.interval().replace('[', '(').replace(']', ')')} shapes_val (n={len(f.trained)})")
     text = (f"Measured at 1% of N per step, minus the strongest batch-16 baseline "
-            f"[regime: {base.name}] (n={len(base.trained)}), the pooled 95% interval in parentheses: "
+            f"[regime: {base.name}] (n={len(base.trained)}), Welch's 95% interval in parentheses: "
             + "; ".join(parts) + ". Generated by study/study_report.py; docs/study.md, \"The answer\".")  # fmt: skip
     return _wrap(text)
 
@@ -727,8 +702,8 @@ def config_steps_bs1024() -> str:
     fams = families("steps")
     rec, base = fams["pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01"], fams["sgd-bs16-wu2"]
     seed0 = _family("steps", "=pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01").rows[0]
-    h = difference(rec.values("holdout_ap"), base.values("holdout_ap"))
-    r = difference(rec.values("box_ap"), base.values("box_ap"))
+    h = welch(rec.values("holdout_ap"), base.values("holdout_ap"))
+    r = welch(rec.values("box_ap"), base.values("box_ap"))
     text = (f"Measured on 2000 images of each split: this run (seed 0) {seed0['box_ap']} shapes_val, "
             f"{seed0['holdout_ap']} held-out; its seeds {_ms(rec.summary('box_ap'))} / "
             f"{_ms(rec.summary('holdout_ap'))} (n={len(rec.trained)}); minus the batch-16 SGD "
@@ -740,7 +715,7 @@ def config_steps_bs1024() -> str:
 def config_video(csv_name: str = "video4k") -> str:
     """The Kinetics config's measured lines: every batch-256 row of the tsm4k grid without
     multigrid, one line each (seeds, held-out and reported top-1 minus the batch-16 SGD
-    baseline, the reported one with its pooled 95% interval), best held-out first, the held-out
+    baseline, the reported one with its Welch 95% interval), best held-out first, the held-out
     choice at <= 1.4x the epochs with three seeds or more marked."""
     holdout, reported = SPLITS[csv_name]
     base = video_baseline(csv_name)
@@ -753,9 +728,9 @@ def config_video(csv_name: str = "video4k") -> str:
     base_ho = base.summary(holdout).mean
     lines = [_wrap(f"tsm4k grid (4,096 reported and 2,048 held-out videos), batch 256 minus batch 16 "
                    f"({base.name}, n={len(base.trained)}), top-1: [row, seeds] held-out; reported "
-                   "[pooled 95% interval]:")]
+                   "[Welch 95% interval]:")]
     for f in rows:
-        d = difference(f.values(reported), base.values(reported))
+        d = welch(f.values(reported), base.values(reported))
         mark = "  <- this config's recipe (the held-out choice)" if choice and f.name == choice.name else ""
         lines.append(f"[video4k: {f.name}, n={len(f.trained)}] {fmt(f.summary(holdout).mean - base_ho, sign=True)}; "
                      f"{d.interval()}{mark}")
@@ -779,7 +754,7 @@ _GRID_LABEL = {"regime": "Detection, regime grid", "steps": "Detection, steps gr
 def recipe_table() -> str:
     """One table per grid to choose from: every recipe with two seeds or more at a batch above
     16, as a share of its grid's data, against the strongest batch-16 baseline of its grid (the
-    held-out split where the grid has one), with n and the pooled 95% interval; under each,
+    held-out split where the grid has one), with n and Welch's 95% interval; under each,
     the configs that carry a recipe."""
     out = []
     for csv_name in ("regime", "steps", "video4k", "video"):
@@ -805,7 +780,7 @@ def recipe_table() -> str:
                 "| ---: | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
         carried = []
         for f in rows:
-            d = difference(f.values(column), base.values(column))
+            d = welch(f.values(column), base.values(column))
             words = describe(f.name).split(", ")
             what = ", ".join(w for w in [words[0]] + words[2:] if not w.endswith("x the epochs"))
             if " LR" not in what:
@@ -838,6 +813,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "regime-cells": lambda: cells_table("regime", extra=("regime_epyc",)),
     "regime-comparison": regime_comparison,
     "regime-verdict": regime_verdict,
+    "regime-optimizers": regime_optimizers,
     "steps-cells": lambda: cells_table("steps"),
     "steps2000-cells": lambda: _eval2000_table(),
     "steps-table": lambda: optimizer_batch_table("steps", "steps"),

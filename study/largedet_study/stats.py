@@ -64,7 +64,8 @@ class Difference:
     def interval(self, digits: int = 2) -> str:
         """``"+0.07 [-0.46, +0.59]"``, or ``"+0.07 (no interval: n=1 each)"``."""
         if self.low is None:
-            return f"{fmt(self.diff, digits, sign=True)} (no interval: n=1 each)"
+            why = "n=1 each" if self.method == "pooled" else "one seed on a side"
+            return f"{fmt(self.diff, digits, sign=True)} (no interval: {why})"
         return f"{fmt(self.diff, digits, sign=True)} [{fmt(self.low, digits, sign=True)}, {fmt(self.high, digits, sign=True)}]"
 
 
