@@ -88,11 +88,12 @@ def import_modules(names: Sequence[str], source: str = IMPORT_FLAG) -> None:
 
 def _where(error: Exception, name: str) -> str:
     """``error`` of importing the module ``name`` in one line, with the file and line where
-    it was raised (the module's own code), or, where the module itself was not found, what
-    was searched."""
+    it was raised (the module's own code), or, where the module (or its package) was not
+    found, what was searched."""
     what = " ".join(f"{type(error).__name__}: {error}".split())
-    if isinstance(error, ModuleNotFoundError) and error.name == name:
-        return f"{what} (searched: sys.path and the working directory {os.getcwd()})"
+    if isinstance(error, ModuleNotFoundError) and f"{name}.".startswith(f"{error.name}."):
+        hint = "; a module's name has no .py" if name.endswith(".py") else ""
+        return f"{what} (searched: sys.path and the working directory {os.getcwd()}){hint}"
     frames = traceback.extract_tb(error.__traceback__)
     own = [f for f in frames if "importlib" not in f.filename]
     if isinstance(error, SyntaxError) or not own:
