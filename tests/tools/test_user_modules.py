@@ -131,3 +131,15 @@ def test_a_module_that_fails_to_import_is_one_line_with_where(tmp_path):
     # the config key names itself
     line = run_rejected("train_net", ["IMPORTS", "['broken_ext']"], tmp_path, tmp_path)
     assert line.startswith("error: IMPORTS broken_ext: ZeroDivisionError: division by zero")
+
+
+def test_a_slurm_job_passes_the_modules_to_the_script_on_every_node():
+    from largedet.cli.submit import argument_parser
+    from largedet.launch.slurm import Placement, TrainingJob
+
+    args = argument_parser().parse_args(["--import", "my_ext", "--config", DEMO, "SOLVER.OPTIMIZER", "MyRAdam"])
+    job = TrainingJob(script="tools/train_net.py", gpus_per_node=2, config_file=DEMO, opts=args.opts,
+                      imports=args.imports)  # fmt: skip
+    command = job.command(Placement(2, 1, "tcp://gpu-a:12345"))
+    assert command[command.index("--import") :][:2] == ["--import", "my_ext"]
+    assert command[-2:] == ["SOLVER.OPTIMIZER", "MyRAdam"]
