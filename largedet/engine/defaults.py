@@ -201,9 +201,10 @@ def check_config(
     (:func:`~largedet.config.validate.check_training_values`, ``extra_rules`` a project's own
     keys' rules), the model's parts in Detectron2's registries
     (:func:`~largedet.modeling.checks.check_model_names`), the optimizer's name
-    (:func:`~largedet.solver.check_optimizer_name`), the datasets and the classes (:mod:`largedet.data.checks`), the batch arithmetic and AGVM's
-    two estimates (:mod:`largedet.solver.batch`). Returns the training run's
-    :class:`BatchPlan`; raises :class:`ConfigError`."""
+    (:func:`~largedet.solver.check_optimizer_name`), the datasets and the classes
+    (:mod:`largedet.data.checks`), the batch arithmetic and AGVM's two estimates
+    (:mod:`largedet.solver.batch`). Returns the training run's :class:`BatchPlan`; raises
+    :class:`ConfigError`."""
     check_model_names(cfg)
     if world_size is None:
         check_values(cfg, extra_rules)

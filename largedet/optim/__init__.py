@@ -3,8 +3,8 @@ and AGVM, per-part LR multipliers for any optimizer.
 
 What the training loop reads of an optimizer (the clock, the per-group keys, the compiled
 step) is a small protocol of named members (:mod:`.protocol`), which they implement and a
-user's optimizer may. They depend on torch only; the Detectron2 wiring (``SOLVER.OPTIMIZER`` and the
-optimizer registry) lives in :mod:`largedet.solver`.
+user's optimizer may. They depend on torch only; the Detectron2 wiring
+(``SOLVER.OPTIMIZER`` and the optimizer registry) lives in :mod:`largedet.solver`.
 """
 
 from ._base import COMPILED_STEP_MODES, compiled_min_numel
@@ -24,8 +24,8 @@ __all__ = [
     "PRECONDITIONERS",
     "compiled_min_numel",
     "compiled_tensors",
-    "group_keys",
     "gradient_variance",
+    "group_keys",
     "moment_decay",
     "modulation",
     "uses_clock",
