@@ -53,3 +53,20 @@ def test_flags_may_follow_the_overrides_but_not_stand_for_values():
     # a flag in a value's place is the value; an unknown one stays an override (refused as a key)
     assert parse(["OUTPUT_DIR", "--resume"]).opts == ["OUTPUT_DIR", "--resume"]
     assert parse(["SEED", "1", "--no-such-flag", "1"]).opts == ["SEED", "1", "--no-such-flag", "1"]
+
+
+def test_a_lazyconfig_lists_its_modules_in_train_imports(tmp_path, monkeypatch):
+    import os
+
+    from largedet.config.lazy import run_config, setup_lazy_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lazy_ext_ok.py").write_text("VALUE = 2\n")
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "shapes", "lazy",
+                          "faster_rcnn_R18_FPN_pmdlamb_bs1024.py")  # fmt: skip
+    args = argparse.Namespace(config_file=config, opts=["train.imports=['lazy_ext_ok']"], imports=["lazy_ext_ok"])
+    cfg = setup_lazy_config(args, log=False)
+    assert list(cfg.train.imports) == ["lazy_ext_ok"] and run_config(cfg).IMPORTS == ["lazy_ext_ok"]
+    args = argparse.Namespace(config_file=config, opts=["train.imports=['no_such_lazy_ext']"])
+    with pytest.raises(ConfigError, match=r"^train\.imports no_such_lazy_ext: ModuleNotFoundError: "):
+        setup_lazy_config(args, log=False)
