@@ -28,6 +28,7 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.detection_utils import read_image
 
 from largedet.config import DeviceUnavailableError, add_largedet_config
+from largedet.config.imports import add_import_argument
 from largedet.config.validate import ConfigError, merge_checked
 from largedet.data import CocoJsonError
 from largedet.engine import Predictor, setup_cfg
@@ -56,6 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--allow-python-yaml", action="store_true",
         help="load a config file holding !!python/... tags (they can run code); else refused",
     )  # fmt: skip
+    add_import_argument(parser)
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     return parser.parse_args(argv)
 

@@ -26,6 +26,7 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.detection_utils import read_image
 
 from largedet.config import DeviceUnavailableError, add_largedet_config
+from largedet.config.imports import add_import_argument
 from largedet.config.validate import ConfigError, merge_checked
 from largedet.data import CocoJsonError
 from largedet.engine import setup_cfg
@@ -52,6 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--allow-python-yaml", action="store_true",
         help="load a config file holding !!python/... tags (they can run code); else refused",
     )  # fmt: skip
+    add_import_argument(parser)
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     return parser.parse_args(argv)
 
@@ -67,7 +69,8 @@ def main(argv=None) -> None:
         opts = [*args.opts, "MODEL.DEVICE", "cpu"]
         setup_cfg(
             argparse.Namespace(
-                config_file=args.config_file, opts=opts, allow_python_yaml=args.allow_python_yaml
+                config_file=args.config_file, opts=opts, allow_python_yaml=args.allow_python_yaml,
+                imports=args.imports,
             ),
             log=False,
         )

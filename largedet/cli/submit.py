@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Optional
 
+from largedet.config.imports import add_import_argument
 from largedet.launch.slurm import CPUS_PER_GPU, SlurmResources, TrainingJob, submit
 from largedet.model_zoo import resolve_config_file
 
@@ -36,6 +37,7 @@ def argument_parser() -> argparse.ArgumentParser:
         help="the run's config: a file, or largedet's config of that name "
         "(shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml, video/...), as train_net.py takes it",
     )
+    add_import_argument(parser)  # given to the script, which imports them on every node
     parser.add_argument("--video", action="store_true",
                         help="train the video project's models (projects/video/train.py)")  # fmt: skip
     parser.add_argument("--nodes", type=int, default=1)
@@ -97,8 +99,8 @@ def check(kind: str, args: argparse.Namespace, processes: Optional[int] = None) 
     command line's per node; video: at job start)."""
     processes = processes or getattr(args, "processes_per_node", 0) or args.gpus_per_node or 1
     script_args = argparse.Namespace(
-        config_file=args.config_file, opts=list(args.opts), eval_only=False,
-        num_gpus=processes, num_machines=args.nodes,
+        config_file=args.config_file, opts=list(args.opts), imports=list(args.imports),
+        eval_only=False, num_gpus=processes, num_machines=args.nodes,
         check_device=False,  # the GPUs are the compute nodes', not this machine's
         check_data=not getattr(args, "no_data_check", False),
     )  # fmt: skip
@@ -151,6 +153,7 @@ def main() -> None:
         gpus_per_node=resources.processes,
         config_file=os.path.abspath(args.config_file) if args.config_file else None,
         opts=list(args.opts),
+        imports=list(args.imports),
         resume=args.resume,
     )
     # submitit prints sbatch's refusal itself, then raises it: printed once, here

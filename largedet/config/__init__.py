@@ -1,7 +1,7 @@
 """largedet's config: the keys it adds to Detectron2's and their defaults
 (:mod:`.defaults`), what a config asks of the machine (:mod:`.device`), the checks a run's
-config passes before any worker starts (:mod:`.validate`) and the LazyConfig mapping
-(:mod:`.lazy`). Only :mod:`.defaults` and :mod:`.device` are imported here.
+config passes before any worker starts (:mod:`.validate`), the LazyConfig mapping
+(:mod:`.lazy`) and the user's modules of ``--import`` and ``IMPORTS`` (:mod:`.imports`). Only :mod:`.defaults` and :mod:`.device` are imported here.
 
 The bottom floor: this package imports no other room of largedet. The checks that need the
 data, the solver or the checkpoints live beside what they check (:mod:`largedet.data.checks`,

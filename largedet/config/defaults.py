@@ -61,6 +61,7 @@ def add_largedet_config(cfg: CN) -> CN:
     _add_ema_config(cfg)
     _add_openimages_config(cfg)
     _add_logging_config(cfg)
+    _add_extension_config(cfg)
     return cfg
 
 
@@ -430,6 +431,20 @@ def _add_logging_config(cfg: CN) -> None:
     # upload later with `wandb sync`) or "disabled"; "" leaves it to wandb
     # ($WANDB_MODE, else "online").
     declare(cfg, "WANDB.MODE", "", one_of(("", "online", "offline", "disabled")), lazy="wandb.mode")
+
+
+def _add_extension_config(cfg: CN) -> None:
+    # --- the user's own modules (largedet.config.imports; docs/extend.md) ---------------
+    # Python modules imported before the config is checked and in every process of the job,
+    # after sys.path and the working directory, e.g. ["my_ext"]: modules that register an
+    # optimizer, a dataset, an evaluator, a model part or a hook that the config names.
+    # The scripts' --import MODULE flags add to them.
+    declare(cfg, "IMPORTS", [], lazy="imports")
+    # Hooks added to the trainer's, by their names in largedet.engine.HOOK_REGISTRY, in
+    # order, after largedet's own and before the run summary; each is built as
+    # builder(cfg). Names a module of IMPORTS registered, e.g. ["MyHook"]; checked before
+    # launch.
+    declare(cfg, "HOOKS", [], lazy="hooks")
 
 
 # the declarations of every key (largedet.config.keys), made once at import

@@ -36,6 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .defaults import add_largedet_config
 from .errors import ConfigError
+from .imports import IMPORT_FLAG, import_modules, import_run_modules
 from .safe_yaml import check_config_tags
 from .keys import declared_train_keys
 from .device import device_for, resolve_device
@@ -389,14 +390,19 @@ def lazy_timeout_s(args: argparse.Namespace) -> float:
 
 def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConfig:
     """Load ``args.config_file`` with Detectron2's ``LazyConfig`` (once per process:
-    :func:`load_lazy_config`), apply the trailing
-    ``key=value`` overrides (``args.opts``), register ``datasets``, and with ``log`` run
+    :func:`load_lazy_config`; the modules of ``--import`` imported before, so that the file
+    may name what they define), apply the trailing ``key=value`` overrides (``args.opts``),
+    import the modules of ``train.imports`` (which then lists those of ``--import`` too:
+    :mod:`largedet.config.imports`), register ``datasets``, and with ``log`` run
     Detectron2's ``default_setup`` (loggers, config dump to ``train.output_dir``, seeding
     with ``train.seed``) and set up the ``largedet`` logger as the yacs path does."""
     if args.config_file.endswith((".yaml", ".yml")):  # Detectron2 reads these with yaml.unsafe_load
         check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
+    import_modules(getattr(args, "imports", None) or (), IMPORT_FLAG)
     cfg = load_lazy_config(args.config_file)
     cfg = LazyConfig.apply_overrides(cfg, args.opts or [])
+    configured = cfg.train.get("imports", None) or ()
+    cfg.train.imports = list(import_run_modules(configured, args, "train.imports"))
     register_datasets(cfg)
     if log:
         default_setup(cfg, args)

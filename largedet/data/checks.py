@@ -94,8 +94,8 @@ def _check_openimages_files(key: str, name: str) -> None:
 
 def check_datasets(cfg: CfgNode, keys: Sequence[str], *, required: Sequence[str] = ()) -> None:
     """Every dataset named by the config keys ``keys`` (``"DATASETS.TRAIN"``) must be
-    registered in Detectron2's ``DatasetCatalog`` (the error lists registered names close to
-    it) and have its annotation file; each key in ``required`` must name at least one."""
+    registered in Detectron2's ``DatasetCatalog`` (by largedet, the config or a module of
+    ``--import``; the error lists registered names close to it) and have its annotation file; each key in ``required`` must name at least one."""
     registered = DatasetCatalog.list()
     for key in keys:
         names = lookup_key(cfg, key)[1]
@@ -112,7 +112,8 @@ def check_datasets(cfg: CfgNode, keys: Sequence[str], *, required: Sequence[str]
                 raise ConfigError(
                     f"{key}: dataset {name!r} is not registered; {hint}; register a COCO-format "
                     f"dataset with {COCO_JSONS_KEY} [[name, json_file, image_root]] "
-                    "(docs/training.md#your-own-coco-dataset)"
+                    "(docs/training.md#your-own-coco-dataset), or any dataset in a module "
+                    "given to --import (docs/extend.md)"
                 )
             _check_annotation_file(key, name)
             _check_openimages_files(key, name)

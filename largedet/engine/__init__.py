@@ -1,7 +1,7 @@
 """Training: the trainer as wiring (:class:`Trainer`, which builds and connects, as
 Detectron2's ``DefaultTrainer``), the loop of one optimizer step (gradient accumulation,
 DDP no_sync, AMP: :mod:`.train_loop`), the hooks (divergence guard and its rollback,
-per-step seeding, model EMA), the writers, the command line and set-up shared by the
+per-step seeding, model EMA; a user's, by name: :data:`HOOK_REGISTRY`), the writers, the command line and set-up shared by the
 scripts (:mod:`.defaults`), LazyConfig training (:mod:`.lazy`) and inference on single
 images (:class:`Predictor`).
 
@@ -23,13 +23,14 @@ from .defaults import (
     train_or_evaluate,
 )
 from .ema import EMAHook, ModelEMA
-from .hooks import DivergenceGuard, ReseedEveryIter, step_seed
+from .hooks import HOOK_REGISTRY, DivergenceGuard, ReseedEveryIter, step_seed
 from ..launch.processes import launch, launched_by_torchrun, planned_world_size, shut_down_distributed
 from .predictor import Predictor
 from .train_loop import AccumulationTrainer
 from .trainer import Trainer
 
 __all__ = [
+    "HOOK_REGISTRY",
     "AccumulationTrainer",
     "DivergenceGuard",
     "EMAHook",

@@ -17,6 +17,7 @@ from detectron2.utils.logger import setup_logger
 
 from ..checkpoint import AtomicCheckpointer
 from ..config import DeviceUnavailableError, add_largedet_config, resolve_device
+from ..config.imports import add_import_argument, import_run_modules
 from ..checkpoint.checks import check_output_and_weights
 from ..config.keys import Rule, when_agvm
 from ..config.validate import ConfigError, check_training_values, check_values, lookup_key, merge_checked
@@ -28,11 +29,14 @@ from ..data import (
     register_shapes,
     shapes_spec_from_config,
 )
+from ..evaluation.registry import check_evaluator_types
 from ..model_zoo import resolve_config_file
+from ..modeling.checks import check_model_names
 from ..data.checks import check_datasets, check_image_files, check_num_classes, num_classes_key
 from ..solver import check_optimizer_name
 from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
 from .ema import ModelEMA, evaluate_with_ema
+from .hooks import check_hook_names
 from ..launch.preemption import parse_signals
 from ..launch.run_summary import write_eval_results
 from ..launch.processes import planned_world_size
@@ -41,12 +45,45 @@ from .writers import raise_if_a_log_found_no_space, set_up_log_files, stop_log_f
 logger = logging.getLogger(__name__)
 
 
+class _FlagsAfterOverrides(argparse.ArgumentParser):
+    """A parser whose flags may also follow the trailing ``KEY VALUE`` overrides
+    (``... SOLVER.MAX_ITER 10 --num-gpus 2``): a known flag where a key would be is read as
+    that flag (no config key starts with ``--``); one where a value would be stays the
+    value."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        opts = list(parsed.opts or [])
+        flags = {s for action in self._actions for s in action.option_strings if s.startswith("--")}
+        for i in range(0, len(opts), 2):
+            if opts[i].split("=", 1)[0] not in flags:
+                continue
+            rest, more = self.parse_known_args(opts[i:])
+            for name, value in vars(rest).items():
+                if name == "opts":
+                    continue
+                if isinstance(value, list):  # a repeatable flag (--import): both places'
+                    setattr(parsed, name, [*getattr(parsed, name), *value])
+                elif value != self.get_default(name):
+                    setattr(parsed, name, value)
+            parsed.opts = opts[:i] + list(rest.opts or [])
+            return parsed, extras + more
+        return parsed, extras
+
+
 def largedet_argument_parser(epilog: str | None = None) -> argparse.ArgumentParser:
     """Detectron2's training CLI, with ``--config`` accepted for ``--config-file``; a config
     that is not a file is looked up by name among largedet's own
     (:func:`largedet.model_zoo.resolve_config_file`: ``shapes/faster_rcnn_R18_FPN_sgd_bs8.yaml``
-    from any folder, and from an installed wheel)."""
-    parser = default_argument_parser(epilog)
+    from any folder, and from an installed wheel); ``--import MODULE``, a user's module
+    imported in every process (:mod:`largedet.config.imports`). The flags may also come
+    after the trailing ``KEY VALUE`` overrides."""
+    detectron2 = default_argument_parser(epilog)
+    parser = _FlagsAfterOverrides(
+        parents=[detectron2], add_help=False, epilog=detectron2.epilog,
+        formatter_class=detectron2.formatter_class,
+    )  # fmt: skip
+    add_import_argument(parser)
     parser.add_argument(
         "--config", dest="config_file", metavar="FILE", help="alias of --config-file"
     )
@@ -86,8 +123,10 @@ def _allow_python_yaml(args: argparse.Namespace) -> bool:
 def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     """Build the frozen config from ``--config-file`` and trailing ``KEY VALUE`` overrides.
 
-    Resolves ``MODEL.DEVICE`` (:func:`~largedet.config.resolve_device`: ``auto`` becomes
-    ``cuda`` or ``cpu``; ``cuda`` without a GPU raises
+    Imports the run's modules first (``IMPORTS`` and ``--import``, which ``IMPORTS`` then
+    lists: :func:`~largedet.config.imports.import_run_modules`), in every process that
+    builds the config. Resolves ``MODEL.DEVICE`` (:func:`~largedet.config.resolve_device`:
+    ``auto`` becomes ``cuda`` or ``cpu``; ``cuda`` without a GPU raises
     :class:`~largedet.config.DeviceUnavailableError`), registers the ``DATASETS.COCO_JSONS``
     datasets (:func:`~largedet.data.register_coco_jsons`; :class:`~largedet.data.CocoJsonError`),
     the built-in shapes dataset and the OpenImages splits as the config describes them and,
@@ -99,6 +138,7 @@ def setup_cfg(args: argparse.Namespace, *, log: bool = True) -> CfgNode:
     add_largedet_config(cfg)
     # the safe yaml loader; an integer for a float key read as that float
     merge_checked(cfg, args.config_file, args.opts, allow_python_tags=_allow_python_yaml(args))
+    cfg.IMPORTS = list(import_run_modules(cfg.IMPORTS, args))
     device_note = resolve_device(cfg)
     cfg.freeze()
     register_coco_jsons(coco_jsons_from_config(cfg))
@@ -125,7 +165,8 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     """``tools/train_net.py``'s check before ``launch``: merge ``--config-file`` and the
     overrides (:func:`~largedet.config.validate.merge_checked`), build the config every
     worker will (:func:`setup_cfg`) and check it
-    (:func:`check_config`) for the job's processes (torchrun's
+    (:func:`check_config`; and each test dataset's evaluator:
+    :func:`~largedet.evaluation.check_evaluator_types`) for the job's processes (torchrun's
     ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``:
     :func:`~largedet.launch.processes.planned_world_size`), or for ``--eval-only``, with
     ``MODEL.DEVICE`` resolved on this machine, or as ``cpu`` where ``args.check_device`` is
@@ -144,6 +185,7 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     except (DeviceUnavailableError, CocoJsonError) as e:
         raise ConfigError(str(e)) from None
     plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
+    check_evaluator_types(cfg)
     if getattr(args, "check_data", True):  # False: the files are the job's machines' (submit.py)
         check_files(cfg, training=not args.eval_only, resume=getattr(args, "resume", False))
     check_engine_keys(cfg)
@@ -157,10 +199,13 @@ def check_config(
     processes, or for evaluation only when ``world_size`` is None (then only the
     ``DATASETS.TEST`` datasets are checked): its values
     (:func:`~largedet.config.validate.check_training_values`, ``extra_rules`` a project's own
-    keys' rules), the optimizer's name (:func:`~largedet.solver.check_optimizer_name`), the
-    datasets and the classes (:mod:`largedet.data.checks`), the batch arithmetic and AGVM's
-    two estimates (:mod:`largedet.solver.batch`). Returns the training run's
-    :class:`BatchPlan`; raises :class:`ConfigError`."""
+    keys' rules), the model's parts in Detectron2's registries
+    (:func:`~largedet.modeling.checks.check_model_names`), the optimizer's name
+    (:func:`~largedet.solver.check_optimizer_name`), the datasets and the classes
+    (:mod:`largedet.data.checks`), the batch arithmetic and AGVM's two estimates
+    (:mod:`largedet.solver.batch`). Returns the training run's :class:`BatchPlan`; raises
+    :class:`ConfigError`."""
+    check_model_names(cfg)
     if world_size is None:
         check_values(cfg, extra_rules)
         check_datasets(cfg, ("DATASETS.TEST",))
@@ -207,11 +252,14 @@ def config_timeout_s(args: argparse.Namespace) -> float:
 
 def check_engine_keys(cfg: CfgNode) -> None:
     """The keys that the trainer's hooks read, checked before launch: ``PREEMPTION.SIGNALS``
-    names signals that can be caught. Raises :class:`~largedet.config.validate.ConfigError`."""
+    names signals that can be caught, ``HOOKS`` registered hooks
+    (:func:`~largedet.engine.hooks.check_hook_names`). Raises
+    :class:`~largedet.config.validate.ConfigError`."""
     try:
         parse_signals(cfg.PREEMPTION.SIGNALS)
     except ValueError as e:  # its message starts with the key
         raise ConfigError(str(e)) from None
+    check_hook_names(cfg)
 
 
 def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> dict:

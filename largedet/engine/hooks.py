@@ -1,4 +1,6 @@
-"""Training hooks: the divergence guard and per-step seeding."""
+"""Training hooks: the divergence guard and per-step seeding, the pruning checkpointer, the
+skipped-images counter, and the registry of a user's hooks named by ``HOOKS``
+(:data:`HOOK_REGISTRY`)."""
 
 from __future__ import annotations
 
@@ -8,30 +10,60 @@ import os
 import re
 import statistics
 from collections import deque
-from typing import TYPE_CHECKING, Deque
+from typing import TYPE_CHECKING, Deque, List
 
 import numpy as np
 from detectron2.engine import HookBase
 from detectron2.engine.hooks import PeriodicCheckpointer
 from detectron2.utils import comm
 from detectron2.utils.env import seed_all_rng
+from fvcore.common.registry import Registry
 
 from ..checkpoint import FoundCheckpoint, NoCompleteCheckpointError
+from ..config.errors import ConfigError
 from ..solver.lr_scheduler import rescale_schedule
 
 if TYPE_CHECKING:
     from ..data.build import DetectionTrainLoader
 
 __all__ = [
+    "HOOK_REGISTRY",
     "DivergenceGuard",
     "PruningPeriodicCheckpointer",
     "ReseedEveryIter",
     "SkippedImagesHook",
     "StepRolledBack",
+    "build_config_hooks",
+    "check_hook_names",
     "step_seed",
 ]
 
 logger = logging.getLogger(__name__)
+
+HOOK_REGISTRY = Registry("HOOK")
+HOOK_REGISTRY.__doc__ = """
+Registry of a user's training hooks, keyed by the names ``HOOKS`` lists. An entry is called
+as ``builder(cfg)`` (a ``HookBase`` subclass taking the config, or a function) and returns a
+Detectron2 ``HookBase``; the trainer adds it after its own hooks, before the run summary.
+"""
+
+
+def check_hook_names(cfg) -> None:
+    """Every name of ``HOOKS`` is registered in :data:`HOOK_REGISTRY` (the check before
+    launch); raises :class:`~largedet.config.errors.ConfigError` naming the key and the
+    registered names."""
+    names = sorted(n for n, _ in HOOK_REGISTRY)
+    for name in cfg.HOOKS:
+        if name not in names:
+            raise ConfigError(
+                f"HOOKS: {name!r} is not registered in HOOK_REGISTRY; registered: "
+                f"{', '.join(names) or 'none (register one in a module given to --import)'}"
+            )
+
+
+def build_config_hooks(cfg) -> List[HookBase]:
+    """The hooks ``HOOKS`` names, in order, each built as ``HOOK_REGISTRY.get(name)(cfg)``."""
+    return [HOOK_REGISTRY.get(name)(cfg) for name in cfg.HOOKS]
 
 
 def step_seed(seed: int, iteration: int, rank: int) -> int:

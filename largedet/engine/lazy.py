@@ -55,12 +55,14 @@ from ..config.lazy import call_target, lr_schedule, run_config, setup_lazy_confi
 from ..config.validate import check_values
 from ..data.build import build_test_loader, build_train_loader
 from ..data.checks import check_datasets, check_image_files, check_num_classes
+from ..evaluation.registry import check_evaluator_types
 from ..launch.processes import planned_world_size
 from ..layers import resolve_sync_batchnorm
 from ..solver import log_param_groups, optimizer_param_groups
 from ..solver.batch import BatchPlan, batch_plan
 from ..solver.lr_scheduler import ImageClockLRMultiplier
 from ..solver.plan import RunPlan
+from .hooks import check_hook_names
 from .trainer import Trainer
 
 __all__ = [
@@ -89,7 +91,10 @@ def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     of ``dataloader.test`` unless ``--eval-only``) registered, their annotation files and
     image folders present (:func:`~largedet.data.checks.check_datasets`), for training
     ``model.roi_heads.num_classes`` (where the model has it) against the categories of each
-    COCO json (:func:`~largedet.data.checks.check_num_classes`), and unless
+    COCO json (:func:`~largedet.data.checks.check_num_classes`), without
+    ``dataloader.evaluator`` each test dataset's ``evaluator_type`` registered
+    (:func:`~largedet.evaluation.check_evaluator_types`), ``train.hooks`` registered
+    (:func:`~largedet.engine.hooks.check_hook_names`), and unless
     ``args.check_data`` is False a sample of the images' sizes
     (:func:`~largedet.data.checks.check_image_files`)."""
     if not getattr(args, "check_device", True):
@@ -100,6 +105,9 @@ def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     eval_only = getattr(args, "eval_only", False)
     keys = ("DATASETS.TEST",) if eval_only else ("DATASETS.TRAIN", "DATASETS.TEST")
     check_datasets(run, keys)
+    if "evaluator" not in cfg.dataloader:  # the test datasets' own evaluators
+        check_evaluator_types(run)
+    check_hook_names(run)
     num_classes = OmegaConf.select(cfg, "model.roi_heads.num_classes", default=None)
     if not eval_only and isinstance(num_classes, int):
         check_num_classes(run.DATASETS.TRAIN, "model.roi_heads.num_classes", num_classes)

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.parallel import DistributedDataParallel
 
-from ..optim import AGVM, PMDLAMB
+from ..optim import AGVM, uses_clock
 from ..solver.batch import check_agvm_estimates
 from ..solver.plan import ParameterClip
 
@@ -169,12 +169,13 @@ class AccumulationTrainer(SimpleTrainer):
 
     def set_step(self, iteration: int, step: StepPlan) -> None:
         """Make the next step optimizer step ``iteration`` as ``step`` asks: its K, its
-        total-norm clip and, where given, PMD-LAMB's clock (its period in images under a
-        batch ramp, :meth:`~largedet.optim.PMDLAMB.set_clock`)."""
+        total-norm clip and, where given, the clock of an optimizer that uses one (PMD-LAMB's
+        period in images under a batch ramp, :meth:`~largedet.optim.PMDLAMB.set_clock`;
+        :func:`~largedet.optim.uses_clock`)."""
         self.iter = iteration
         self.accumulation_steps = step.accumulation
         self.clip_max_norm = step.clip_max_norm
-        if step.clock is not None and isinstance(self.optimizer, PMDLAMB):
+        if step.clock is not None and uses_clock(self.optimizer):
             self.optimizer.set_clock(step.clock)
 
     def run_planned_step(self, iteration: int, step: StepPlan) -> None:

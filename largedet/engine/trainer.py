@@ -29,7 +29,6 @@ import weakref
 from typing import Optional
 
 import torch
-from detectron2.data import MetadataCatalog
 from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model
 from detectron2.engine import hooks as d2_hooks
 from detectron2.engine.hooks import EvalHook, PeriodicWriter
@@ -40,13 +39,12 @@ from detectron2.utils.events import CommonMetricPrinter, EventStorage
 from detectron2.utils.logger import setup_logger
 from fvcore.nn.precise_bn import get_bn_modules
 
-from .. import HAS_COMPILED_D2_OPS
 from ..checkpoint import AtomicCheckpointer, FoundCheckpoint, warn_if_low_space
 from ..config import amp_dtype
 from ..config.validate import TRAINING_RULES, check_values, warn_unused_lsr_keys
 from ..data.build import DetectionTrainLoader, ResumableLoader, build_test_loader, build_train_loader
 from ..data.position import DataPosition
-from ..evaluation.coco_evaluation import COCOEvaluator
+from ..evaluation.registry import build_evaluator
 from ..launch.preemption import PreemptionHook
 from ..launch.processes import shut_down_distributed_at_exit
 from ..launch.run_summary import RunSummaryHook, how_it_ended, run_after_train_hooks
@@ -61,6 +59,7 @@ from .hooks import (
     ReseedEveryIter,
     SkippedImagesHook,
     StepRolledBack,
+    build_config_hooks,
 )
 from .train_loop import AccumulationTrainer, StepPlan
 from .writers import (
@@ -245,26 +244,16 @@ class Trainer(TrainerBase):
 
     @classmethod
     def build_evaluator(cls, cfg, dataset_name, output_folder=None):
-        """COCO evaluation (pycocotools where Detectron2's compiled evaluator is absent), or
-        the Open Images Challenge metric for OpenImages datasets."""
+        """The evaluator that the dataset's ``evaluator_type`` names in
+        :data:`~largedet.evaluation.EVALUATOR_REGISTRY` (COCO, Open Images, a user's)."""
         output_folder = output_folder or os.path.join(cfg.OUTPUT_DIR, "inference")
-        evaluator_type = MetadataCatalog.get(dataset_name).get("evaluator_type", "coco")
-        if evaluator_type == "coco":
-            return COCOEvaluator(
-                dataset_name, output_dir=output_folder, use_fast_impl=HAS_COMPILED_D2_OPS
-            )
-        if evaluator_type == "openimages":
-            from ..evaluation import OIDEvaluator
-
-            return OIDEvaluator(cfg, dataset_name, output_dir=output_folder)
-        raise ValueError(
-            f"No evaluator for dataset {dataset_name!r} (evaluator_type={evaluator_type!r})"
-        )
+        return build_evaluator(cfg, dataset_name, output_folder)
 
     def build_hooks(self):
         """Detectron2's hooks, with per-step seeding (``RESEED_EVERY_ITER``) and the divergence
         guard after the timer: before the LR scheduler and the checkpointer; metrics are
-        written every ``LOG_PERIOD`` steps, ``data/skipped_images`` among them."""
+        written every ``LOG_PERIOD`` steps, ``data/skipped_images`` among them; then the hooks
+        ``HOOKS`` names (:data:`~largedet.engine.hooks.HOOK_REGISTRY`) and the run summary."""
         hooks = self._detectron2_hooks()
         ours = [DivergenceGuard.from_config(self.cfg)]
         if self.ema is not None:  # after the guard: a rolled-back step is not averaged
@@ -277,7 +266,7 @@ class Trainer(TrainerBase):
         if isinstance(self._trainer.data_loader, DetectionTrainLoader):
             ours.append(SkippedImagesHook(self._trainer.data_loader, self.cfg.LOG_PERIOD))
         hooks[1:1] = ours
-        hooks.append(RunSummaryHook())
+        hooks += [*build_config_hooks(self.cfg), RunSummaryHook()]  # HOOKS: a user's, registered
         return hooks
 
     def _detectron2_hooks(self) -> list:

@@ -1,6 +1,7 @@
-"""Evaluation: COCO results files (pycocotools); the Open Images Challenge metric.
+"""Evaluation: COCO results files (pycocotools); the Open Images Challenge metric; the
+registry of evaluators by a dataset's ``evaluator_type`` (:mod:`.registry`).
 
-The Open Images names are imported on first access: they need Detectron2
+The Open Images names and the registry's are imported on first access: they need Detectron2
 (through :mod:`largedet.data`), and :mod:`largedet.evaluation.coco`, with
 ``tools/coco_eval.py``, runs on pycocotools alone.
 """
@@ -21,6 +22,10 @@ _OPENIMAGES_EXPORTS = {
     "expand_ground_truth": "oid_evaluation",
     "read_detections_csv": "oid_files",
     "OIDEvaluator": "oid_evaluator",
+    "DEFAULT_EVALUATOR_TYPE": "registry",
+    "EVALUATOR_REGISTRY": "registry",
+    "build_evaluator": "registry",
+    "check_evaluator_types": "registry",
 }
 
 __all__ = ["CocoEvalResult", "CocoInputError", "evaluate_coco_results", *_OPENIMAGES_EXPORTS]

@@ -224,6 +224,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
             CPU processes).
         config_file: ``--config-file`` (None: the script's default).
         opts: the trailing config overrides, as the script takes them.
+        imports: the user's modules the script imports in every process (``--import``).
         resume: pass ``--resume`` (continue from the output folder's last checkpoint, or
             start from the config's weights when there is none).
         attempt: how many times the job was requeued before this run.
@@ -241,6 +242,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
     gpus_per_node: int
     config_file: Optional[str] = None
     opts: Sequence[str] = ()
+    imports: Sequence[str] = ()
     resume: bool = False
     attempt: int = 0
     srun: bool = False
@@ -272,6 +274,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
             ]  # fmt: skip
         if self.config_file:
             cmd += ["--config-file", self.config_file]
+        for module in self.imports:
+            cmd += ["--import", module]
         if self.srun:
             cmd += ["--launcher", "slurm"]
         elif not self.elastic_min_nodes:

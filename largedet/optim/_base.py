@@ -222,11 +222,17 @@ class LayerwiseOptimizer(Optimizer):
     defaults and float32-or-better state.
 
     Subclasses set ``_class_defaults`` (the hyperparameters a checkpoint may lack, with
-    the values to assume) and implement ``_validate_group(group)``.
+    the values to assume) and implement ``_validate_group(group)``. What the training loop
+    and the solver read of an optimizer (:mod:`largedet.optim.protocol`): the per-group key
+    ``adapt``, :meth:`compiled_tensors`, and ``uses_clock`` False unless a subclass sets it.
     """
 
     #: hyperparameter -> value assumed when neither the checkpoint nor ``defaults`` has it
     _class_defaults: Dict[str, Any] = {}
+    #: the per-group keys read besides ``lr`` and ``weight_decay`` (:mod:`largedet.optim.protocol`)
+    group_keys: Tuple[str, ...] = ("adapt",)
+    #: whether the training loop sets the step's clock (:mod:`largedet.optim.protocol`)
+    uses_clock: bool = False
 
     def __init__(self, params: Iterable, defaults: Dict[str, Any]) -> None:
         self._validate_group(defaults)
@@ -278,6 +284,13 @@ class LayerwiseOptimizer(Optimizer):
                 update = paths["per_tensor" if group["foreach"] is False else "multi_tensor"]
             update(inputs, **self._step_args(group))
         return loss
+
+    def compiled_tensors(self, group: Dict[str, Any]) -> int:
+        """How many tensors of the param group ``group`` the compiled step updates, as
+        :func:`compiled_min_numel` chooses them (:mod:`largedet.optim.protocol`)."""
+        params = group["params"]
+        least = compiled_min_numel(group["fused"], group.get("foreach"), params)
+        return 0 if least is None else sum(p.numel() >= least for p in params)
 
     @staticmethod
     def _validate_switches(group: Dict[str, Any]) -> None:

@@ -122,6 +122,9 @@ class PMDLAMB(LayerwiseOptimizer):
     is skipped and its ``t`` does not advance.
     """
 
+    #: the training loop sets the period's clock under a batch ramp (:meth:`set_clock`)
+    uses_clock = True
+
     _class_defaults = {
         "weight_decay": 0.0,
         "period": 200,

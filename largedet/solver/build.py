@@ -214,17 +214,15 @@ def get_optimizer_params(
 
 def log_param_groups(name: str, optimizer: torch.optim.Optimizer) -> None:
     """Log each param group of ``optimizer`` (built as ``name``): its tensor count, its
-    ``lr``, ``weight_decay``, ``adapt`` and AGVM part, and for largedet's optimizers how
-    many of its tensors the compiled step updates."""
+    ``lr``, ``weight_decay``, the keys the optimizer declares (``adapt``:
+    :func:`~largedet.optim.group_keys`) and AGVM part, and for an optimizer with a compiled
+    step how many of its tensors that step updates (:func:`~largedet.optim.compiled_tensors`)."""
+    keys = ("lr", "weight_decay", *optim.group_keys(optimizer), optim.PART_KEY)
     for i, group in enumerate(optimizer.param_groups):
-        keys = ("lr", "weight_decay", "adapt", optim.PART_KEY)
         hyper = {k: v for k, v in group.items() if k in keys}
         params = group["params"]
-        path = ""
-        if "fused" in group and isinstance(optimizer, (optim.PMDLAMB, optim.LARS)):
-            least = optim.compiled_min_numel(group["fused"], group.get("foreach"), params)
-            compiled = 0 if least is None else sum(p.numel() >= least for p in params)
-            path = f"; compiled step for {compiled} of them"
+        compiled = optim.compiled_tensors(optimizer, group)
+        path = "" if compiled is None else f"; compiled step for {compiled} of them"
         logger.info("%s param group %d: %d tensors, %s%s", name, i, len(params), hyper, path)
 
 

@@ -99,7 +99,8 @@ def test_unregistered_dataset_says_how_to_register_one(tmp_path):
     assert line.startswith("error: DATASETS.TRAIN: dataset 'my_coco_train' is not registered; ")
     assert line.endswith(
         "; register a COCO-format dataset with DATASETS.COCO_JSONS [[name, json_file, image_root]] "
-        "(docs/training.md#your-own-coco-dataset)"
+        "(docs/training.md#your-own-coco-dataset), or any dataset in a module given to --import "
+        "(docs/extend.md)"
     )
 
 

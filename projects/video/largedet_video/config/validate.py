@@ -16,6 +16,7 @@ import os
 
 from detectron2.config import CfgNode, get_cfg
 from largedet.config import DeviceUnavailableError, resolve_device
+from largedet.config.imports import import_run_modules
 from largedet.engine import check_engine_keys, planned_world_size
 from largedet.engine.defaults import check_config, check_files
 from largedet.solver.batch import BatchPlan
@@ -104,7 +105,8 @@ def check_video_args(
 ) -> BatchPlan | None:
     """``projects/video/train.py``'s check before launch: merge ``--config-file`` (or
     ``default_config``) and the overrides (:func:`~largedet.config.validate.merge_checked`;
-    ``args`` is not changed), register the datasets and
+    ``args`` is not changed), import the run's modules (``IMPORTS``, ``--import``), register
+    the datasets and
     check the config (:func:`check_video_config`) for the job's processes (torchrun's
     ``WORLD_SIZE``, or ``--num-gpus`` x ``--num-machines``), or for ``--eval-only``.
     Raises :class:`~largedet.config.validate.ConfigError`."""
@@ -118,6 +120,7 @@ def check_video_args(
         cfg, args.config_file or default_config, args.opts,
         allow_python_tags=getattr(args, "allow_python_yaml", False),
     )  # fmt: skip
+    import_run_modules(cfg.IMPORTS, args)  # before anything they register is looked up
     try:
         resolve_device(cfg)
     except DeviceUnavailableError as e:

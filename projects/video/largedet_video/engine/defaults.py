@@ -13,6 +13,7 @@ from detectron2.engine import default_setup
 from detectron2.utils import comm
 from detectron2.utils.logger import setup_logger
 from largedet.config import resolve_device
+from largedet.config.imports import import_run_modules
 from largedet.config.validate import merge_checked
 from largedet.engine.writers import set_up_log_files, stop_log_files_on_full_disk
 from largedet.model_zoo import config_roots
@@ -32,7 +33,8 @@ DEFAULT_CONFIG = os.path.join(config_roots()["video/"], "tsm_r18w32_8f_moving_sh
 
 def build_cfg(args: argparse.Namespace) -> CfgNode:
     """The frozen config of ``--config-file`` (default :data:`DEFAULT_CONFIG`) with the
-    trailing ``KEY VALUE`` overrides, ``MODEL.DEVICE`` resolved
+    trailing ``KEY VALUE`` overrides, the run's modules imported (``IMPORTS`` and
+    ``--import``: :func:`largedet.config.imports.import_run_modules`), ``MODEL.DEVICE`` resolved
     (:func:`largedet.config.resolve_device`: ``auto`` to ``cuda`` or ``cpu``; ``cuda``
     without a GPU raises :class:`largedet.config.DeviceUnavailableError`)."""
     return _build_cfg(args)[0]
@@ -45,6 +47,7 @@ def _build_cfg(args: argparse.Namespace) -> Tuple[CfgNode, Optional[str]]:
         cfg, args.config_file or DEFAULT_CONFIG, args.opts,
         allow_python_tags=getattr(args, "allow_python_yaml", False),
     )  # fmt: skip
+    cfg.IMPORTS = list(import_run_modules(cfg.IMPORTS, args))
     device_note = resolve_device(cfg)
     cfg.freeze()
     return cfg, device_note
