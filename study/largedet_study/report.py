@@ -487,6 +487,13 @@ def video_verdict(csv_name: str = "video4k") -> str:
         text.append(f"- {label.capitalize()}: `{f.name}` minus the baseline, reported top-1 {claim(d, 1.0)}; "
                     f"lower bound {'n/a' if d.lower_bound is None else fmt(d.lower_bound, sign=True)}: "
                     f"**{'met' if met else 'not met'}**.")
+    small = [n for n, f in families(csv_name).items() if f.batch == 16 and not n.startswith("tsn")]
+    large = [n for n, f in families(csv_name).items()
+             if f.batch >= 256 and "multigrid" not in n and _epochs_factor(n) <= 1.4]  # fmt: skip
+    swept = sorted({m.group(1) for n in small for m in [re.search(r"-lrx([\d.]+)", n)] if m})
+    text.append(f"- Tuning: batch 16 tried {len(small)} recipe{'s' * (len(small) != 1)}"
+                + (f" (LR x{', x'.join(swept)} of its rule's)" if swept else ", its LR not swept")
+                + f"; batch >= 256 at <= 1.4x the epochs tried {len(large)}.")  # fmt: skip
     if multigrid_pairs(csv_name):
         text.append(multigrid_verdict(csv_name))
     return "\n".join(text)

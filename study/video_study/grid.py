@@ -252,6 +252,10 @@ def _tsm4k_cells() -> List[VideoCell]:
         VideoCell("pmd_lamb", 1024, epochs_factor=2.0, lr_factor=2.0, seed=1),
         # its two seeds are 2.3 apart: the third seed the check takes
         VideoCell("pmd_lamb", 1024, epochs_factor=2.0, lr_factor=2.0, seed=2),
+        # the batch-16 baseline's LR, swept as the large batch's was (x0.5, x2 of 0.01): the
+        # same tuning on both sides of the check
+        VideoCell("sgd", 16, lr_factor=0.5),
+        VideoCell("sgd", 16, lr_factor=2.0),
     ]
 
 
