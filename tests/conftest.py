@@ -9,8 +9,14 @@ import setuptools  # noqa: F401,E402
 import os
 import sys
 
-import pytest
-import torch
+# the speed benchmarks' helper modules (benchmarks/time_guard.py, synthetic_coco.py,
+# demo_speed.py) are scripts beside the benchmarks, imported by their tests by name
+_BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+if _BENCHMARKS not in sys.path:
+    sys.path.insert(0, _BENCHMARKS)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from global_state import restore_global_state  # noqa: E402,F401  (autouse)
 
