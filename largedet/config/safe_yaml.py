@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Dict, List, Optional
 
 import yaml
 from detectron2.config.compat import downgrade_config, guess_version, upgrade_config
@@ -229,8 +229,6 @@ def merge_loaded_config(cfg: CfgNode, loaded: Dict[str, Any], path: str) -> None
     """Merge ``loaded`` (:func:`load_yacs_config` of ``path``) into Detectron2's ``cfg`` as its
     ``merge_from_file`` merges a file: a config of an older ``VERSION`` is upgraded with
     Detectron2's own conversions. yacs's errors (an unknown key, a wrong type) pass through."""
-    from detectron2.config.compat import downgrade_config, guess_version, upgrade_config
-
     loaded_cfg = type(cfg)(loaded)
     version = loaded_cfg.get("VERSION", None)
     if version is None:
@@ -261,10 +259,14 @@ def merge_config_file(cfg: CfgNode, path: str, allow_python_tags: bool = False) 
 def load_yaml_lazy_config(path: str, allow_python_tags: bool = False):
     """A yaml LazyConfig (what Detectron2's ``LazyConfig.save`` writes), read once and parsed
     with the safe loader after its tags are checked, as the ``DictConfig`` that
-    ``LazyConfig.load`` returns for it. Raises :class:`ConfigError` naming the file."""
+    ``LazyConfig.load`` returns for it. Raises :class:`ConfigError` naming the file. The
+    ``_BASE_`` files it names (Detectron2 merges none into a LazyConfig) are checked as a
+    yacs config's are (:func:`check_config_tags`)."""
     loaded = _parse(path, read_config_text(path), allow_python_tags)
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: not a mapping of config keys")
+    for base in _bases(path, loaded):
+        check_config_tags(base, allow_python_tags)
     return OmegaConf.create(loaded, flags={"allow_objects": True})
 
 
@@ -276,15 +278,19 @@ def check_config_tags(path: Optional[str], allow_python_tags: bool = False) -> L
     if not path:
         return []
     warnings: List[str] = []
-    pending, visited = [path], set()  # type: List[str], Set[str]
+    pending: List[str] = [path]
+    visited = set()
     while pending:
         current = pending.pop()
         if current in visited or "://" in current:
             continue
         visited.add(current)
         loaded = _parse(current, read_config_text(current), allow_python_tags, warnings)
-        bases = loaded.get(_BASE_KEY, []) if isinstance(loaded, dict) else []
-        for base in bases if isinstance(bases, list) else [bases]:
-            if isinstance(base, str):
-                pending.append(_base_path(current, base))
+        pending += _bases(current, loaded)
     return warnings
+
+
+def _bases(path: str, loaded: Any) -> List[str]:
+    """The ``_BASE_`` files that the parsed config ``loaded`` of ``path`` names, resolved."""
+    bases = loaded.get(_BASE_KEY, []) if isinstance(loaded, dict) else []
+    return [_base_path(path, b) for b in (bases if isinstance(bases, list) else [bases]) if isinstance(b, str)]

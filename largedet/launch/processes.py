@@ -40,7 +40,7 @@ from detectron2.engine import default_argument_parser
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-from ..checkpoint import DiskFullError, NoCompleteCheckpointError, WeightsUnavailableError
+from ..checkpoint import DiskFullError, LaterCheckpointError, NoCompleteCheckpointError, WeightsUnavailableError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
 from .preemption import PREEMPTED_EXIT_CODE, Diverged, Preempted
 
@@ -205,8 +205,9 @@ def _dist_url(args: argparse.Namespace) -> str:
 #: exit status of a run stopped on a divergence (EX_DATAERR)
 DIVERGED_EXIT_CODE = 65
 
-#: exit status of a ``--resume`` that found checkpoints but none that loads, and of weights at
-#: a URL that cannot be fetched (EX_NOINPUT)
+#: exit status of a ``--resume`` that found checkpoints but none that loads, of weights at a URL
+#: that cannot be fetched, and of a save refused over a checkpoint of a later iteration
+#: (EX_NOINPUT)
 NO_CHECKPOINT_EXIT_CODE = 66
 
 #: exit status of a run that could not write a checkpoint for lack of space (EX_IOERR)
@@ -229,8 +230,9 @@ def _one_line():
     checkpoint, ``metrics.json``, ``log.txt``, TensorBoard's events, ``run_summary.json``)
     ends the process with its one line on stderr and :data:`DISK_FULL_EXIT_CODE`; a
     ``--resume`` that found checkpoints of which none loads
-    (:class:`~largedet.checkpoint.NoCompleteCheckpointError`), with its one line and
-    :data:`NO_CHECKPOINT_EXIT_CODE`."""
+    (:class:`~largedet.checkpoint.NoCompleteCheckpointError`), weights that cannot be fetched
+    and a save over a later checkpoint (:class:`~largedet.checkpoint.LaterCheckpointError`),
+    with its one line and :data:`NO_CHECKPOINT_EXIT_CODE`."""
     try:
         yield
     except DiskFullError as e:
@@ -238,7 +240,8 @@ def _one_line():
         sys.exit(DISK_FULL_EXIT_CODE)
     except Diverged:  # the trainer logged its one line
         sys.exit(DIVERGED_EXIT_CODE)
-    except (NoCompleteCheckpointError, WeightsUnavailableError) as e:  # every process found the same: the first says it
+    except (NoCompleteCheckpointError, WeightsUnavailableError, LaterCheckpointError) as e:
+        # every process found the same (only the main one saves): the first says it
         if comm.get_rank() == 0:
             print(f"error: {e}", file=sys.stderr)
         sys.exit(NO_CHECKPOINT_EXIT_CODE)
