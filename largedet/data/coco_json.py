@@ -9,7 +9,9 @@ it) under its name, for ``DATASETS.TRAIN`` and ``DATASETS.TEST``.
 what Detectron2's ``load_coco_json`` would otherwise fail on later, inside every worker,
 after the model is built: a file that is not JSON (cut short by a copy), a ``category_id``
 that ``categories`` does not list, an image without ``id`` or ``file_name``, a ``bbox``
-that is not four numbers.
+that is not four numbers, an annotation id given twice; and what it would read silently
+wrong: an image id given twice (annotations would attach to the wrong image), a
+``file_name`` outside the image folder (absolute, or ``..`` out of it).
 
 :func:`check_image_sizes` reads the headers of a few of the file's images (PIL, no decoding)
 and names the first whose size is not the file's ``width`` x ``height`` (Detectron2 stops
@@ -172,14 +174,48 @@ def _read_json(path: str) -> Any:
         raise CocoJsonError(f"{path}: cannot read it: {e.strerror or e}") from None
 
 
+def _check_file_name(path: str, index: int, file_name: Any) -> None:
+    """An image's ``file_name`` must be a path inside the image folder: relative, without
+    ``..`` that climbs out of it."""
+    if not isinstance(file_name, str) or not file_name:
+        raise CocoJsonError(f"{path}: images[{index}] file_name must be a non-empty string, got {file_name!r}")
+    parts = os.path.normpath(file_name).split(os.sep)
+    if os.path.isabs(file_name) or parts[0] == os.pardir:
+        raise CocoJsonError(
+            f"{path}: images[{index}] file_name {file_name!r} is outside the image folder: give "
+            "a path relative to it (image_root), without .. out of it"
+        )
+
+
+def _refuse_duplicate_ids(path: str, key: str, items: List[dict], why: str) -> None:
+    """Each entry of ``items`` (the file's ``key`` list) that has an ``id`` must have its own."""
+    first: Dict[Any, int] = {}
+    duplicates = []
+    for i, item in enumerate(items):
+        if "id" not in item:
+            continue
+        ident = item["id"]  # as the loaders' dicts key them: 1 and 1.0 are one id
+        ident = ident if isinstance(ident, (int, float, str)) else repr(ident)
+        if ident in first:
+            duplicates.append((first[ident], i))
+        else:
+            first[ident] = i
+    if duplicates:
+        (j, i), more = duplicates[0], len(duplicates) - 1
+        also = f" ({more} more entries repeat an id)" if more else ""
+        raise CocoJsonError(
+            f"{path}: {key}[{i}] has the id {items[i]['id']!r} of {key}[{j}]{also}: {why}"
+        )
+
+
 _checked: Dict[Tuple[str, int, int], CocoJsonSummary] = {}
 
 
 def check_coco_json(path: str) -> CocoJsonSummary:
     """Read the COCO instances file ``path`` and check what Detectron2's ``load_coco_json``
-    needs: ``images`` with ``id`` and ``file_name``, ``categories`` with ``id``, each
-    annotation's ``category_id`` among them and its ``bbox`` (where given) four finite
-    numbers. Raises :class:`CocoJsonError`, one line naming the file and the first
+    needs: ``images`` with ``id`` and ``file_name`` (a path inside the image folder),
+    ``categories`` with ``id``, each annotation's ``category_id`` among them and its
+    ``bbox`` (where given) four finite numbers, no image id and no annotation id twice. Raises :class:`CocoJsonError`, one line naming the file and the first
     offending entry. A file is read once per process (keyed on its path, size and
     modification time)."""
     stat = os.stat(path)
@@ -198,6 +234,9 @@ def check_coco_json(path: str) -> CocoJsonSummary:
         for field in ("id", "file_name"):
             if field not in image:
                 raise CocoJsonError(f"{path}: images[{i}] has no {field!r}")
+        _check_file_name(path, i, image["file_name"])
+    _refuse_duplicate_ids(path, "images", images, "annotations would attach to the wrong image")
+    _refuse_duplicate_ids(path, "annotations", annotations, "ids must be unique")
     category_ids = set()
     for i, category in enumerate(categories):
         if "id" not in category:

@@ -130,6 +130,16 @@ def test_check_image_sizes(tmp_path):
         (lambda d: d["images"][0].pop("file_name"), "images[0] has no 'file_name'"),
         (lambda d: d["categories"][1].pop("id"), "categories[1] has no 'id'"),
         (lambda d: d.pop("categories"), "no 'categories' list: not a COCO annotation file"),
+        (lambda d: d["images"].extend([dict(d["images"][0], file_name="b.jpg"), dict(d["images"][0], file_name="c.jpg")]),
+         "images[1] has the id 1 of images[0] (1 more entries repeat an id): annotations would attach to the wrong image"),
+        (lambda d: d["annotations"][2].update(id=1),
+         "annotations[2] has the id 1 of annotations[0]: ids must be unique"),
+        (lambda d: d["images"][0].update(file_name="../../etc/a.jpg"),
+         "images[0] file_name '../../etc/a.jpg' is outside the image folder: give a path relative to it "
+         "(image_root), without .. out of it"),
+        (lambda d: d["images"][0].update(file_name="/data/a.jpg"),
+         "images[0] file_name '/data/a.jpg' is outside the image folder: give a path relative to it "
+         "(image_root), without .. out of it"),
     ],
 )  # fmt: skip
 def test_check_coco_json_names_the_file_and_entry(tmp_path, change, message):
