@@ -311,6 +311,19 @@ def _add_large_batch_config(cfg: CN) -> None:
     # and counted (data/skipped_images); more than this many in a row in one loader
     # process stop the run with an error naming the last file.
     cfg.DATALOADER.MAX_CONSECUTIVE_SKIPS = 10
+    # The most pixels (width x height, read from an image's header before it is decoded) of
+    # an image that is trained or evaluated on, an integer >= 1; a larger one (a
+    # decompression bomb: a few KB that decode to gigabytes) is skipped, logged and counted
+    # as an unreadable one, in training, in evaluation and in the sample checked before
+    # launch. The default is PIL's own default limit (Image.MAX_IMAGE_PIXELS); PIL refuses to
+    # decode any image of more than twice that, whatever this key says.
+    declare(
+        cfg,
+        "DATALOADER.MAX_IMAGE_PIXELS",
+        89_478_485,  # PIL's default Image.MAX_IMAGE_PIXELS
+        ("an integer >= 1 (pixels)", int_at_least(1)),
+        lazy="max_image_pixels",
+    )
 
     cfg.PREEMPTION = CN()
     # Signals that pre-empt a run: the current optimizer step finishes on every process,

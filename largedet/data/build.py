@@ -51,7 +51,7 @@ from detectron2.utils import comm
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .coco_json import drop_unusable_boxes
-from .unreadable import SkipUnreadable, max_consecutive_skips
+from .unreadable import SkipUnreadable, max_consecutive_skips, max_image_pixels
 from .test_loader import SkippingTestLoader, build_test_loader
 from .workers import (
     JOB_SIGNALS,
@@ -427,6 +427,7 @@ def build_train_loader(
     mapper = SkipUnreadable(
         DatasetMapper(cfg, is_train=True) if mapper is None else mapper,
         max_consecutive_skips(cfg),
+        max_image_pixels(cfg),
     )
     dataset = _training_dicts(cfg)
     if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":

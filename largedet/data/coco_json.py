@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -38,6 +39,8 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 from detectron2.structures import BoxMode
 from PIL import Image
+
+from .unreadable import UNREADABLE_ERRORS, check_image_pixels
 
 __all__ = [
     "COCO_JSONS_KEY",
@@ -289,16 +292,23 @@ _TRANSPOSED = (5, 6, 7, 8)
 def _image_size(path: str) -> Tuple[int, int]:
     """``(width, height)`` of the image at ``path`` as Detectron2's ``read_image`` gives it
     (EXIF orientation applied), from its header alone."""
-    with Image.open(path) as image:
+    with warnings.catch_warnings():  # the pixel limit is checked apart (check_image_pixels)
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        image = Image.open(path)
+    with image:
         width, height = image.size
         if image.getexif().get(0x0112, 1) in _TRANSPOSED:
             width, height = height, width
     return width, height
 
 
-def check_image_sizes(json_file: str, image_root: str, sample: Tuple[CocoImage, ...]) -> None:
+def check_image_sizes(
+    json_file: str, image_root: str, sample: Tuple[CocoImage, ...], max_pixels: Optional[int] = None
+) -> None:
     """Read the size of each image of ``sample`` (:attr:`CocoJsonSummary.sample` of
-    ``json_file``) under ``image_root`` from its header, as Detectron2 would read it. Raises
+    ``json_file``) under ``image_root`` from its header, as Detectron2 would read it; an
+    image of more than ``max_pixels`` pixels (``DATALOADER.MAX_IMAGE_PIXELS``) counts as
+    unreadable, as in training. Raises
     :class:`CocoJsonError`, one line, naming the first image whose size is not the one
     ``json_file`` gives, or ``image_root`` where none of the images can be read there (a
     wrong folder). A few unreadable images are no error: training passes over them
@@ -308,8 +318,9 @@ def check_image_sizes(json_file: str, image_root: str, sample: Tuple[CocoImage, 
     for image in sample:
         path = os.path.join(image_root, image.file_name)
         try:
+            check_image_pixels(path, max_pixels)
             width, height = _image_size(path)
-        except (OSError, SyntaxError) as e:  # missing, not an image, a broken header
+        except UNREADABLE_ERRORS as e:  # missing, not an image, a broken header, too large
             if first_unreadable is None:
                 reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
                 first_unreadable = f"{path}: {reason}"

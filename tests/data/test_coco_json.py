@@ -255,3 +255,17 @@ def test_train_on_a_users_coco_json_from_the_command_line(user_coco, tmp_path):
     assert results and {r["image_id"] for r in results} <= val_ids
     assert [line for line in proc.stdout.splitlines() if line.startswith("box AP: ")]
     assert not (tmp_path / "ld").exists()  # the built-in shapes set was neither needed nor generated
+
+
+def test_an_oversized_image_in_the_sample_counts_as_unreadable(tmp_path):
+    """A decompression bomb (or an image over DATALOADER.MAX_IMAGE_PIXELS) among the images
+    checked before launch is passed over as an unreadable one, not a traceback."""
+    from unreadable_testing import decompression_bomb
+
+    image(tmp_path / "a.jpg", 10, 10)
+    decompression_bomb(str(tmp_path / "b.png"))
+    sample = (CocoImage(0, "a.jpg", 10, 10), CocoImage(1, "b.png", 20000, 20000))
+    check_image_sizes("x.json", str(tmp_path), sample)
+    check_image_sizes("x.json", str(tmp_path), sample, max_pixels=100)
+    with pytest.raises(CocoJsonError, match=r"a\.jpg: 10x10 = 100 pixels, over DATALOADER\.MAX_IMAGE_PIXELS 99"):
+        check_image_sizes("x.json", str(tmp_path), sample, max_pixels=99)  # none is left
