@@ -43,6 +43,7 @@ from detectron2.utils import comm
 from ..checkpoint import DiskFullError, LaterCheckpointError, NoCompleteCheckpointError, WeightsUnavailableError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
 from .preemption import PREEMPTED_EXIT_CODE, Diverged, Preempted
+from .slurm_state import CANCELLED_EXIT_CODE
 
 __all__ = [
     "shut_down_distributed_at_exit",
@@ -172,10 +173,10 @@ def launch(
                 )
             except mp.ProcessExitedException as e:
                 # the workers saved and exited, or one printed its one-line error
-                if e.exit_code == PREEMPTED_EXIT_CODE:
+                if e.exit_code in (PREEMPTED_EXIT_CODE, CANCELLED_EXIT_CODE):
                     ignore_stop_signals_while_exiting()
-                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE,
-                                   NO_CHECKPOINT_EXIT_CODE, DIVERGED_EXIT_CODE):
+                if e.exit_code in (PREEMPTED_EXIT_CODE, CANCELLED_EXIT_CODE, DISK_FULL_EXIT_CODE,
+                                   LOST_PROCESS_EXIT_CODE, NO_CHECKPOINT_EXIT_CODE, DIVERGED_EXIT_CODE):
                     sys.exit(e.exit_code)
                 if e.signal_name:  # killed from outside: one line, not a spawn traceback
                     why = " (the kernel's out-of-memory killer, or kill -9)" if e.signal_name == "SIGKILL" else ""

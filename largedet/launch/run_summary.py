@@ -7,7 +7,8 @@ model EMA, and for each invocation (a resumed run has several) its first and las
 wall-clock, the part of it spent evaluating (the evaluation hook's, periodic and final),
 images per second of training (the images over the wall-clock less the evaluations) and
 how it ended: ``running`` (written at start),
-``finished``, ``preempted``, ``diverged`` (a non-finite or exploding loss), ``failed``
+``finished``, ``preempted``, ``cancelled`` (Slurm's ``scancel``: stopped as a pre-emption,
+not requeued), ``diverged`` (a non-finite or exploding loss), ``failed``
 (another error) or ``interrupted`` (Ctrl-C). Written by the main process, atomically, at
 start and at the end of each invocation.
 
@@ -184,7 +185,7 @@ class RunSummaryHook(HookBase):
         current = {
             "start_iter": self._start_iter,
             # the first step not trained: a pre-empted step was finished and saved
-            "end_iter": min(self.trainer.iter + (status == "preempted"), self.trainer.max_iter),
+            "end_iter": min(self.trainer.iter + (status in ("preempted", "cancelled")), self.trainer.max_iter),
             "wall_clock_s": round(wall, 3),
             "evaluation_s": round(evaluation, 3),
             "images_per_s": round(images / training, 3) if training > 0 and images else None,
@@ -223,8 +224,8 @@ def how_it_ended(
     error: BaseException, iteration: int, output_dir: str, distributed: bool, log
 ) -> Tuple[str, BaseException]:
     """How a training loop that raised ``error`` at ``iteration`` ended, for the run
-    summary, and what to raise in its place: ``("preempted", error)`` for
-    :class:`~largedet.launch.preemption.Preempted`; ``"diverged"`` for a non-finite or
+    summary, and what to raise in its place: ``("preempted", error)`` (``"cancelled"`` for
+    Slurm's cancel) for :class:`~largedet.launch.preemption.Preempted`; ``"diverged"`` for a non-finite or
     exploding loss (``FloatingPointError``: one logged line, raised as :class:`Diverged`); ``"failed"`` for a
     full disk (one line, and another library's ``OSError`` ENOSPC as a
     :class:`~largedet.checkpoint.DiskFullError` naming the last checkpoint) and any other
@@ -233,7 +234,7 @@ def how_it_ended(
     ``"interrupted"`` for anything else (Ctrl-C). Called inside the ``except`` block, so
     that ``log`` (the loop's logger) writes the traceback."""
     if isinstance(error, Preempted):
-        return "preempted", error
+        return error.status, error
     if isinstance(error, FloatingPointError):
         message = str(error)
         if not message.startswith("Training diverged"):  # a check in the model's forward pass
@@ -283,8 +284,8 @@ def run_after_train_hooks(trainer, hooks) -> None:
                 hook.after_train()
             except (Preempted, DiskFullError) as e:
                 if isinstance(e, Preempted):
-                    trainer.end_status = "preempted"
-                elif getattr(trainer, "end_status", None) != "preempted":
+                    trainer.end_status = e.status
+                elif getattr(trainer, "end_status", None) not in ("preempted", "cancelled"):
                     trainer.end_status = "failed"
                 stopped = stopped or e
             except Exception as e:
