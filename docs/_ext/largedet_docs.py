@@ -15,8 +15,9 @@ Three things Sphinx does not do by itself:
   ``:exclude-modules:`` leaves out objects defined in those submodules (documented on
   another page). ``{largedet-config-keys} largedet_video`` lists the keys a project adds to
   Detectron2's config (:func:`declared_keys`), ``{largedet-detectron2-keys}`` the keys of
-  Detectron2's that largedet checks or maps, and ``{largedet-optimizer-registry}`` the names
-  ``SOLVER.OPTIMIZER`` takes.
+  Detectron2's that largedet checks or maps, ``{largedet-optimizer-registry}`` the names
+  ``SOLVER.OPTIMIZER`` takes, and ``{largedet-table} largedet.launch.outcomes.SIGNALS`` a
+  tuple of dataclass rows as a table (the exit statuses, the signals).
 * **Config keys as objects**: ``confkey`` entries, with an index entry and an anchor,
   referenced as ``{confkey}`\\`SOLVER.PMD.PERIOD\\```.
 * **Links to repository files outside docs/** (configs, CSVs, run folders, the scripts):
@@ -29,6 +30,7 @@ Three things Sphinx does not do by itself:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import os
@@ -306,6 +308,20 @@ def optimizer_registry_page(_: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def table_page(argument: str, _: Dict[str, str]) -> str:
+    """A tuple of dataclass rows named by its import path (``largedet.launch.outcomes.SIGNALS``)
+    as a MyST table, a column per field (its name the header)."""
+    module, name = argument.rsplit(".", 1)
+    rows = getattr(importlib.import_module(module), name)
+    fields = [f.name for f in dataclasses.fields(rows[0])]
+    out = ["| " + " | ".join(f.replace("_", " ").capitalize() for f in fields) + " |",
+           "| " + " | ".join("---" for _ in fields) + " |"]  # fmt: skip
+    for row in rows:
+        cells = [str(getattr(row, f)).replace("|", "\\|") for f in fields]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 # --- API sections -----------------------------------------------------------------------
 
 
@@ -393,6 +409,7 @@ GENERATORS = {
     "largedet-config-keys": lambda argument, options: config_keys_page(argument),
     "largedet-optimizer-registry": lambda argument, options: optimizer_registry_page(argument),
     "largedet-detectron2-keys": lambda argument, options: detectron2_keys_page(argument),
+    "largedet-table": table_page,
 }
 
 

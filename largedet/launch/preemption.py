@@ -14,7 +14,7 @@ checkpoint with the data position, every rank waits for it, the log says
 at step N + 1: no step is trained twice. Where the signal is Slurm's cancel (``scancel``
 without ``--signal``: :func:`~largedet.launch.slurm_state.slurm_job_cancelled`), the same
 happens, but the log says ``cancelled``, the run summary ``cancelled``, and the processes
-exit :data:`~largedet.launch.slurm_state.CANCELLED_EXIT_CODE`: the job is not requeued.
+exit :data:`CANCELLED_EXIT_CODE`: the job is not requeued.
 
 A signal during the final evaluation (the hooks' ``after_train``, after the last step and
 its ``model_final`` checkpoint) abandons the evaluation at once: ``Preempted`` is raised
@@ -34,14 +34,17 @@ from typing import Dict, Sequence
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 
-from .slurm_state import CANCELLED_EXIT_CODE, slurm_job_cancelled
+from .slurm_state import slurm_job_cancelled
 
-__all__ = ["PREEMPTED_EXIT_CODE", "Diverged", "Preempted", "PreemptionHook", "parse_signals"]
+__all__ = ["CANCELLED_EXIT_CODE", "PREEMPTED_EXIT_CODE", "Diverged", "Preempted", "PreemptionHook", "parse_signals"]
 
 logger = logging.getLogger(__name__)
 
 #: Exit status of a pre-empted run: sysexits' EX_TEMPFAIL ("try again later")
 PREEMPTED_EXIT_CODE = 75
+#: Exit status of a run whose Slurm job was cancelled (``scancel`` without ``--signal``): its
+#: checkpoint written, not requeued; 128 + SIGTERM, as a shell reports a process SIGTERM ended
+CANCELLED_EXIT_CODE = 143
 
 
 class Diverged(FloatingPointError):
@@ -54,7 +57,7 @@ class Preempted(SystemExit):
     """Raised on every rank after the pre-emption checkpoint is written; exits with
     :data:`PREEMPTED_EXIT_CODE`, or where the run's Slurm job is being cancelled
     (``scancel`` without ``--signal``: ``cancelled``) with
-    :data:`~largedet.launch.slurm_state.CANCELLED_EXIT_CODE`, which the job does not requeue.
+    :data:`CANCELLED_EXIT_CODE`, which the job does not requeue.
     :attr:`status` is how the run summary names it."""
 
     def __init__(self, iteration: int, checkpoint: str, cancelled: bool = False):

@@ -42,8 +42,7 @@ from detectron2.utils import comm
 
 from ..checkpoint import DiskFullError, LaterCheckpointError, NoCompleteCheckpointError, WeightsUnavailableError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
-from .preemption import PREEMPTED_EXIT_CODE, Diverged, Preempted
-from .slurm_state import CANCELLED_EXIT_CODE
+from .preemption import CANCELLED_EXIT_CODE, PREEMPTED_EXIT_CODE, Diverged, Preempted
 
 __all__ = [
     "shut_down_distributed_at_exit",

@@ -38,7 +38,7 @@ the job decides when they stop. A training script that another signal stopped (`
 --signal``, ``scontrol requeue``) exits 75 with its checkpoint written; the job then takes
 the same requeue path as submitit's signal, not an error. ``scancel`` without ``--signal``
 cancels: the training stops the same way and writes its checkpoint, exits
-:data:`~largedet.launch.slurm_state.CANCELLED_EXIT_CODE` and the job is not requeued
+:data:`~largedet.launch.preemption.CANCELLED_EXIT_CODE` and the job is not requeued
 (:mod:`largedet.launch.slurm_state`). Any other
 non-zero exit fails the job (``CalledProcessError``). The job's task passes SIGTERM, SIGINT,
 SIGHUP and SIGUSR1 on to the training as a SIGTERM (:data:`RELAYED_SIGNALS`); a one-node job's
@@ -62,8 +62,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import submitit
 
 from .elastic import AGENT_ENVIRONMENT
-from .preemption import PREEMPTED_EXIT_CODE
-from .slurm_state import CANCELLED_EXIT_CODE, slurm_job_cancelled
+from .preemption import CANCELLED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from .slurm_state import slurm_job_cancelled
 
 __all__ = ["Placement", "SlurmResources", "TrainingJob", "placement", "submit"]
 

@@ -17,13 +17,9 @@ import re
 import subprocess
 from typing import Dict, Optional
 
-__all__ = ["CANCELLED_EXIT_CODE", "job_record", "slurm_job_cancelled"]
+__all__ = ["job_record", "slurm_job_cancelled"]
 
 logger = logging.getLogger(__name__)
-
-#: Exit status of a run cancelled with ``scancel`` (its checkpoint written, not requeued):
-#: 128 + SIGTERM, as a shell reports a process that SIGTERM ended
-CANCELLED_EXIT_CODE = 143
 
 #: Job states of a job that goes on running (a signal to it is a stop to come back from)
 _LIVE_STATES = ("RUNNING", "SUSPENDED", "PENDING", "CONFIGURING", "RESIZING")
