@@ -16,8 +16,7 @@ Three things Sphinx does not do by itself:
   another page). ``{largedet-config-keys} largedet_video`` lists the keys a project adds to
   Detectron2's config (:func:`declared_keys`), ``{largedet-detectron2-keys}`` the keys of
   Detectron2's that largedet checks or maps, ``{largedet-optimizer-registry}`` the names
-  ``SOLVER.OPTIMIZER`` takes, and ``{largedet-table} largedet.launch.outcomes.SIGNALS`` a
-  tuple of dataclass rows as a table (the exit statuses, the signals).
+  ``SOLVER.OPTIMIZER`` takes, ``{largedet-table} MODULE.NAME`` a tuple of dataclass rows.
 * **Config keys as objects**: ``confkey`` entries, with an index entry and an anchor,
   referenced as ``{confkey}`\\`SOLVER.PMD.PERIOD\\```.
 * **Links to repository files outside docs/** (configs, CSVs, run folders, the scripts):
@@ -309,17 +308,13 @@ def optimizer_registry_page(_: str) -> str:
 
 
 def table_page(argument: str, _: Dict[str, str]) -> str:
-    """A tuple of dataclass rows named by its import path (``largedet.launch.outcomes.SIGNALS``)
-    as a MyST table, a column per field (its name the header)."""
+    """The tuple of dataclass rows at an import path as a MyST table, a column per field."""
     module, name = argument.rsplit(".", 1)
     rows = getattr(importlib.import_module(module), name)
     fields = [f.name for f in dataclasses.fields(rows[0])]
-    out = ["| " + " | ".join(f.replace("_", " ").capitalize() for f in fields) + " |",
-           "| " + " | ".join("---" for _ in fields) + " |"]  # fmt: skip
-    for row in rows:
-        cells = [str(getattr(row, f)).replace("|", "\\|") for f in fields]
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out) + "\n"
+    lines = [[f.replace("_", " ").capitalize() for f in fields], ["---"] * len(fields)]
+    lines += [[str(getattr(row, f)).replace("|", "\\|") for f in fields] for row in rows]
+    return "".join("| " + " | ".join(cells) + " |\n" for cells in lines)
 
 
 # --- API sections -----------------------------------------------------------------------
