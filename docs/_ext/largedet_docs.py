@@ -309,8 +309,7 @@ def optimizer_registry_page(_: str) -> str:
 
 def table_page(argument: str, _: Dict[str, str]) -> str:
     """The tuple of dataclass rows at an import path as a MyST table, a column per field."""
-    module, name = argument.rsplit(".", 1)
-    rows = getattr(importlib.import_module(module), name)
+    rows = getattr(importlib.import_module(argument.rsplit(".", 1)[0]), argument.rsplit(".", 1)[1])
     fields = [f.name for f in dataclasses.fields(rows[0])]
     lines = [[f.replace("_", " ").capitalize() for f in fields], ["---"] * len(fields)]
     lines += [[str(getattr(row, f)).replace("|", "\\|") for f in fields] for row in rows]
