@@ -9,7 +9,9 @@ images per second of training (the images over the wall-clock less the evaluatio
 how it ended: ``running`` (written at start),
 ``finished``, ``preempted``, ``cancelled`` (Slurm's ``scancel``: stopped as a pre-emption,
 not requeued), ``diverged`` (a non-finite or exploding loss), ``failed``
-(another error) or ``interrupted`` (Ctrl-C). Written by the main process, atomically, at
+(another error), ``interrupted`` (Ctrl-C) or ``killed`` (it ended without a word, SIGKILL or
+the out-of-memory killer: recorded so by the next invocation, its ``end_iter`` where that one
+starts). Written by the main process, atomically, at
 start and at the end of each invocation.
 
 ``OUTPUT_DIR/eval_results.json``: what an ``--eval-only`` run measured, the evaluation
@@ -199,11 +201,32 @@ class RunSummaryHook(HookBase):
                    "wall_clock_s": round(sum(i["wall_clock_s"] for i in invocations), 3)}  # fmt: skip
         _write_json(os.path.join(output_dir, SUMMARY_FILE), summary)
 
+    def _close_killed(self) -> None:
+        """An earlier invocation still ``running`` ended without a word (SIGKILL, the
+        out-of-memory killer, a machine lost): record it as ``killed``, its steps kept up
+        to where this one starts, with a warning."""
+        output_dir = self.trainer.cfg.OUTPUT_DIR
+        if not comm.is_main_process() or not output_dir:
+            return
+        summary = read_run_summary(output_dir) or {}
+        invocations = summary.get("invocations", [])
+        if not invocations or invocations[-1].get("status") != "running":
+            return
+        last = invocations[-1]
+        last.update(status="killed", end_iter=self._start_iter)
+        logger.warning(
+            "The previous invocation (from iteration %d) ended without a word (SIGKILL, the "
+            "out-of-memory killer, a lost machine): recorded as killed; this one continues at "
+            "iteration %d", last.get("start_iter", 0), self._start_iter,
+        )  # fmt: skip
+        _write_json(os.path.join(output_dir, SUMMARY_FILE), {**summary, "status": "killed"})
+
     def before_train(self):
         self._start = time.perf_counter()
         self._start_iter = self.trainer.start_iter
         self._start_position = self.trainer.data_position
         self._start_evaluation = self.trainer.evaluation_s
+        self._close_killed()
         self._write("running")
 
     def after_train(self):

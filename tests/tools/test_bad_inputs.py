@@ -175,3 +175,13 @@ def test_a_job_checked_for_other_machines_is_not_refused_for_this_ones_device(tm
 def test_the_unregistered_dataset_hint_names_a_docs_section():
     with open(os.path.join(ROOT, "docs", "training.md")) as f:
         assert "## Your own COCO dataset\n" in f.read()  # docs/training.md#your-own-coco-dataset
+
+
+def test_negative_num_workers_is_one_line_before_launch(tmp_path):
+    line = run_rejected(["--config", CONFIG, "DATALOADER.NUM_WORKERS", "-1"], tmp_path)
+    assert line == "error: DATALOADER.NUM_WORKERS: must be an integer >= 0 (loader processes per training process), got -1"
+
+
+def test_a_pixel_limit_below_one_is_one_line(tmp_path):
+    line = run_rejected(["--config", CONFIG, "DATALOADER.MAX_IMAGE_PIXELS", "0"], tmp_path)
+    assert line == "error: DATALOADER.MAX_IMAGE_PIXELS: must be an integer >= 1 (pixels), got 0"
