@@ -21,8 +21,10 @@ on it in a worker, after the model is built), or an image folder that holds none
 A box of negative width or height (``bbox`` ``[x, y, w, h]`` with ``w < 0`` or ``h < 0``)
 would be trained on as the box its corners span (Detectron2's transforms take the min and
 max of the corners); a box of zero width or height has no area, and Detectron2's mapper
-drops it without a word. :func:`drop_unusable_boxes` leaves both kinds out of the training
-data, and the loader logs how many of each (:func:`largedet.data.build.build_train_loader`).
+drops it without a word; a box partly outside its image is clipped to it, without a word
+too. :func:`drop_unusable_boxes` leaves the first two kinds, and boxes wholly outside their
+image, out of the training data, clips the others to their image, and the loader logs how
+many of each (:func:`largedet.data.build.build_train_loader`).
 """
 
 from __future__ import annotations
@@ -356,27 +358,52 @@ def _box_size(ann: Dict[str, Any]) -> str:
     return "zero_area" if width == 0 or height == 0 else ""
 
 
+def _clip(ann: Dict[str, Any], width: Any, height: Any) -> str:
+    """Clip the box of ``ann`` (usable: positive width and height) to its image of ``width``
+    x ``height`` pixels, in place: ``"clipped"`` where part of it was outside, ``"outside"``
+    where all of it was (nothing left to train on), ``""`` otherwise (or without a size)."""
+    mode = ann.get("bbox_mode", BoxMode.XYWH_ABS)
+    box = ann.get("bbox")
+    if box is None or not (_finite_number(width) and _finite_number(height)) or mode not in (
+        BoxMode.XYWH_ABS, BoxMode.XYXY_ABS
+    ):
+        return ""
+    x0, y0 = box[0], box[1]
+    x1, y1 = (x0 + box[2], y0 + box[3]) if mode == BoxMode.XYWH_ABS else (box[2], box[3])
+    c0, d0, c1, d1 = max(x0, 0), max(y0, 0), min(x1, width), min(y1, height)
+    if (c0, d0, c1, d1) == (x0, y0, x1, y1):
+        return ""
+    if c1 <= c0 or d1 <= d0:
+        return "outside"
+    ann["bbox"] = [c0, d0, c1 - c0, d1 - d0] if mode == BoxMode.XYWH_ABS else [c0, d0, c1, d1]
+    return "clipped"
+
+
 @dataclass(frozen=True)
 class DroppedBoxes:
-    """How many boxes :func:`drop_unusable_boxes` left out, of each kind."""
+    """How many boxes :func:`drop_unusable_boxes` left out, of each kind, and clipped."""
 
     negative: int  # of negative width or height
     zero_area: int  # of zero width or height (and none negative)
+    outside: int = 0  # wholly outside their image
+    clipped: int = 0  # partly outside their image: clipped to it, kept
 
 
 def drop_unusable_boxes(dataset_dicts: List[Dict[str, Any]]) -> DroppedBoxes:
     """Remove, in place, the annotations of ``dataset_dicts`` (Detectron2's dataset dicts)
     whose box has a negative width or height (``XYWH_ABS``: ``w < 0`` or ``h < 0``;
-    ``XYXY_ABS``: ``x1 < x0`` or ``y1 < y0``) or no area (a width or height of 0). Returns
-    how many of each were removed."""
-    counts = {"negative": 0, "zero_area": 0}
+    ``XYXY_ABS``: ``x1 < x0`` or ``y1 < y0``), no area (a width or height of 0) or lies wholly
+    outside its image (``width`` x ``height`` of the dict), and clip to the image the boxes
+    that lie partly outside it (as Detectron2's mapper would, without a word). Returns how
+    many of each."""
+    counts = {"negative": 0, "zero_area": 0, "outside": 0, "clipped": 0}
     for d in dataset_dicts:
         anns = d.get("annotations")
         if not anns:
             continue
-        kinds = [_box_size(a) for a in anns]
+        kinds = [_box_size(a) or _clip(a, d.get("width"), d.get("height")) for a in anns]
         if any(kinds):
             for kind in filter(None, kinds):
                 counts[kind] += 1
-            d["annotations"] = [a for a, kind in zip(anns, kinds) if not kind]
+            d["annotations"] = [a for a, kind in zip(anns, kinds) if kind in ("", "clipped")]
     return DroppedBoxes(**counts)

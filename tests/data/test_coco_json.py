@@ -181,6 +181,21 @@ def test_drop_unusable_boxes_in_both_box_modes():
     assert [a["bbox"] for a in dicts[1]["annotations"]] == [[1, 1, 3, 2]]
 
 
+def test_boxes_outside_their_image_are_clipped_or_left_out_and_counted():
+    dicts = [
+        {"width": 10, "height": 8, "annotations": [
+            {"bbox": [2, 2, 3, 3], "bbox_mode": BoxMode.XYWH_ABS},  # inside: as it is
+            {"bbox": [-2, 1, 5, 20], "bbox_mode": BoxMode.XYWH_ABS},  # partly outside
+            {"bbox": [8, 6, 12, 9], "bbox_mode": BoxMode.XYXY_ABS},  # partly outside
+            {"bbox": [11, 0, 4, 4], "bbox_mode": BoxMode.XYWH_ABS},  # wholly outside
+        ]},
+        {"annotations": [{"bbox": [-5, -5, 100, 100], "bbox_mode": BoxMode.XYWH_ABS}]},  # no size: kept
+    ]  # fmt: skip
+    assert drop_unusable_boxes(dicts) == DroppedBoxes(negative=0, zero_area=0, outside=1, clipped=2)
+    assert [a["bbox"] for a in dicts[0]["annotations"]] == [[2, 2, 3, 3], [0, 1, 3, 7], [8, 6, 10, 8]]
+    assert [a["bbox"] for a in dicts[1]["annotations"]] == [[-5, -5, 100, 100]]
+
+
 def test_coco_jsons_entries_and_registration(tmp_path):
     cfg = add_largedet_config(get_cfg())
     cfg.DATASETS.COCO_JSONS = [["mine_a", "~/a.json", str(tmp_path)]]
