@@ -46,6 +46,7 @@ from .preemption import CANCELLED_EXIT_CODE, PREEMPTED_EXIT_CODE, Diverged, Pree
 
 __all__ = [
     "shut_down_distributed_at_exit",
+    "dist_url",
     "first_host",
     "launch",
     "launched_by_torchrun",
@@ -166,7 +167,7 @@ def launch(
                     args.num_gpus,
                     num_machines=args.num_machines,
                     machine_rank=args.machine_rank,
-                    dist_url=_dist_url(args),
+                    dist_url=dist_url(args),
                     args=(main_func, args),
                     timeout=timeout,
                 )
@@ -195,7 +196,7 @@ def launch(
     _run_then_shut_down(main_func, args)
 
 
-def _dist_url(args: argparse.Namespace) -> str:
+def dist_url(args: argparse.Namespace) -> str:
     """``--dist-url``; on one machine, left at Detectron2's default (a fixed port per user,
     which a second run at the same time would find taken), a free port of this machine."""
     default = default_argument_parser().get_default("dist_url")

@@ -185,3 +185,19 @@ def test_negative_num_workers_is_one_line_before_launch(tmp_path):
 def test_a_pixel_limit_below_one_is_one_line(tmp_path):
     line = run_rejected(["--config", CONFIG, "DATALOADER.MAX_IMAGE_PIXELS", "0"], tmp_path)
     assert line == "error: DATALOADER.MAX_IMAGE_PIXELS: must be an integer >= 1 (pixels), got 0"
+
+
+def test_an_explicit_dist_url_whose_port_is_taken_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        line = run_rejected(["--config", CONFIG, "--num-gpus", "2", "--dist-url", f"tcp://127.0.0.1:{port}",
+                             "MODEL.DEVICE", "cpu"], tmp_path)  # fmt: skip
+    assert line == (
+        f"error: --dist-url tcp://127.0.0.1:{port}: port {port} is in use on this machine (another run, or "
+        "a process that still holds it); give another port, or leave --dist-url out on one machine (a "
+        "free port is picked)"
+    )
