@@ -23,6 +23,7 @@ from ..config.errors import ConfigError
 from .elastic import record_torchrun_job, torchrun_job_id, torchrun_resume_reason
 from .processes import (
     dist_url,
+    exit_on_stop_signals,
     launch,
     launched_by_torchrun,
     launched_per_process,
@@ -69,6 +70,7 @@ def check_and_launch(
     the folder's run being this job's, as after a restart that admits a machine): the
     first process decides, names why in one line, and every process follows it; a lock
     still held by the job's last round is waited for up to twice the timeout."""
+    exit_on_stop_signals()  # a stop signal from here on exits 75, in one line
     if getattr(args, "launcher", None) == "slurm":  # one Slurm task: env:// from Slurm's variables
         os.environ.update(slurm_task_environment(os.environ))
     first = not launched_per_process(args) or os.environ.get("RANK", "0") == "0"

@@ -47,6 +47,7 @@ from .preemption import CANCELLED_EXIT_CODE, PREEMPTED_EXIT_CODE, Diverged, Pree
 __all__ = [
     "shut_down_distributed_at_exit",
     "dist_url",
+    "exit_on_stop_signals",
     "first_host",
     "launch",
     "launched_by_torchrun",
@@ -217,6 +218,7 @@ DISK_FULL_EXIT_CODE = 74
 
 def _run_alone(main_func: Callable[[argparse.Namespace], object], args) -> None:
     """``main_func(args)`` in a one-process job, a full disk one line (:func:`_one_line`)."""
+    exit_on_stop_signals()
     try:
         with _one_line():
             main_func(args)
@@ -287,7 +289,9 @@ def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args)
     """``main_func(args)`` in one process of the job, then, once every process got there,
     the process groups destroyed (without a process group, nothing to do): every script's
     workers end cleanly, evaluation-only runs included. A lost process of the job ends
-    this one in one line (:func:`_exit_on_lost_process`)."""
+    this one in one line (:func:`_exit_on_lost_process`); a stop signal before training
+    exits :data:`PREEMPTED_EXIT_CODE` (:func:`exit_on_stop_signals`)."""
+    exit_on_stop_signals()
     try:
         with _exit_on_lost_process(), _one_line():
             main_func(args)
@@ -330,6 +334,28 @@ def _forwarding_signals(forward: bool):
 
 
 _exiting_after_preemption = False
+
+
+def exit_on_stop_signals() -> None:
+    """Until the trainer's :class:`~largedet.launch.preemption.PreemptionHook` takes them
+    over (and after it gives them back): a stop signal (:data:`FORWARDED_SIGNALS`) while a
+    job starts (its check, its model, its resume) exits at once, in one line, with
+    :data:`PREEMPTED_EXIT_CODE`: nothing is trained yet, nothing to save, and a cluster
+    reads the status a stop signal gives, not 143 from the signal's default action or 69
+    from a worker killed by it. A signal this process ignores (as a Slurm job's training
+    ignores submitit's) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum, frame):
+        print(f"{signal.Signals(signum).name} outside training (nothing to save): exiting "
+              f"{PREEMPTED_EXIT_CODE}; --resume continues from the newest complete checkpoint",
+              file=sys.stderr, flush=True)  # fmt: skip
+        raise SystemExit(PREEMPTED_EXIT_CODE)
+
+    for sig in FORWARDED_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # one the job ignores stays ignored
+            signal.signal(sig, stop)
 
 
 def ignore_stop_signals_while_exiting() -> None:
