@@ -271,13 +271,14 @@ class AtomicCheckpointer(DetectionCheckpointer):
         self.resumed_from = found.path
         return extra
 
-    def newest_complete_checkpoint(self) -> Optional["FoundCheckpoint"]:
-        """The checkpoint of ``save_dir`` of the latest iteration that loads completely,
-        loaded, or None when the folder holds no checkpoint; raises
-        :class:`NoCompleteCheckpointError` when it holds some but none is complete."""
-        found, skipped, ignored, iterations = self._search()
+    def newest_complete_checkpoint(self, before: Optional[int] = None) -> Optional["FoundCheckpoint"]:
+        """The checkpoint of ``save_dir`` of the latest iteration (below ``before``, where
+        given) that loads completely, loaded, or None when the folder holds no checkpoint;
+        raises :class:`NoCompleteCheckpointError` when it holds some but none is complete."""
+        found, skipped, ignored, iterations = self._search(before)
         chosen = os.path.basename(found[0]) if found else ""
-        tag = self._tag_problem(chosen, [name for name, _ in skipped], ignored, iterations)
+        # below an iteration, the tag (at the latest) is no concern
+        tag = "" if before is not None else self._tag_problem(chosen, [n for n, _ in skipped], ignored, iterations)
         if comm.get_world_size() > 1:
             choices = comm.all_gather(chosen)
             if len(set(choices)) > 1:
@@ -287,7 +288,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
                 )
         if found is not None:
             return FoundCheckpoint(found[0], found[1], skipped, tag)
-        if skipped or tag:
+        if (skipped or tag) and not iterations:
             reasons = [f"{name}: {why}" for name, why in skipped] + ([tag] if tag else [])
             if len(reasons) > 3:
                 reasons = reasons[:3] + [f"and {len(reasons) - 3} more"]
@@ -324,13 +325,14 @@ class AtomicCheckpointer(DetectionCheckpointer):
             return data
         return load_torch_file(f)
 
-    def _search(self) -> Tuple[
+    def _search(self, before: Optional[int] = None) -> Tuple[
         Optional[Tuple[str, Dict[str, Any]]], List[Tuple[str, str]], List[str], Dict[str, int]
     ]:
         """(path, data) of the complete checkpoint of the latest iteration (of two at the same
         iteration, the tagged one, then the later name) or None, (file, why) for each file
         that failed, the files that are no training checkpoint, and the iteration of each
-        complete one. Two checkpoints at most are held at a time."""
+        complete one; with ``before``, only those of an earlier iteration are chosen. Two
+        checkpoints at most are held at a time."""
         skipped: List[Tuple[str, str]] = []
         ignored: List[str] = []
         iterations: Dict[str, int] = {}
@@ -357,7 +359,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
                 continue
             iterations[name] = _iteration(data)
             rank = (iterations[name], name == tagged, name)
-            if best is None or rank > best[0]:
+            if (best is None or rank > best[0]) and (before is None or rank[0] < before):
                 best = (rank, path, data)
         return (best[1], best[2]) if best else None, skipped, ignored, iterations
 
@@ -414,6 +416,11 @@ class FoundCheckpoint:
     data: Dict[str, Any]
     skipped: List[Tuple[str, str]]
     tag_problem: str
+
+    @property
+    def iteration(self) -> int:
+        """The iteration the checkpoint records (-1 where none)."""
+        return _iteration(self.data)
 
     @property
     def log_level(self) -> int:

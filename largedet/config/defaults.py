@@ -268,7 +268,8 @@ def _add_large_batch_config(cfg: CN) -> None:
         lazy="divergence.spike_factor",
     )
     # Number of previous steps in the running median, an integer >= 1; the spike test
-    # starts once that many steps have been seen.
+    # starts once min(WINDOW, 5) steps have been seen (the median of those seen until
+    # there are WINDOW): the first steps of a run are watched too.
     declare(
         cfg,
         "SOLVER.DIVERGENCE.WINDOW",
@@ -279,8 +280,9 @@ def _add_large_batch_config(cfg: CN) -> None:
     # What divergence does. false: stop with the loss dict and the last good
     # checkpoint in the error. true: restore the newest complete checkpoint (weights,
     # iteration, LR schedule, optimizer, gradient scaler, AGVM's mu; the data stream
-    # goes on) and multiply the LR by ROLLBACK_LR_FACTOR; stop when there is no checkpoint
-    # yet or after MAX_ROLLBACKS rollbacks in a run.
+    # goes on) and multiply the LR by ROLLBACK_LR_FACTOR; a run that diverges again before
+    # a checkpoint past the one restored goes back to the one before it; stop when there is
+    # no checkpoint (left) or after MAX_ROLLBACKS rollbacks in a run.
     declare(cfg, "SOLVER.DIVERGENCE.ROLLBACK", False, lazy="divergence.rollback")
     # Factor applied to the LR at each rollback, in (0, 1].
     declare(
