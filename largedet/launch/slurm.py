@@ -148,7 +148,9 @@ class SlurmResources:
     def task_in_batch_shell(self) -> bool:
         """One node, one task: the batch script *becomes* the job's task (``exec``, no
         ``srun``), so that a signal to the batch shell (``scancel --full``, ``scancel -b``)
-        reaches the job, which stops training with a checkpoint and requeues. With ``srun``
+        reaches the job, which stops training with a checkpoint and requeues; Slurm's
+        time-out signal is then sent to the batch shell too (``--signal=B:USR2@DELAY``: a
+        job without steps would get none). With ``srun``
         in the batch script (several nodes, ``srun`` mode, elastic) a SIGTERM, SIGHUP or
         SIGQUIT that reaches ``srun`` itself (``scancel --full``) makes it SIGKILL its tasks:
         pre-empt such jobs through their steps (``scancel --signal=TERM JOBID``, no
@@ -177,6 +179,11 @@ class SlurmResources:
         )
         if self.task_in_batch_shell:
             params["slurm_use_srun"] = False
+            # Slurm's --signal without B: signals the job's steps, and this job has none: its
+            # task is the batch shell, which the time-out signal must reach
+            params["slurm_additional_parameters"].setdefault(
+                "signal", f"B:{submitit.JobEnvironment.USR_SIG}@{self.signal_delay_s}"
+            )
         if self.gpus_per_node:  # no gres at all without GPUs: CPU partitions refuse one
             params["gpus_per_node"] = self.gpus_per_node
         for option in ("partition", "account", "qos", "constraint", "exclude"):
