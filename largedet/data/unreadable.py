@@ -64,6 +64,7 @@ def check_image_pixels(path: str, limit: Optional[int]) -> None:
             f"{width}x{height} = {width * height} pixels, over DATALOADER.MAX_IMAGE_PIXELS {limit}"
         )
 
+
 # Unreadable images in a row tolerated by default (per process), as the video project's
 # DATALOADER.MAX_CONSECUTIVE_SKIPS.
 MAX_CONSECUTIVE_SKIPS = 10
