@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import struct
+import zlib
 from typing import Dict, List, Mapping
 
 import numpy as np
@@ -16,13 +18,27 @@ REASONS = {
     "truncated": "image file is truncated",
     "random_bytes": "cannot identify image file",
     "deleted": "No such file or directory",
+    "bomb": "over DATALOADER.MAX_IMAGE_PIXELS",
 }
+
+
+def decompression_bomb(path: str, side: int = 20000) -> None:
+    """A PNG whose header says ``side`` x ``side`` pixels (400 million by default, over twice
+    PIL's limit) in a few hundred bytes: what a decompression bomb looks like to a reader."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)  # 8-bit grey
+    rows = zlib.compress(b"\0" * (side + 1) * 4, 9)  # the first rows; the decoder never gets there
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
 
 
 def damaged_copies(dicts: List[Dict], out_dir, damage: Mapping[int, str]) -> List[Dict]:
     """Copies of ``dicts`` whose images are copied to ``out_dir``; ``damage`` maps an index
     to how its copy is made unreadable: "truncated" (the first half of the JPEG),
-    "random_bytes" (2000 random bytes) or "deleted" (no file)."""
+    "random_bytes" (2000 random bytes), "deleted" (no file) or "bomb" (a
+    :func:`decompression_bomb`)."""
     os.makedirs(out_dir, exist_ok=True)
     rng = np.random.default_rng(0)
     out = []
@@ -38,6 +54,8 @@ def damaged_copies(dicts: List[Dict], out_dir, damage: Mapping[int, str]) -> Lis
         elif kind == "random_bytes":
             with open(path, "wb") as f:
                 f.write(rng.bytes(2000))
+        elif kind == "bomb":
+            decompression_bomb(path)
         elif kind is None:
             shutil.copyfile(d["file_name"], path)
         elif kind != "deleted":

@@ -14,7 +14,8 @@ folder that gets one picture per input, ``<file name>.png``. The weights and eac
 path are printed. Boxes scoring at least ``--confidence-threshold`` are drawn with
 Detectron2's ``Visualizer``, labelled with the class names of ``--dataset`` (else of the
 config's first test dataset). Trailing ``KEY VALUE`` pairs override the config; a config
-error is one line on stderr, exit 2.
+error, and weights that are missing or would run code (read with ``weights_only=True``,
+whatever the environment), are one line on stderr, exit 2, before the model is built.
 """
 
 import argparse
@@ -27,6 +28,8 @@ from detectron2.config import get_cfg
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.detection_utils import read_image
 
+from largedet.checkpoint import UnsafeWeightsError
+from largedet.checkpoint.checks import check_output_and_weights
 from largedet.config import DeviceUnavailableError, add_largedet_config
 from largedet.config.imports import add_import_argument
 from largedet.config.validate import ConfigError, merge_checked
@@ -108,6 +111,7 @@ def main(argv=None) -> None:
             allow_python_tags=args.allow_python_yaml,
         )  # fmt: skip
         cfg = setup_cfg(args, log=False)
+        check_output_and_weights(cfg, training=False, resume=args.resume)  # before the model is built
         if args.dataset and args.dataset not in DatasetCatalog.list():
             raise ConfigError(f"--dataset: {args.dataset!r} is not registered")
     except (ConfigError, DeviceUnavailableError, CocoJsonError) as e:
@@ -119,7 +123,11 @@ def main(argv=None) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     names = [args.dataset] if args.dataset else [*cfg.DATASETS.TEST, *cfg.DATASETS.TRAIN]
-    predictor = Predictor(cfg, resume=args.resume)
+    try:
+        predictor = Predictor(cfg, resume=args.resume)
+    except UnsafeWeightsError as e:  # OUTPUT_DIR's last checkpoint (--resume), read weights-only
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     print(f"weights: {predictor.weights or 'none (random initialisation)'}")
     metadata = class_names(names)
 

@@ -15,8 +15,8 @@ Three things Sphinx does not do by itself:
   ``:exclude-modules:`` leaves out objects defined in those submodules (documented on
   another page). ``{largedet-config-keys} largedet_video`` lists the keys a project adds to
   Detectron2's config (:func:`declared_keys`), ``{largedet-detectron2-keys}`` the keys of
-  Detectron2's that largedet checks or maps, and ``{largedet-optimizer-registry}`` the names
-  ``SOLVER.OPTIMIZER`` takes.
+  Detectron2's that largedet checks or maps, ``{largedet-optimizer-registry}`` the names
+  ``SOLVER.OPTIMIZER`` takes, ``{largedet-table} MODULE.NAME`` a tuple of dataclass rows.
 * **Config keys as objects**: ``confkey`` entries, with an index entry and an anchor,
   referenced as ``{confkey}`\\`SOLVER.PMD.PERIOD\\```.
 * **Links to repository files outside docs/** (configs, CSVs, run folders, the scripts):
@@ -29,6 +29,7 @@ Three things Sphinx does not do by itself:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import os
@@ -306,6 +307,15 @@ def optimizer_registry_page(_: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def table_page(argument: str, _: Dict[str, str]) -> str:
+    """The tuple of dataclass rows at an import path as a MyST table, a column per field."""
+    rows = getattr(importlib.import_module(argument.rsplit(".", 1)[0]), argument.rsplit(".", 1)[1])
+    fields = [f.name for f in dataclasses.fields(rows[0])]
+    lines = [[f.replace("_", " ").capitalize() for f in fields], ["---"] * len(fields)]
+    lines += [[str(getattr(row, f)).replace("|", "\\|") for f in fields] for row in rows]
+    return "".join("| " + " | ".join(cells) + " |\n" for cells in lines)
+
+
 # --- API sections -----------------------------------------------------------------------
 
 
@@ -393,6 +403,7 @@ GENERATORS = {
     "largedet-config-keys": lambda argument, options: config_keys_page(argument),
     "largedet-optimizer-registry": lambda argument, options: optimizer_registry_page(argument),
     "largedet-detectron2-keys": lambda argument, options: detectron2_keys_page(argument),
+    "largedet-table": table_page,
 }
 
 

@@ -1,4 +1,5 @@
-"""Checkpoints: written whole or not at all, resumed from the newest complete one, weights
+"""Checkpoints: written whole or not at all, resumed from the complete one of the latest
+iteration, never written over by an earlier iteration, weights
 from ``.pkl`` and ``.pth`` files checked without running code, weights at a URL that cannot
 be fetched and a full disk each one clear error (:mod:`.atomic`); the checks of the output
 folder and the weights before launch (:mod:`.checks`)."""
@@ -8,6 +9,7 @@ from .atomic import (
     CheckpointSpaceError,
     DiskFullError,
     FoundCheckpoint,
+    LaterCheckpointError,
     NoCompleteCheckpointError,
     UnsafeWeightsError,
     WeightsUnavailableError,
@@ -24,6 +26,7 @@ __all__ = [
     "CheckpointSpaceError",
     "DiskFullError",
     "FoundCheckpoint",
+    "LaterCheckpointError",
     "NoCompleteCheckpointError",
     "UnsafeWeightsError",
     "WeightsUnavailableError",

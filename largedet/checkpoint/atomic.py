@@ -6,23 +6,24 @@ import contextlib
 import errno
 import logging
 import os
-import re
-import secrets
 import shutil
 from dataclasses import dataclass
 from urllib.parse import urlparse
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.utils import comm
 
+from .files import is_temporary, process_alive, write_atomically, writer_pid
 from .weights import (  # re-exported: the names callers have used
     UnsafeWeightsError,
     WeightsUnavailableError,
     check_torch_weights,
     first_sentence,
     load_model_zoo_pickle,
+    load_pycls_file,
+    load_torch_file,
 )
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "CheckpointSpaceError",
     "DiskFullError",
     "FoundCheckpoint",
+    "LaterCheckpointError",
     "NoCompleteCheckpointError",
     "UnsafeWeightsError",
     "WeightsUnavailableError",
@@ -49,6 +51,10 @@ _TAG = "last_checkpoint"
 class NoCompleteCheckpointError(RuntimeError):
     """``--resume`` found checkpoint files, or a ``last_checkpoint`` tag, but no checkpoint
     that loads completely."""
+
+
+class LaterCheckpointError(RuntimeError):
+    """A save would write over a checkpoint of a later iteration (one line naming the file)."""
 
 
 class DiskFullError(OSError):
@@ -123,57 +129,6 @@ def _state_bytes(data: Any) -> int:
     return 0
 
 
-# ".<file>.<pid>-<8 hex digits>.tmp"; also mkstemp's ".<file>.<8 characters>.tmp", the
-# names of the temporary files of earlier versions
-_TEMPORARY = re.compile(r"^\.(.+\.pth|last_checkpoint)\.(\d+-[0-9a-f]{8}|[a-z0-9_]{8})\.tmp$")
-
-
-def _is_temporary(name: str) -> bool:
-    """Whether ``name`` is one of :func:`_write_atomically`'s temporary files."""
-    return _TEMPORARY.match(name) is not None
-
-
-def _writer_pid(name: str) -> Optional[int]:
-    """The id of the process that writes the temporary file ``name`` (None for the names
-    of earlier versions, which do not hold it)."""
-    match = _TEMPORARY.match(name)
-    if match is None or "-" not in match.group(2):
-        return None
-    return int(match.group(2).split("-")[0])
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # no signal sent: only whether the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
-
-
-def _write_atomically(path: str, write: Callable) -> None:
-    """Call ``write(file)`` on a temporary file beside ``path``, flush it to disk, then
-    rename it to ``path`` (``os.replace``: atomic on POSIX and Windows). On any error the
-    temporary file is removed and ``path`` is untouched. The file is created with mode
-    0o666 less the process's umask, as ``open()`` creates files."""
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(
-        directory, f".{os.path.basename(path)}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    )
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 class AtomicCheckpointer(DetectionCheckpointer):
     """Detectron2's ``DetectionCheckpointer`` whose files are written atomically and whose
     resume uses the newest checkpoint that loads completely.
@@ -187,14 +142,19 @@ class AtomicCheckpointer(DetectionCheckpointer):
     infinity is never written or tagged: ``FloatingPointError`` names its tensors (the
     check costs one host sync per save).
 
-    Resuming (:meth:`resume_or_load` with ``resume=True``): the ``*.pth`` files of the
-    folder are tried newest modification time first, until one loads completely:
-    ``torch.load`` reads it whole and it holds the model and every checkpointable (for
-    the trainer: iteration, hooks, optimizer, gradient scaler, AGVM, data position).
-    That one is used whether ``last_checkpoint`` names it or not (a run killed between
-    writing a checkpoint and tagging it resumes from that checkpoint, not from the
-    previous one or from scratch), and the files skipped on the way and what is wrong
-    with the tag (empty, dangling, behind) are logged as a warning. A file that loads but
+    A save never writes over a checkpoint of a later iteration (the ``iteration`` recorded
+    in it): :class:`LaterCheckpointError` names the file.
+
+    Resuming (:meth:`resume_or_load` with ``resume=True``): every ``*.pth`` file of the
+    folder is read (``torch.load`` with ``weights_only=True``, whole), and of those that
+    load completely (the model and every checkpointable: for the trainer iteration,
+    hooks, optimizer, gradient scaler, AGVM, data position) the one of the latest
+    ``iteration`` recorded inside it is used; of two at the same iteration, the one
+    ``last_checkpoint`` names. Modification times play no part (a copy, a ``touch``, a
+    restore from backup changes nothing). The tag never holds a run back: a run killed
+    between writing a checkpoint and tagging it resumes from that checkpoint, and the
+    files that do not load and what is wrong with the tag (empty, dangling, behind) are
+    logged as a warning. A file that loads but
     holds none of the checkpointables (e.g. pretrained weights kept in the folder) is
     not a checkpoint of the run and is passed over. When the folder holds checkpoints
     (files that do not load, or a tag) but none that loads completely,
@@ -244,13 +204,14 @@ class AtomicCheckpointer(DetectionCheckpointer):
         data.update(kwargs)
         basename = f"{name}.pth"
         save_file = os.path.join(self.save_dir, basename)
+        _refuse_overwriting_later(save_file, data.get("iteration"))
         logger.info("Saving checkpoint to %s", save_file)
         os.makedirs(self.save_dir, exist_ok=True)
         self.remove_temporary_files()
         needed = self.last_size if self.last_size is not None else _state_bytes(data)
         warn_if_low_space(self.save_dir, needed, f"checkpoint {basename}")
         try:
-            _write_atomically(save_file, lambda f: torch.save(data, f))
+            write_atomically(save_file, lambda f: torch.save(data, f))
         except (OSError, RuntimeError) as e:
             free = _free_bytes(self.save_dir)
             if getattr(e, "errno", None) not in (errno.ENOSPC, errno.EDQUOT) and free >= needed:
@@ -267,7 +228,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
     def tag_last_checkpoint(self, last_filename_basename: str) -> None:
         if not self._is_local():
             return super().tag_last_checkpoint(last_filename_basename)
-        _write_atomically(
+        write_atomically(
             os.path.join(self.save_dir, _TAG),
             lambda f: f.write(last_filename_basename.encode()),
         )
@@ -279,10 +240,10 @@ class AtomicCheckpointer(DetectionCheckpointer):
         if not (self._is_local() and self.save_to_disk and os.path.isdir(self.save_dir)):
             return
         for name in os.listdir(self.save_dir):
-            if not _is_temporary(name):
+            if not is_temporary(name):
                 continue
-            pid = _writer_pid(name)
-            if pid is not None and pid != os.getpid() and _process_alive(pid):
+            pid = writer_pid(name)
+            if pid is not None and pid != os.getpid() and process_alive(pid):
                 logger.warning("Leaving %s: process %d, which is writing it, is alive", name, pid)
                 continue
             logger.info("Removing %s, left by an interrupted save", name)
@@ -310,13 +271,14 @@ class AtomicCheckpointer(DetectionCheckpointer):
         self.resumed_from = found.path
         return extra
 
-    def newest_complete_checkpoint(self) -> Optional["FoundCheckpoint"]:
-        """The newest checkpoint of ``save_dir`` that loads completely, loaded, or None
-        when the folder holds no checkpoint; raises :class:`NoCompleteCheckpointError`
-        when it holds some but none is complete."""
-        found, skipped, ignored = self._search()
+    def newest_complete_checkpoint(self, before: Optional[int] = None) -> Optional["FoundCheckpoint"]:
+        """The checkpoint of ``save_dir`` of the latest iteration (below ``before``, where
+        given) that loads completely, loaded, or None when the folder holds no checkpoint;
+        raises :class:`NoCompleteCheckpointError` when it holds some but none is complete."""
+        found, skipped, ignored, iterations = self._search(before)
         chosen = os.path.basename(found[0]) if found else ""
-        tag = self._tag_problem(chosen, [name for name, _ in skipped], ignored)
+        # below an iteration, the tag (at the latest) is no concern
+        tag = "" if before is not None else self._tag_problem(chosen, [n for n, _ in skipped], ignored, iterations)
         if comm.get_world_size() > 1:
             choices = comm.all_gather(chosen)
             if len(set(choices)) > 1:
@@ -326,7 +288,7 @@ class AtomicCheckpointer(DetectionCheckpointer):
                 )
         if found is not None:
             return FoundCheckpoint(found[0], found[1], skipped, tag)
-        if skipped or tag:
+        if (skipped or tag) and not iterations:
             reasons = [f"{name}: {why}" for name, why in skipped] + ([tag] if tag else [])
             if len(reasons) > 3:
                 reasons = reasons[:3] + [f"and {len(reasons) - 3} more"]
@@ -350,22 +312,33 @@ class AtomicCheckpointer(DetectionCheckpointer):
     def _load_file(self, filename):
         if filename.endswith(".pkl"):  # Detectron2 reads these with pickle.load
             return load_model_zoo_pickle(filename)
+        if filename.endswith(".pyth"):  # and these with torch.load's defaults
+            return load_pycls_file(filename)
         return super()._load_file(filename)
 
     def _torch_load(self, f: str) -> Dict[str, Any]:
+        """The file ``f`` (a local path) read with ``weights_only=True`` given explicitly
+        (:func:`~largedet.checkpoint.weights.load_torch_file`; fvcore's ``torch.load`` leaves
+        it to the environment), or what the resume search read already."""
         if self._preloaded is not None and os.path.abspath(f) == self._preloaded[0]:
             data, self._preloaded = self._preloaded[1], None
             return data
-        return super()._torch_load(f)
+        return load_torch_file(f)
 
-    def _search(
-        self,
-    ) -> Tuple[Optional[Tuple[str, Dict[str, Any]]], List[Tuple[str, str]], List[str]]:
-        """(path, data) of the newest complete checkpoint (or None), (file, why) for each
-        newer file that failed, and the newer files that are no training checkpoint."""
+    def _search(self, before: Optional[int] = None) -> Tuple[
+        Optional[Tuple[str, Dict[str, Any]]], List[Tuple[str, str]], List[str], Dict[str, int]
+    ]:
+        """(path, data) of the complete checkpoint of the latest iteration (of two at the same
+        iteration, the tagged one, then the later name) or None, (file, why) for each file
+        that failed, the files that are no training checkpoint, and the iteration of each
+        complete one; with ``before``, only those of an earlier iteration are chosen. Two
+        checkpoints at most are held at a time."""
         skipped: List[Tuple[str, str]] = []
         ignored: List[str] = []
+        iterations: Dict[str, int] = {}
         keys = list(self.checkpointables)
+        tagged = self._tagged()
+        best: Optional[Tuple[Tuple[int, bool, str], str, Dict[str, Any]]] = None
         for name in self._candidates():
             path = os.path.join(self.save_dir, name)
             try:
@@ -384,29 +357,40 @@ class AtomicCheckpointer(DetectionCheckpointer):
             if missing:
                 skipped.append((name, f"incomplete: no {', '.join(map(repr, missing))}"))
                 continue
-            return (path, data), skipped, ignored
-        return None, skipped, ignored
+            iterations[name] = _iteration(data)
+            rank = (iterations[name], name == tagged, name)
+            if (best is None or rank > best[0]) and (before is None or rank[0] < before):
+                best = (rank, path, data)
+        return (best[1], best[2]) if best else None, skipped, ignored, iterations
 
     def _candidates(self) -> List[str]:
-        """The ``*.pth`` files of ``save_dir``, newest modification time first (then by name)."""
+        """The ``*.pth`` files of ``save_dir``, by name."""
         if not os.path.isdir(self.save_dir):
             return []
-        stamped = []
-        for name in os.listdir(self.save_dir):
-            path = os.path.join(self.save_dir, name)
-            if name.endswith(".pth") and not _is_temporary(name) and os.path.isfile(path):
-                stamped.append((os.stat(path).st_mtime_ns, name))
-        return [name for _, name in sorted(stamped, reverse=True)]
+        return sorted(
+            name for name in os.listdir(self.save_dir)
+            if name.endswith(".pth") and not is_temporary(name)
+            and os.path.isfile(os.path.join(self.save_dir, name))
+        )  # fmt: skip
 
-    def _tag_problem(self, chosen: str, skipped: List[str], ignored: List[str]) -> str:
-        """What is wrong with ``last_checkpoint``, given the file ``chosen`` ("" when none)
-        and the files ``skipped`` (whose reasons are given already) and ``ignored``; ""
-        when it names ``chosen``, or there is neither a tag nor a checkpoint."""
-        tag_file = os.path.join(self.save_dir, _TAG)
-        if not os.path.isfile(tag_file):
+    def _tagged(self) -> Optional[str]:
+        """The file ``last_checkpoint`` names ("" when empty), None without the tag."""
+        try:
+            with open(os.path.join(self.save_dir, _TAG)) as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            return None
+
+    def _tag_problem(
+        self, chosen: str, skipped: List[str], ignored: List[str], iterations: Dict[str, int]
+    ) -> str:
+        """What is wrong with ``last_checkpoint``, given the file ``chosen`` ("" when none),
+        the files ``skipped`` (whose reasons are given already) and ``ignored``, and the
+        ``iterations`` of the complete ones; "" when it names ``chosen``, or there is
+        neither a tag nor a checkpoint."""
+        tagged = self._tagged()
+        if tagged is None:
             return f"{_TAG} is missing" if chosen else ""
-        with open(tag_file) as f:
-            tagged = f.read().strip()
         if not tagged:
             return f"{_TAG} is empty"
         if tagged == chosen or tagged in skipped:
@@ -416,8 +400,9 @@ class AtomicCheckpointer(DetectionCheckpointer):
         if tagged in ignored:
             return f"{_TAG} names {tagged}, which holds no training state"
         return (
-            f"{_TAG} names {tagged}, but {chosen} is newer (as when a run stops between "
-            "writing a checkpoint and tagging it)"
+            f"{_TAG} names {tagged} (iteration {iterations.get(tagged)}), but {chosen} holds a "
+            f"later one ({iterations.get(chosen)}; as when a run stops between writing a "
+            "checkpoint and tagging it)"
         )
 
 
@@ -431,6 +416,11 @@ class FoundCheckpoint:
     data: Dict[str, Any]
     skipped: List[Tuple[str, str]]
     tag_problem: str
+
+    @property
+    def iteration(self) -> int:
+        """The iteration the checkpoint records (-1 where none)."""
+        return _iteration(self.data)
 
     @property
     def log_level(self) -> int:
@@ -459,3 +449,27 @@ def _check_finite(state: Dict[str, Any], filename: str) -> None:
     raise FloatingPointError(
         f"Not saving checkpoint {filename}: the model has non-finite values in {', '.join(bad)}"
     )
+
+
+def _iteration(data: Dict[str, Any]) -> int:
+    """The ``iteration`` a checkpoint records (-1 where it records none)."""
+    iteration = data.get("iteration", -1)
+    return int(iteration) if isinstance(iteration, int) else -1
+
+
+def _refuse_overwriting_later(path: str, iteration: Optional[int]) -> None:
+    """Raise :class:`LaterCheckpointError` where ``path`` is a checkpoint recording a later
+    iteration than ``iteration`` (read memory-mapped: its tensors are not read); a file
+    that does not load is left to be replaced."""
+    if not isinstance(iteration, int) or not os.path.isfile(path):
+        return
+    try:
+        held = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # not a checkpoint that loads: nothing later is lost
+        return
+    later = _iteration(held) if isinstance(held, dict) else -1
+    if later > iteration:
+        raise LaterCheckpointError(
+            f"{path}: holds iteration {later}, later than this run's {iteration}: not writing "
+            "over it; --resume continues from the latest checkpoint, or give another OUTPUT_DIR"
+        )

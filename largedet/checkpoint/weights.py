@@ -1,6 +1,6 @@
 """Weights files read without running code: Detectron2's model-zoo ``.pkl`` format through an
-unpickler that admits only what such files hold, ``.pth`` files tried with torch's
-``weights_only``; each refusal one line (:class:`UnsafeWeightsError`), and weights at a URL
+unpickler that admits only what such files hold, ``.pth`` (and pycls ``.pyth``) files with
+torch's ``weights_only=True`` given explicitly, whatever the environment says; each refusal one line (:class:`UnsafeWeightsError`), and weights at a URL
 that cannot be fetched :class:`WeightsUnavailableError`."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ __all__ = [
     "check_torch_weights",
     "first_sentence",
     "load_model_zoo_pickle",
+    "load_torch_file",
 ]
 
 
@@ -84,6 +85,36 @@ def load_model_zoo_pickle(filename: str, data: Optional[bytes] = None) -> Dict[s
     return {"model": model, "__author__": "Caffe2", "matching_heuristics": True}
 
 
+def _refused(filename: str, error: pickle.UnpicklingError) -> UnsafeWeightsError:
+    found = re.search(r"GLOBAL (\S+)", str(error))
+    what = f"it names the Python object {found.group(1)}" if found else first_sentence(error)
+    return UnsafeWeightsError(
+        f"refusing to load {filename}: {what}, which a weights file never holds; loading it could run code"
+    )
+
+
+def load_torch_file(filename: str) -> Any:
+    """What the ``.pth`` file ``filename`` holds, read by ``torch.load`` with
+    ``weights_only=True`` given explicitly, onto the CPU: no environment variable
+    (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``) turns the restricted unpickler off. A file that
+    names any other Python object is :class:`UnsafeWeightsError`, one line naming it; other
+    errors (a truncated file) pass through."""
+    try:
+        return torch.load(filename, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise _refused(filename, e) from None
+
+
+def load_pycls_file(filename: str) -> Dict[str, Any]:
+    """A pycls ``.pyth`` checkpoint as Detectron2's checkpointer reads it (its
+    ``model_state`` without the BN counters), through :func:`load_torch_file`."""
+    data = load_torch_file(filename)
+    if not isinstance(data, dict) or "model_state" not in data:
+        raise UnsafeWeightsError(f"{filename}: not a pycls checkpoint (no 'model_state')")
+    model = {k: v for k, v in data["model_state"].items() if not k.endswith("num_batches_tracked")}
+    return {"model": model, "__author__": "pycls", "matching_heuristics": True}
+
+
 def check_torch_weights(filename: str) -> None:
     """A ``.pth`` weights file loads as torch loads it, ``weights_only`` (tensors memory-mapped,
     not read): :class:`UnsafeWeightsError` naming the Python object a crafted file holds, or
@@ -96,10 +127,6 @@ def check_torch_weights(filename: str) -> None:
                 raise
             torch.load(filename, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        found = re.search(r"GLOBAL (\S+)", str(e))
-        what = f"it names the Python object {found.group(1)}" if found else first_sentence(e)
-        raise UnsafeWeightsError(
-            f"refusing to load {filename}: {what}, which a weights file never holds; loading it could run code"
-        ) from None
+        raise _refused(filename, e) from None
     except Exception as e:
         raise UnsafeWeightsError(f"{filename}: does not load ({type(e).__name__}: {first_sentence(e)})") from None

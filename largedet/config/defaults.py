@@ -269,7 +269,8 @@ def _add_large_batch_config(cfg: CN) -> None:
         lazy="divergence.spike_factor",
     )
     # Number of previous steps in the running median, an integer >= 1; the spike test
-    # starts once that many steps have been seen.
+    # starts once min(WINDOW, 5) steps have been seen (the median of those seen until
+    # there are WINDOW): the first steps of a run are watched too.
     declare(
         cfg,
         "SOLVER.DIVERGENCE.WINDOW",
@@ -280,8 +281,9 @@ def _add_large_batch_config(cfg: CN) -> None:
     # What divergence does. false: stop with the loss dict and the last good
     # checkpoint in the error. true: restore the newest complete checkpoint (weights,
     # iteration, LR schedule, optimizer, gradient scaler, AGVM's mu; the data stream
-    # goes on) and multiply the LR by ROLLBACK_LR_FACTOR; stop when there is no checkpoint
-    # yet or after MAX_ROLLBACKS rollbacks in a run.
+    # goes on) and multiply the LR by ROLLBACK_LR_FACTOR; a run that diverges again before
+    # a checkpoint past the one restored goes back to the one before it; stop when there is
+    # no checkpoint (left) or after MAX_ROLLBACKS rollbacks in a run.
     declare(cfg, "SOLVER.DIVERGENCE.ROLLBACK", False, lazy="divergence.rollback")
     # Factor applied to the LR at each rollback, in (0, 1].
     declare(
@@ -312,6 +314,19 @@ def _add_large_batch_config(cfg: CN) -> None:
     # and counted (data/skipped_images); more than this many in a row in one loader
     # process stop the run with an error naming the last file.
     cfg.DATALOADER.MAX_CONSECUTIVE_SKIPS = 10
+    # The most pixels (width x height, read from an image's header before it is decoded) of
+    # an image that is trained or evaluated on, an integer >= 1; a larger one (a
+    # decompression bomb: a few KB that decode to gigabytes) is skipped, logged and counted
+    # as an unreadable one, in training, in evaluation and in the sample checked before
+    # launch. The default is PIL's own default limit (Image.MAX_IMAGE_PIXELS); PIL refuses to
+    # decode any image of more than twice that, whatever this key says.
+    declare(
+        cfg,
+        "DATALOADER.MAX_IMAGE_PIXELS",
+        89_478_485,  # PIL's default Image.MAX_IMAGE_PIXELS
+        ("an integer >= 1 (pixels)", int_at_least(1)),
+        lazy="max_image_pixels",
+    )
 
     cfg.PREEMPTION = CN()
     # Signals that pre-empt a run: the current optimizer step finishes on every process,

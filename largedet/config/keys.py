@@ -183,6 +183,7 @@ DETECTRON2_KEYS: Tuple[Tuple[str, Optional[Rule], Optional[str]], ...] = (
     _detectron2("MODEL.WEIGHTS", lazy="init_checkpoint"),
     _detectron2("MODEL.DEVICE", lazy="device"),
     _detectron2("SEED", ("an integer >= 0 with RESEED_EVERY_ITER", int_at_least(0)), "seed", when_reseed),
+    _detectron2("DATALOADER.NUM_WORKERS", ("an integer >= 0 (loader processes per training process)", int_at_least(0))),
     _detectron2("CUDNN_BENCHMARK", lazy="cudnn_benchmark"),
     _detectron2("SOLVER.BASE_LR", ("a number > 0", positive), when=lambda cfg: not when_lsr(cfg)),
     _detectron2("SOLVER.MAX_ITER", ("an integer >= 1", int_at_least(1)), "max_iter"),

@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from .defaults import add_largedet_config
 from .errors import ConfigError
 from .imports import IMPORT_FLAG, import_modules, import_run_modules
-from .safe_yaml import check_config_tags
+from .safe_yaml import load_yaml_lazy_config, read_config_text
 from .keys import declared_train_keys
 from .device import device_for, resolve_device
 
@@ -320,17 +320,30 @@ def run_config(cfg: DictConfig) -> CfgNode:
 _loaded: Dict[Tuple[str, int, int], DictConfig] = {}
 
 
-def load_lazy_config(path: str) -> DictConfig:
-    """Detectron2's ``LazyConfig.load(path)``, run once per process and file: a later call
-    returns a copy of the first load. A training script reads its config several times in
-    one process (the check before launch, the output folder, ``main``), and a config's
-    own code runs once: a ``register_coco_instances(...)`` in it registers its dataset
-    once instead of raising Detectron2's ``already registered`` the second time. Loading
-    it raises :class:`~largedet.config.errors.ConfigError` (one line naming the file) where the
-    config's code registers a dataset name that something else registered."""
+def load_lazy_config(path: str, allow_python_tags: bool = False) -> DictConfig:
+    """A LazyConfig file, loaded once per process and file: a later call returns a copy of
+    the first load. A training script reads its config several times in one process (the
+    check before launch, the output folder, ``main``), and a config's own code runs once: a
+    ``register_coco_instances(...)`` in it registers its dataset once instead of raising
+    Detectron2's ``already registered`` the second time.
+
+    A yaml LazyConfig is read once and parsed with the safe loader after its tags are
+    checked (:func:`~largedet.config.safe_yaml.load_yaml_lazy_config`; Detectron2's
+    ``LazyConfig.load`` would parse it with ``yaml.unsafe_load``); a ``!!python/...`` tag is
+    a :class:`~largedet.config.safe_yaml.PythonTagError` unless ``allow_python_tags``. A
+    Python LazyConfig is Python code: it must be a regular file of UTF-8 text
+    (:func:`~largedet.config.safe_yaml.read_config_text`), then Detectron2's
+    ``LazyConfig.load`` runs it. Raises :class:`~largedet.config.errors.ConfigError` (one
+    line naming the file) for those and where the config's code registers a dataset name
+    that something else registered."""
+    yaml_file = path.endswith((".yaml", ".yml"))
+    if not yaml_file:  # Detectron2 refuses names other than .py in one line
+        read_config_text(path)
     stat = os.stat(path)
     key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-    if key not in _loaded:
+    if key not in _loaded and yaml_file:
+        _loaded[key] = load_yaml_lazy_config(path, allow_python_tags)
+    elif key not in _loaded:
         try:
             _loaded[key] = LazyConfig.load(path)
         except AssertionError as e:  # Detectron2's catalogs: "Dataset 'x' is already registered!"
@@ -389,17 +402,15 @@ def lazy_timeout_s(args: argparse.Namespace) -> float:
 
 
 def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConfig:
-    """Load ``args.config_file`` with Detectron2's ``LazyConfig`` (once per process:
+    """Load ``args.config_file`` (once per process, a yaml file with the safe loader:
     :func:`load_lazy_config`; the modules of ``--import`` imported before, so that the file
     may name what they define), apply the trailing ``key=value`` overrides (``args.opts``),
     import the modules of ``train.imports`` (which then lists those of ``--import`` too:
     :mod:`largedet.config.imports`), register ``datasets``, and with ``log`` run
     Detectron2's ``default_setup`` (loggers, config dump to ``train.output_dir``, seeding
     with ``train.seed``) and set up the ``largedet`` logger as the yacs path does."""
-    if args.config_file.endswith((".yaml", ".yml")):  # Detectron2 reads these with yaml.unsafe_load
-        check_config_tags(args.config_file, getattr(args, "allow_python_yaml", False))
     import_modules(getattr(args, "imports", None) or (), IMPORT_FLAG)
-    cfg = load_lazy_config(args.config_file)
+    cfg = load_lazy_config(args.config_file, getattr(args, "allow_python_yaml", False))
     cfg = LazyConfig.apply_overrides(cfg, args.opts or [])
     configured = cfg.train.get("imports", None) or ()
     cfg.train.imports = list(import_run_modules(configured, args, "train.imports"))

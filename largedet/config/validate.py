@@ -4,7 +4,8 @@ Without these checks a bad config is a traceback from every worker, often only a
 model has been built and printed. This module checks the config alone:
 
 1. :func:`merge_checked` merges the config file, then the trailing ``KEY VALUE`` overrides,
-   as Detectron2 does, through the safe yaml loader: a ``!!python/...`` tag, a missing or
+   as Detectron2 does, each file read once and parsed with the safe yaml loader
+   (:mod:`.safe_yaml`): a ``!!python/...`` tag, a missing, non-regular, non-UTF-8 or
    malformed file, an unknown key (with the closest valid one) or a value of the wrong type
    is a :class:`ConfigError`. An integer given on the command line for a float key is
    taken as that float (``SOLVER.BASE_LR 1``);
@@ -25,19 +26,17 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import yaml
 from detectron2.config import CfgNode, get_cfg
 
 from .defaults import add_largedet_config  # importing it declares largedet's keys
 from .device import amp_dtype
 from .errors import ConfigError
 from .keys import Rule, _is_int, declared_rules, int_at_least, one_of, when_agvm
-from .safe_yaml import merge_config_file
+from .safe_yaml import load_yacs_config, merge_loaded_config
 
 __all__ = [
     "TRAINING_RULES",
@@ -113,35 +112,27 @@ def _yacs_key(error: Exception) -> str | None:
 
 
 def _merge_file(cfg: CfgNode, config_file: str, allow_python_tags: bool) -> None:
-    if not os.path.isfile(config_file):
-        raise ConfigError(f"{config_file}: config file not found")
     defaults = cfg.clone()
+    # read once, checked and parsed safely: a ConfigError names the file (not found, not a
+    # regular file, not UTF-8, not YAML, a Python tag, a _BASE_ cycle)
+    loaded = load_yacs_config(config_file, allow_python_tags)
     try:
-        merge_config_file(cfg, config_file, allow_python_tags)
-    except ConfigError:  # a Python tag, refused in one line before the file is loaded
-        raise
-    except OSError as e:  # a _BASE_ file that is missing or unreadable
-        raise ConfigError(
-            f"{config_file}: cannot read {e.filename or config_file}: {e.strerror or e}"
-        ) from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{config_file}: not valid YAML: {' '.join(str(e).split())}") from None
+        merge_loaded_config(cfg, loaded, config_file)
     except KeyError as e:  # yacs: "Non-existent config key: A.B"
         key = _yacs_key(e)
         message = _unknown_key(key, defaults) if key else e.args[0]
         raise ConfigError(f"{config_file}: {message}") from None
     except ValueError as e:  # yacs: "Type mismatch (...) for config key: A.B"
+        if isinstance(e, ConfigError):
+            raise
         key = _yacs_key(e)
         if key is None:
             raise ConfigError(f"{config_file}: {' '.join(str(e).split())}") from None
-        loaded = CfgNode.load_yaml_with_base(config_file, allow_unsafe=allow_python_tags)
         raise ConfigError(
             f"{config_file}: {_wrong_type(key, lookup_key(defaults, key)[1], lookup_key(loaded, key)[1])}"
         ) from None
-    except (TypeError, AttributeError):  # an empty file, or a list or a scalar at the top
+    except (TypeError, AttributeError):  # a list or a scalar where a group of keys belongs
         raise ConfigError(f"{config_file}: not a mapping of config keys") from None
-    except RecursionError:
-        raise ConfigError(f"{config_file}: its _BASE_ files form a cycle") from None
     except AssertionError as e:  # Detectron2's other refusals (config version, _BASE_ types)
         raise ConfigError(f"{config_file}: cannot merge it: {' '.join(str(e).split())}") from None
 
@@ -169,10 +160,11 @@ def merge_checked(
     cfg: CfgNode, config_file: str | None, opts: Sequence[str], *, allow_python_tags: bool = False
 ) -> list[str]:
     """Merge ``config_file`` (when given), then the ``KEY VALUE`` pairs ``opts`` into ``cfg``,
-    with :func:`~largedet.config.safe_yaml.merge_config_file` (Detectron2's
-    ``merge_from_file`` with the safe yaml loader alone; a ``!!python/...`` tag is refused
-    unless ``allow_python_tags``) and ``merge_from_list``; raise :class:`ConfigError` where
-    they fail: a Python tag, file not found or not YAML, unknown key (naming the closest
+    with :func:`~largedet.config.safe_yaml.load_yacs_config` (each file read once, its tags
+    checked and its text parsed with the safe yaml loader; a ``!!python/...`` tag is refused
+    unless ``allow_python_tags``), Detectron2's merge and ``merge_from_list``; raise
+    :class:`ConfigError` where they fail: a Python tag, file not found, not a regular file,
+    not UTF-8 or not YAML, unknown key (naming the closest
     valid key), value of the wrong type.
 
     Returns ``opts`` with each integer given for a float key written as that float

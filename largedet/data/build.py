@@ -51,7 +51,7 @@ from detectron2.utils import comm
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from .coco_json import drop_unusable_boxes
-from .unreadable import SkipUnreadable, max_consecutive_skips
+from .unreadable import SkipUnreadable, max_consecutive_skips, max_image_pixels
 from .test_loader import SkippingTestLoader, build_test_loader
 from .workers import (
     JOB_SIGNALS,
@@ -385,7 +385,8 @@ class DetectionTrainLoader(ResumableLoader):
 
 def _training_dicts(cfg: CfgNode):
     """The dataset dicts of ``DATASETS.TRAIN`` as Detectron2's loader reads them, less the
-    boxes of negative width or height or of zero area
+    boxes of negative width or height, of zero area or wholly outside their image, and the
+    boxes partly outside it clipped to it
     (:func:`~largedet.data.coco_json.drop_unusable_boxes`, each kind counted in the log; with
     ``DATALOADER.FILTER_EMPTY_ANNOTATIONS`` an image left without a box is left out too)."""
     names = cfg.DATASETS.TRAIN
@@ -400,11 +401,13 @@ def _training_dicts(cfg: CfgNode):
     if not isinstance(dataset, list):  # e.g. an OpenImagesDataset, whose boxes are checked as parsed
         return dataset
     dropped = drop_unusable_boxes(dataset)
-    for count, what in ((dropped.negative, "of negative width or height"),
-                        (dropped.zero_area, "of zero area")):  # fmt: skip
+    for count, what in ((dropped.negative, "of negative width or height left out of training"),
+                        (dropped.zero_area, "of zero area left out of training"),
+                        (dropped.outside, "wholly outside their image left out of training"),
+                        (dropped.clipped, "partly outside their image clipped to it")):  # fmt: skip
         if count:
-            logger.warning("%s: %d box(es) %s left out of training", ", ".join(names), count, what)
-    if (dropped.negative or dropped.zero_area) and cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS:
+            logger.warning("%s: %d box(es) %s", ", ".join(names), count, what)
+    if (dropped.negative or dropped.zero_area or dropped.outside) and cfg.DATALOADER.FILTER_EMPTY_ANNOTATIONS:
         dataset = filter_images_with_only_crowd_annotations(dataset)
     return dataset
 
@@ -427,6 +430,7 @@ def build_train_loader(
     mapper = SkipUnreadable(
         DatasetMapper(cfg, is_train=True) if mapper is None else mapper,
         max_consecutive_skips(cfg),
+        max_image_pixels(cfg),
     )
     dataset = _training_dicts(cfg)
     if cfg.DATALOADER.SAMPLER_TRAIN != "TrainingSampler":

@@ -21,6 +21,7 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from ..config.errors import ConfigError
 from ..config.validate import lookup_key
 from .coco_json import COCO_JSONS_KEY, CocoJsonError, check_coco_json, check_image_sizes
+from .unreadable import max_image_pixels
 
 __all__ = ["check_datasets", "check_image_files", "check_num_classes", "num_classes_key"]
 
@@ -172,6 +173,7 @@ def check_image_files(cfg: CfgNode, keys: Sequence[str]) -> None:
                 continue
             json_file, image_root = found
             try:
-                check_image_sizes(json_file, image_root, check_coco_json(json_file).sample)
+                check_image_sizes(json_file, image_root, check_coco_json(json_file).sample,
+                                  max_image_pixels(cfg))  # fmt: skip
             except CocoJsonError as e:
                 raise ConfigError(f"{e} (dataset {name!r}, {key})") from None

@@ -9,7 +9,9 @@ it) under its name, for ``DATASETS.TRAIN`` and ``DATASETS.TEST``.
 what Detectron2's ``load_coco_json`` would otherwise fail on later, inside every worker,
 after the model is built: a file that is not JSON (cut short by a copy), a ``category_id``
 that ``categories`` does not list, an image without ``id`` or ``file_name``, a ``bbox``
-that is not four numbers.
+that is not four numbers, an annotation id given twice; and what it would read silently
+wrong: an image id given twice (annotations would attach to the wrong image), a
+``file_name`` outside the image folder (absolute, or ``..`` out of it).
 
 :func:`check_image_sizes` reads the headers of a few of the file's images (PIL, no decoding)
 and names the first whose size is not the file's ``width`` x ``height`` (Detectron2 stops
@@ -19,8 +21,10 @@ on it in a worker, after the model is built), or an image folder that holds none
 A box of negative width or height (``bbox`` ``[x, y, w, h]`` with ``w < 0`` or ``h < 0``)
 would be trained on as the box its corners span (Detectron2's transforms take the min and
 max of the corners); a box of zero width or height has no area, and Detectron2's mapper
-drops it without a word. :func:`drop_unusable_boxes` leaves both kinds out of the training
-data, and the loader logs how many of each (:func:`largedet.data.build.build_train_loader`).
+drops it without a word; a box partly outside its image is clipped to it, without a word
+too. :func:`drop_unusable_boxes` leaves the first two kinds, and boxes wholly outside their
+image, out of the training data, clips the others to their image, and the loader logs how
+many of each (:func:`largedet.data.build.build_train_loader`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -36,6 +41,8 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
 from detectron2.structures import BoxMode
 from PIL import Image
+
+from .unreadable import UNREADABLE_ERRORS, check_image_pixels
 
 __all__ = [
     "COCO_JSONS_KEY",
@@ -172,14 +179,48 @@ def _read_json(path: str) -> Any:
         raise CocoJsonError(f"{path}: cannot read it: {e.strerror or e}") from None
 
 
+def _check_file_name(path: str, index: int, file_name: Any) -> None:
+    """An image's ``file_name`` must be a path inside the image folder: relative, without
+    ``..`` that climbs out of it."""
+    if not isinstance(file_name, str) or not file_name:
+        raise CocoJsonError(f"{path}: images[{index}] file_name must be a non-empty string, got {file_name!r}")
+    parts = os.path.normpath(file_name).split(os.sep)
+    if os.path.isabs(file_name) or parts[0] == os.pardir:
+        raise CocoJsonError(
+            f"{path}: images[{index}] file_name {file_name!r} is outside the image folder: give "
+            "a path relative to it (image_root), without .. out of it"
+        )
+
+
+def _refuse_duplicate_ids(path: str, key: str, items: List[dict], why: str) -> None:
+    """Each entry of ``items`` (the file's ``key`` list) that has an ``id`` must have its own."""
+    first: Dict[Any, int] = {}
+    duplicates = []
+    for i, item in enumerate(items):
+        if "id" not in item:
+            continue
+        ident = item["id"]  # as the loaders' dicts key them: 1 and 1.0 are one id
+        ident = ident if isinstance(ident, (int, float, str)) else repr(ident)
+        if ident in first:
+            duplicates.append((first[ident], i))
+        else:
+            first[ident] = i
+    if duplicates:
+        (j, i), more = duplicates[0], len(duplicates) - 1
+        also = f" ({more} more entries repeat an id)" if more else ""
+        raise CocoJsonError(
+            f"{path}: {key}[{i}] has the id {items[i]['id']!r} of {key}[{j}]{also}: {why}"
+        )
+
+
 _checked: Dict[Tuple[str, int, int], CocoJsonSummary] = {}
 
 
 def check_coco_json(path: str) -> CocoJsonSummary:
     """Read the COCO instances file ``path`` and check what Detectron2's ``load_coco_json``
-    needs: ``images`` with ``id`` and ``file_name``, ``categories`` with ``id``, each
-    annotation's ``category_id`` among them and its ``bbox`` (where given) four finite
-    numbers. Raises :class:`CocoJsonError`, one line naming the file and the first
+    needs: ``images`` with ``id`` and ``file_name`` (a path inside the image folder),
+    ``categories`` with ``id``, each annotation's ``category_id`` among them and its
+    ``bbox`` (where given) four finite numbers, no image id and no annotation id twice. Raises :class:`CocoJsonError`, one line naming the file and the first
     offending entry. A file is read once per process (keyed on its path, size and
     modification time)."""
     stat = os.stat(path)
@@ -198,6 +239,9 @@ def check_coco_json(path: str) -> CocoJsonSummary:
         for field in ("id", "file_name"):
             if field not in image:
                 raise CocoJsonError(f"{path}: images[{i}] has no {field!r}")
+        _check_file_name(path, i, image["file_name"])
+    _refuse_duplicate_ids(path, "images", images, "annotations would attach to the wrong image")
+    _refuse_duplicate_ids(path, "annotations", annotations, "ids must be unique")
     category_ids = set()
     for i, category in enumerate(categories):
         if "id" not in category:
@@ -250,16 +294,23 @@ _TRANSPOSED = (5, 6, 7, 8)
 def _image_size(path: str) -> Tuple[int, int]:
     """``(width, height)`` of the image at ``path`` as Detectron2's ``read_image`` gives it
     (EXIF orientation applied), from its header alone."""
-    with Image.open(path) as image:
+    with warnings.catch_warnings():  # the pixel limit is checked apart (check_image_pixels)
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        image = Image.open(path)
+    with image:
         width, height = image.size
         if image.getexif().get(0x0112, 1) in _TRANSPOSED:
             width, height = height, width
     return width, height
 
 
-def check_image_sizes(json_file: str, image_root: str, sample: Tuple[CocoImage, ...]) -> None:
+def check_image_sizes(
+    json_file: str, image_root: str, sample: Tuple[CocoImage, ...], max_pixels: Optional[int] = None
+) -> None:
     """Read the size of each image of ``sample`` (:attr:`CocoJsonSummary.sample` of
-    ``json_file``) under ``image_root`` from its header, as Detectron2 would read it. Raises
+    ``json_file``) under ``image_root`` from its header, as Detectron2 would read it; an
+    image of more than ``max_pixels`` pixels (``DATALOADER.MAX_IMAGE_PIXELS``) counts as
+    unreadable, as in training. Raises
     :class:`CocoJsonError`, one line, naming the first image whose size is not the one
     ``json_file`` gives, or ``image_root`` where none of the images can be read there (a
     wrong folder). A few unreadable images are no error: training passes over them
@@ -269,8 +320,9 @@ def check_image_sizes(json_file: str, image_root: str, sample: Tuple[CocoImage, 
     for image in sample:
         path = os.path.join(image_root, image.file_name)
         try:
+            check_image_pixels(path, max_pixels)
             width, height = _image_size(path)
-        except (OSError, SyntaxError) as e:  # missing, not an image, a broken header
+        except UNREADABLE_ERRORS as e:  # missing, not an image, a broken header, too large
             if first_unreadable is None:
                 reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
                 first_unreadable = f"{path}: {reason}"
@@ -306,27 +358,52 @@ def _box_size(ann: Dict[str, Any]) -> str:
     return "zero_area" if width == 0 or height == 0 else ""
 
 
+def _clip(ann: Dict[str, Any], width: Any, height: Any) -> str:
+    """Clip the box of ``ann`` (usable: positive width and height) to its image of ``width``
+    x ``height`` pixels, in place: ``"clipped"`` where part of it was outside, ``"outside"``
+    where all of it was (nothing left to train on), ``""`` otherwise (or without a size)."""
+    mode = ann.get("bbox_mode", BoxMode.XYWH_ABS)
+    box = ann.get("bbox")
+    if box is None or not (_finite_number(width) and _finite_number(height)) or mode not in (
+        BoxMode.XYWH_ABS, BoxMode.XYXY_ABS
+    ):
+        return ""
+    x0, y0 = box[0], box[1]
+    x1, y1 = (x0 + box[2], y0 + box[3]) if mode == BoxMode.XYWH_ABS else (box[2], box[3])
+    c0, d0, c1, d1 = max(x0, 0), max(y0, 0), min(x1, width), min(y1, height)
+    if (c0, d0, c1, d1) == (x0, y0, x1, y1):
+        return ""
+    if c1 <= c0 or d1 <= d0:
+        return "outside"
+    ann["bbox"] = [c0, d0, c1 - c0, d1 - d0] if mode == BoxMode.XYWH_ABS else [c0, d0, c1, d1]
+    return "clipped"
+
+
 @dataclass(frozen=True)
 class DroppedBoxes:
-    """How many boxes :func:`drop_unusable_boxes` left out, of each kind."""
+    """How many boxes :func:`drop_unusable_boxes` left out, of each kind, and clipped."""
 
     negative: int  # of negative width or height
     zero_area: int  # of zero width or height (and none negative)
+    outside: int = 0  # wholly outside their image
+    clipped: int = 0  # partly outside their image: clipped to it, kept
 
 
 def drop_unusable_boxes(dataset_dicts: List[Dict[str, Any]]) -> DroppedBoxes:
     """Remove, in place, the annotations of ``dataset_dicts`` (Detectron2's dataset dicts)
     whose box has a negative width or height (``XYWH_ABS``: ``w < 0`` or ``h < 0``;
-    ``XYXY_ABS``: ``x1 < x0`` or ``y1 < y0``) or no area (a width or height of 0). Returns
-    how many of each were removed."""
-    counts = {"negative": 0, "zero_area": 0}
+    ``XYXY_ABS``: ``x1 < x0`` or ``y1 < y0``), no area (a width or height of 0) or lies wholly
+    outside its image (``width`` x ``height`` of the dict), and clip to the image the boxes
+    that lie partly outside it (as Detectron2's mapper would, without a word). Returns how
+    many of each."""
+    counts = {"negative": 0, "zero_area": 0, "outside": 0, "clipped": 0}
     for d in dataset_dicts:
         anns = d.get("annotations")
         if not anns:
             continue
-        kinds = [_box_size(a) for a in anns]
+        kinds = [_box_size(a) or _clip(a, d.get("width"), d.get("height")) for a in anns]
         if any(kinds):
             for kind in filter(None, kinds):
                 counts[kind] += 1
-            d["annotations"] = [a for a, kind in zip(anns, kinds) if not kind]
+            d["annotations"] = [a for a, kind in zip(anns, kinds) if kind in ("", "clipped")]
     return DroppedBoxes(**counts)

@@ -10,7 +10,7 @@ from detectron2.config import CfgNode
 from detectron2.data import DatasetFromList, DatasetMapper, build_detection_test_loader, get_detection_dataset_dicts
 from torch.utils.data import DataLoader, Dataset
 
-from .unreadable import SkipUnreadable, max_consecutive_skips
+from .unreadable import SkipUnreadable, max_consecutive_skips, max_image_pixels
 from .workers import start_workers, worker_init_fn
 
 __all__ = ["SkippingTestLoader", "build_test_loader"]
@@ -75,6 +75,7 @@ def build_test_loader(cfg: CfgNode, dataset_name: str, mapper: Optional[Callable
     mapper = SkipUnreadable(
         DatasetMapper(cfg, is_train=False) if mapper is None else mapper,
         max_consecutive_skips(cfg),
+        max_image_pixels(cfg),
     )
     if isinstance(dataset, list):
         dataset = DatasetFromList(dataset, copy=False)

@@ -10,7 +10,7 @@ import os
 import re
 import statistics
 from collections import deque
-from typing import TYPE_CHECKING, Deque, List
+from typing import TYPE_CHECKING, Deque, List, Optional
 
 import numpy as np
 from detectron2.engine import HookBase
@@ -93,6 +93,10 @@ class StepRolledBack(Exception):
     after the restored iteration."""
 
 
+#: Steps seen before the spike test starts, where ``window`` is longer
+MIN_SPIKE_HISTORY = 5
+
+
 class DivergenceGuard(HookBase):
     """Stops (or rolls back) a run whose loss or gradient is not finite, or whose loss spikes.
 
@@ -102,8 +106,9 @@ class DivergenceGuard(HookBase):
     step diverged when the loss is not finite; when the gradient is not finite while the
     loss is (the trainer then skipped the optimizer step, so the weights stay finite),
     unless a gradient scaler is in use (fp16: the scaler skips such steps by design);
-    or when ``spike_factor > 0``, at least ``window`` earlier steps were seen, and the
-    loss exceeds ``spike_factor`` times the median of the last ``window`` losses. This
+    or when ``spike_factor > 0``, at least ``min(window, MIN_SPIKE_HISTORY)`` earlier steps
+    were seen, and the loss exceeds ``spike_factor`` times the median of the last ``window``
+    losses (of those seen, until there are ``window``): the first steps are watched too. This
     hook must run before the checkpointer, so that a diverged step is never saved.
 
     Without ``rollback`` the hook raises ``FloatingPointError`` naming the iteration, the
@@ -117,7 +122,10 @@ class DivergenceGuard(HookBase):
     scheduler's base LRs and the optimizer's current LRs) by ``lr_factor``, relative to
     the LR before the rollback, so successive rollbacks compound. It raises instead when
     there is no checkpoint yet, when no checkpoint loads completely, or after
-    ``max_rollbacks`` rollbacks (counted across resumes: the count is not rolled back).
+    ``max_rollbacks`` rollbacks (counted across resumes: the count is not rolled back). A run
+    that diverges again before it has saved a checkpoint past the one it went back to goes
+    back further, to the latest checkpoint before that one (whose weights led to divergence
+    again), and raises when there is none.
     After a rollback it raises :class:`StepRolledBack`: the hooks after this one get no
     ``after_step`` for the undone step (no save, no LR step, no evaluation, no write).
     """
@@ -145,6 +153,7 @@ class DivergenceGuard(HookBase):
         self.max_rollbacks = max_rollbacks
         self.history: Deque[float] = deque(maxlen=window)
         self.rollbacks = 0
+        self._rolled_back_to: Optional[int] = None  # the iteration the last rollback restored
 
     @classmethod
     def from_config(cls, cfg) -> "DivergenceGuard":
@@ -164,12 +173,12 @@ class DivergenceGuard(HookBase):
             return f"non-finite loss {loss}"
         if not math.isfinite(grad_norm):
             return f"non-finite gradient (norm {grad_norm}) with a finite loss; step skipped"
-        if self.spike_factor and len(self.history) == self.window:
+        if self.spike_factor and len(self.history) >= min(self.window, MIN_SPIKE_HISTORY):
             median = statistics.median(self.history)
             if loss > self.spike_factor * median:
                 return (
                     f"loss {loss:.6g} > {self.spike_factor:g} x {median:.6g}, "
-                    f"the median of the last {self.window} steps"
+                    f"the median of the last {len(self.history)} steps"
                 )
         return ""
 
@@ -195,11 +204,20 @@ class DivergenceGuard(HookBase):
             raise FloatingPointError(message + f" (after {self.rollbacks} rollback(s))")
         try:
             found = checkpointer.newest_complete_checkpoint()
+            again = found is not None and self._rolled_back_to is not None and found.iteration <= self._rolled_back_to
+            if again:  # diverged before a checkpoint past the one restored: go back further
+                last, found = found, checkpointer.newest_complete_checkpoint(before=found.iteration)
         except NoCompleteCheckpointError as e:
             raise FloatingPointError(f"{message} (nothing to roll back to: {e})") from e
+        if again and found is None:
+            raise FloatingPointError(
+                f"{message} (the weights of {last.path}, restored by the last rollback, diverged "
+                "again, and there is no earlier checkpoint to roll back to)"
+            )
         if found is None:
             raise FloatingPointError(message + " (nothing to roll back to)")
         self._roll_back(found)
+        self._rolled_back_to = found.iteration
         raise StepRolledBack(
             f"{message}. Rolled back to {found.path} (iteration {trainer.iter}; weights, optimizer, "
             f"LR scheduler, AGVM and the other training state; the data stream goes on) with the "

@@ -118,6 +118,7 @@ class CocoEvalResult:
     stats: np.ndarray
     summary: str
     impl: str
+    detections: int = 0  # entries of the results file (0: the model detected nothing)
 
     @property
     def metrics(self) -> dict:
@@ -231,8 +232,6 @@ def _check_gt(gt: dict, path: str, iou_type: str) -> None:
 def _check_results(results, gt: dict, path: str, iou_type: str) -> None:
     if not isinstance(results, list):
         raise CocoInputError(f"results file {path} must hold a JSON list of detections")
-    if not results:
-        raise CocoInputError(f"results file {path} holds no detections")
     image_ids = {img["id"] for img in gt.get("images", [])}
     category_ids = {cat["id"] for cat in gt.get("categories", [])}
     for i, det in enumerate(results):
@@ -281,7 +280,8 @@ def evaluate_coco_results(
 ) -> CocoEvalResult:
     """Run ``COCOeval`` of :func:`coco_eval_impl` ``(impl)`` on ``results_path`` against
     ``gt_path``; a results file with boxes and masks scores ``"segm"`` with the box areas, as
-    pycocotools does.
+    pycocotools does. A results file without detections (``[]``: the model found nothing)
+    scores 0 wherever the ground truth defines a metric.
 
     Raises :class:`CocoInputError` for a missing file, malformed JSON or text that is not
     UTF-8; a ground-truth image or category without an id, an annotation without an id,
@@ -310,7 +310,12 @@ def evaluate_coco_results(
         coco_gt = api.coco()
         coco_gt.dataset = gt
         coco_gt.createIndex()
-        coco_dt = coco_gt.loadRes(results)
+        if results:
+            coco_dt = coco_gt.loadRes(results)
+        else:  # no detection: every defined metric is 0 (pycocotools' loadRes needs one)
+            coco_dt = api.coco()
+            coco_dt.dataset = {"images": gt["images"], "categories": gt["categories"], "annotations": []}
+            coco_dt.createIndex()
         evaluator = api.cocoeval(coco_gt, coco_dt, iou_type)
         evaluator.evaluate()
         evaluator.accumulate()
@@ -319,4 +324,5 @@ def evaluate_coco_results(
         evaluator.summarize()
     # The 12 metrics' lines; faster-coco-eval prints AR at IoU 0.5 and 0.75 after them.
     lines = summary.getvalue().splitlines(keepends=True)[: len(METRIC_NAMES)]
-    return CocoEvalResult(stats=np.asarray(evaluator.stats, dtype=np.float64), summary="".join(lines), impl=str(api))
+    return CocoEvalResult(stats=np.asarray(evaluator.stats, dtype=np.float64), summary="".join(lines),
+                          impl=str(api), detections=len(results))  # fmt: skip

@@ -5,8 +5,9 @@ results file scored against its ground truth
     python tools/coco_eval.py --gt instances_val.json --dt coco_instances_results.json \\
         [--iou-type segm] [--impl auto|faster|pycocotools]
 
-Prints the 12 COCO metrics, then ``AP: <percent>`` (``AP: n/a``, with a warning on stderr, for a
-ground truth without annotations); the implementation that computed the numbers is named on
+Prints the 12 COCO metrics, then ``AP: <percent>``: ``AP: n/a``, with a warning on stderr, for a
+ground truth without annotations (AP undefined); ``AP: 0.000``, with another warning, for a
+results file without detections (the model found nothing); the implementation that computed the numbers is named on
 stderr. A file that cannot be read, or an entry that is not a detection,
 is one line, ``error: ...``, exit status 1.
 """
@@ -58,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         print("AP: n/a")
+    elif result.detections == 0:
+        print(f"warning: {args.dt}: no detections (an empty list): the model found nothing, AP is 0",
+              file=sys.stderr)  # fmt: skip
+        print(f"AP: {result.ap_percent:.3f}")
     else:
         print(f"AP: {result.ap_percent:.3f}")
     return 0

@@ -10,6 +10,9 @@ folder, stopping on a signal, and recording how each invocation ended.
   with status 75;
 - :mod:`.run_summary`: ``run_summary.json`` and ``eval_results.json``, how each invocation
   ended, beside ``metrics.json``;
-- :mod:`.slurm`: describing and submitting a Slurm job (``tools/submit.py``).
+- :mod:`.slurm`: describing and submitting a Slurm job (``tools/submit.py``);
+  :mod:`.slurm_state`: whether Slurm's signal is a cancel (``scancel``) or a stop to come
+  back from;
+- :mod:`.outcomes`: every exit status and what each signal does, as data (the docs' tables).
 
 The engine uses this room; this room imports nothing of the engine."""

@@ -5,10 +5,13 @@ runs)."""
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import os
+import socket
 import sys
 import time
+from urllib.parse import urlparse
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -19,9 +22,12 @@ from ..config import add_largedet_config
 from ..config.errors import ConfigError
 from .elastic import record_torchrun_job, torchrun_job_id, torchrun_resume_reason
 from .processes import (
+    dist_url,
+    exit_on_stop_signals,
     launch,
     launched_by_torchrun,
     launched_per_process,
+    planned_world_size,
     process_flags_given,
     slurm_task_environment,
 )
@@ -64,6 +70,7 @@ def check_and_launch(
     the folder's run being this job's, as after a restart that admits a machine): the
     first process decides, names why in one line, and every process follows it; a lock
     still held by the job's last round is waited for up to twice the timeout."""
+    exit_on_stop_signals()  # a stop signal from here on exits 75, in one line
     if getattr(args, "launcher", None) == "slurm":  # one Slurm task: env:// from Slurm's variables
         os.environ.update(slurm_task_environment(os.environ))
     first = not launched_per_process(args) or os.environ.get("RANK", "0") == "0"
@@ -86,6 +93,7 @@ def check_and_launch(
     timeout = None
     try:
         check(args)
+        _check_dist_url(args)
         timeout = timeout_s(args) if timeout_s is not None else _default_timeout_s()
         if output_dir is not None and first and (launched_per_process(args) or args.machine_rank == 0):
             directory = output_dir(args)
@@ -118,6 +126,35 @@ def check_and_launch(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _check_dist_url(args: argparse.Namespace) -> None:
+    """An explicit ``--dist-url tcp://HOST:PORT`` that machine 0 will listen on must be free
+    there: :class:`ConfigError` naming it where the port is taken on this machine (a host
+    that is not this machine's is not checked; ``auto`` picks a free port)."""
+    if launched_per_process(args) or planned_world_size(args) < 2 or args.machine_rank != 0:
+        return
+    url = dist_url(args)  # Detectron2's default on one machine: a free port, "auto"
+    if not url.startswith("tcp://"):
+        return
+    parsed = urlparse(url)
+    try:
+        address = (parsed.hostname, parsed.port)
+    except ValueError:
+        raise ConfigError(f"--dist-url {url}: not tcp://HOST:PORT") from None
+    if address[1] is None:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(address)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                return  # another machine's address, or one that does not resolve here
+            raise ConfigError(
+                f"--dist-url {url}: port {address[1]} is in use on this machine (another run, or "
+                "a process that still holds it); give another port, or leave --dist-url out on "
+                "one machine (a free port is picked)"
+            ) from None
 
 
 def _default_timeout_s() -> float:

@@ -11,7 +11,10 @@ step (its LR step and periodic checkpoint done) the main process writes an atomi
 checkpoint with the data position, every rank waits for it, the log says
 ``pre-empted at iteration N: checkpoint <file>``, and every process exits with
 :data:`PREEMPTED_EXIT_CODE` (``Preempted``, a ``SystemExit``). ``--resume`` then continues
-at step N + 1: no step is trained twice.
+at step N + 1: no step is trained twice. Where the signal is Slurm's cancel (``scancel``
+without ``--signal``: :func:`~largedet.launch.slurm_state.slurm_job_cancelled`), the same
+happens, but the log says ``cancelled``, the run summary ``cancelled``, and the processes
+exit :data:`CANCELLED_EXIT_CODE`: the job is not requeued.
 
 A signal during the final evaluation (the hooks' ``after_train``, after the last step and
 its ``model_final`` checkpoint) abandons the evaluation at once: ``Preempted`` is raised
@@ -31,12 +34,17 @@ from typing import Dict, Sequence
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 
-__all__ = ["PREEMPTED_EXIT_CODE", "Diverged", "Preempted", "PreemptionHook", "parse_signals"]
+from .slurm_state import slurm_job_cancelled
+
+__all__ = ["CANCELLED_EXIT_CODE", "PREEMPTED_EXIT_CODE", "Diverged", "Preempted", "PreemptionHook", "parse_signals"]
 
 logger = logging.getLogger(__name__)
 
 #: Exit status of a pre-empted run: sysexits' EX_TEMPFAIL ("try again later")
 PREEMPTED_EXIT_CODE = 75
+#: Exit status of a run whose Slurm job was cancelled (``scancel`` without ``--signal``): its
+#: checkpoint written, not requeued; 128 + SIGTERM, as a shell reports a process SIGTERM ended
+CANCELLED_EXIT_CODE = 143
 
 
 class Diverged(FloatingPointError):
@@ -47,11 +55,18 @@ class Diverged(FloatingPointError):
 
 class Preempted(SystemExit):
     """Raised on every rank after the pre-emption checkpoint is written; exits with
-    :data:`PREEMPTED_EXIT_CODE`."""
+    :data:`PREEMPTED_EXIT_CODE`, or where the run's Slurm job is being cancelled
+    (``scancel`` without ``--signal``: ``cancelled``) with
+    :data:`CANCELLED_EXIT_CODE`, which the job does not requeue.
+    :attr:`status` is how the run summary names it."""
 
-    def __init__(self, iteration: int, checkpoint: str):
-        super().__init__(PREEMPTED_EXIT_CODE)
-        self.iteration, self.checkpoint = iteration, checkpoint
+    def __init__(self, iteration: int, checkpoint: str, cancelled: bool = False):
+        super().__init__(CANCELLED_EXIT_CODE if cancelled else PREEMPTED_EXIT_CODE)
+        self.iteration, self.checkpoint, self.cancelled = iteration, checkpoint, cancelled
+
+    @property
+    def status(self) -> str:
+        return "cancelled" if self.cancelled else "preempted"
 
 
 def parse_signals(names: Sequence[str]) -> list:
@@ -86,11 +101,12 @@ class PreemptionHook(HookBase):
     def _stop_after_training(self, signums) -> None:
         path = self.trainer.checkpointer.get_checkpoint_file()  # model_final's, tagged
         names = ", ".join(sorted({signal.Signals(s).name for s in signums if s}))
+        cancelled = slurm_job_cancelled()
         logger.warning(
-            "pre-empted during the final evaluation (%s): training is complete, checkpoint %s; "
-            "--resume evaluates it without training", names, path,
+            "%s during the final evaluation (%s): training is complete, checkpoint %s; "
+            "--resume evaluates it without training", _stopped(cancelled), names, path,
         )  # fmt: skip
-        raise Preempted(self.trainer.iter, path)
+        raise Preempted(self.trainer.iter, path, cancelled)
 
     def before_train(self):
         if not self._signals:
@@ -108,15 +124,18 @@ class PreemptionHook(HookBase):
         checkpointer = self.trainer.checkpointer
         name = f"model_{iteration:07d}"
         path = os.path.join(checkpointer.save_dir, name + ".pth")
+        cancelled = False
         if comm.is_main_process():
             checkpointer.save(name, iteration=iteration)
+            cancelled = slurm_job_cancelled()
             signals = ", ".join(sorted({signal.Signals(s).name for s in self.trainer.stop_signals if s}))
             logger.warning(
-                "pre-empted at iteration %d (%s): checkpoint %s; --resume continues at iteration %d",
-                iteration, signals, path, iteration + 1,
+                "%s at iteration %d (%s): checkpoint %s; --resume continues at iteration %d",
+                _stopped(cancelled), iteration, signals, path, iteration + 1,
             )  # fmt: skip
-        comm.synchronize()  # no rank exits before the checkpoint is complete
-        raise Preempted(iteration, path)
+        # no rank exits before the checkpoint is complete; all end as the main one says
+        cancelled = comm.all_gather(cancelled)[0] if comm.get_world_size() > 1 else cancelled
+        raise Preempted(iteration, path, cancelled)
 
     def after_train(self):
         if not self._previous or self.trainer.iter < self.trainer.max_iter:
@@ -133,3 +152,7 @@ class PreemptionHook(HookBase):
             signal.signal(sig, previous)
         self._previous = {}
         self._training_done = False
+
+
+def _stopped(cancelled: bool) -> str:
+    return "cancelled (scancel: the job is not requeued)" if cancelled else "pre-empted"

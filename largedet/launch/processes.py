@@ -40,12 +40,14 @@ from detectron2.engine import default_argument_parser
 from detectron2.engine import launch as d2_launch
 from detectron2.utils import comm
 
-from ..checkpoint import DiskFullError, NoCompleteCheckpointError, WeightsUnavailableError
+from ..checkpoint import DiskFullError, LaterCheckpointError, NoCompleteCheckpointError, WeightsUnavailableError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
-from .preemption import PREEMPTED_EXIT_CODE, Diverged, Preempted
+from .preemption import CANCELLED_EXIT_CODE, PREEMPTED_EXIT_CODE, Diverged, Preempted
 
 __all__ = [
     "shut_down_distributed_at_exit",
+    "dist_url",
+    "exit_on_stop_signals",
     "first_host",
     "launch",
     "launched_by_torchrun",
@@ -166,16 +168,16 @@ def launch(
                     args.num_gpus,
                     num_machines=args.num_machines,
                     machine_rank=args.machine_rank,
-                    dist_url=_dist_url(args),
+                    dist_url=dist_url(args),
                     args=(main_func, args),
                     timeout=timeout,
                 )
             except mp.ProcessExitedException as e:
                 # the workers saved and exited, or one printed its one-line error
-                if e.exit_code == PREEMPTED_EXIT_CODE:
+                if e.exit_code in (PREEMPTED_EXIT_CODE, CANCELLED_EXIT_CODE):
                     ignore_stop_signals_while_exiting()
-                if e.exit_code in (PREEMPTED_EXIT_CODE, DISK_FULL_EXIT_CODE, LOST_PROCESS_EXIT_CODE,
-                                   NO_CHECKPOINT_EXIT_CODE, DIVERGED_EXIT_CODE):
+                if e.exit_code in (PREEMPTED_EXIT_CODE, CANCELLED_EXIT_CODE, DISK_FULL_EXIT_CODE,
+                                   LOST_PROCESS_EXIT_CODE, NO_CHECKPOINT_EXIT_CODE, DIVERGED_EXIT_CODE):
                     sys.exit(e.exit_code)
                 if e.signal_name:  # killed from outside: one line, not a spawn traceback
                     why = " (the kernel's out-of-memory killer, or kill -9)" if e.signal_name == "SIGKILL" else ""
@@ -195,7 +197,7 @@ def launch(
     _run_then_shut_down(main_func, args)
 
 
-def _dist_url(args: argparse.Namespace) -> str:
+def dist_url(args: argparse.Namespace) -> str:
     """``--dist-url``; on one machine, left at Detectron2's default (a fixed port per user,
     which a second run at the same time would find taken), a free port of this machine."""
     default = default_argument_parser().get_default("dist_url")
@@ -205,8 +207,9 @@ def _dist_url(args: argparse.Namespace) -> str:
 #: exit status of a run stopped on a divergence (EX_DATAERR)
 DIVERGED_EXIT_CODE = 65
 
-#: exit status of a ``--resume`` that found checkpoints but none that loads, and of weights at
-#: a URL that cannot be fetched (EX_NOINPUT)
+#: exit status of a ``--resume`` that found checkpoints but none that loads, of weights at a URL
+#: that cannot be fetched, and of a save refused over a checkpoint of a later iteration
+#: (EX_NOINPUT)
 NO_CHECKPOINT_EXIT_CODE = 66
 
 #: exit status of a run that could not write a checkpoint for lack of space (EX_IOERR)
@@ -215,6 +218,7 @@ DISK_FULL_EXIT_CODE = 74
 
 def _run_alone(main_func: Callable[[argparse.Namespace], object], args) -> None:
     """``main_func(args)`` in a one-process job, a full disk one line (:func:`_one_line`)."""
+    exit_on_stop_signals()
     try:
         with _one_line():
             main_func(args)
@@ -229,8 +233,9 @@ def _one_line():
     checkpoint, ``metrics.json``, ``log.txt``, TensorBoard's events, ``run_summary.json``)
     ends the process with its one line on stderr and :data:`DISK_FULL_EXIT_CODE`; a
     ``--resume`` that found checkpoints of which none loads
-    (:class:`~largedet.checkpoint.NoCompleteCheckpointError`), with its one line and
-    :data:`NO_CHECKPOINT_EXIT_CODE`."""
+    (:class:`~largedet.checkpoint.NoCompleteCheckpointError`), weights that cannot be fetched
+    and a save over a later checkpoint (:class:`~largedet.checkpoint.LaterCheckpointError`),
+    with its one line and :data:`NO_CHECKPOINT_EXIT_CODE`."""
     try:
         yield
     except DiskFullError as e:
@@ -238,7 +243,8 @@ def _one_line():
         sys.exit(DISK_FULL_EXIT_CODE)
     except Diverged:  # the trainer logged its one line
         sys.exit(DIVERGED_EXIT_CODE)
-    except (NoCompleteCheckpointError, WeightsUnavailableError) as e:  # every process found the same: the first says it
+    except (NoCompleteCheckpointError, WeightsUnavailableError, LaterCheckpointError) as e:
+        # every process found the same (only the main one saves): the first says it
         if comm.get_rank() == 0:
             print(f"error: {e}", file=sys.stderr)
         sys.exit(NO_CHECKPOINT_EXIT_CODE)
@@ -283,7 +289,9 @@ def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args)
     """``main_func(args)`` in one process of the job, then, once every process got there,
     the process groups destroyed (without a process group, nothing to do): every script's
     workers end cleanly, evaluation-only runs included. A lost process of the job ends
-    this one in one line (:func:`_exit_on_lost_process`)."""
+    this one in one line (:func:`_exit_on_lost_process`); a stop signal before training
+    exits :data:`PREEMPTED_EXIT_CODE` (:func:`exit_on_stop_signals`)."""
+    exit_on_stop_signals()
     try:
         with _exit_on_lost_process(), _one_line():
             main_func(args)
@@ -326,6 +334,28 @@ def _forwarding_signals(forward: bool):
 
 
 _exiting_after_preemption = False
+
+
+def exit_on_stop_signals() -> None:
+    """Until the trainer's :class:`~largedet.launch.preemption.PreemptionHook` takes them
+    over (and after it gives them back): a stop signal (:data:`FORWARDED_SIGNALS`) while a
+    job starts (its check, its model, its resume) exits at once, in one line, with
+    :data:`PREEMPTED_EXIT_CODE`: nothing is trained yet, nothing to save, and a cluster
+    reads the status a stop signal gives, not 143 from the signal's default action or 69
+    from a worker killed by it. A signal this process ignores (as a Slurm job's training
+    ignores submitit's) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum, frame):
+        print(f"{signal.Signals(signum).name} outside training (nothing to save): exiting "
+              f"{PREEMPTED_EXIT_CODE}; --resume continues from the newest complete checkpoint",
+              file=sys.stderr, flush=True)  # fmt: skip
+        raise SystemExit(PREEMPTED_EXIT_CODE)
+
+    for sig in FORWARDED_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # one the job ignores stays ignored
+            signal.signal(sig, stop)
 
 
 def ignore_stop_signals_while_exiting() -> None:

@@ -7,8 +7,11 @@ model EMA, and for each invocation (a resumed run has several) its first and las
 wall-clock, the part of it spent evaluating (the evaluation hook's, periodic and final),
 images per second of training (the images over the wall-clock less the evaluations) and
 how it ended: ``running`` (written at start),
-``finished``, ``preempted``, ``diverged`` (a non-finite or exploding loss), ``failed``
-(another error) or ``interrupted`` (Ctrl-C). Written by the main process, atomically, at
+``finished``, ``preempted``, ``cancelled`` (Slurm's ``scancel``: stopped as a pre-emption,
+not requeued), ``diverged`` (a non-finite or exploding loss), ``failed``
+(another error), ``interrupted`` (Ctrl-C) or ``killed`` (it ended without a word, SIGKILL or
+the out-of-memory killer: recorded so by the next invocation, its ``end_iter`` where that one
+starts). Written by the main process, atomically, at
 start and at the end of each invocation.
 
 ``OUTPUT_DIR/eval_results.json``: what an ``--eval-only`` run measured, the evaluation
@@ -184,7 +187,7 @@ class RunSummaryHook(HookBase):
         current = {
             "start_iter": self._start_iter,
             # the first step not trained: a pre-empted step was finished and saved
-            "end_iter": min(self.trainer.iter + (status == "preempted"), self.trainer.max_iter),
+            "end_iter": min(self.trainer.iter + (status in ("preempted", "cancelled")), self.trainer.max_iter),
             "wall_clock_s": round(wall, 3),
             "evaluation_s": round(evaluation, 3),
             "images_per_s": round(images / training, 3) if training > 0 and images else None,
@@ -198,11 +201,32 @@ class RunSummaryHook(HookBase):
                    "wall_clock_s": round(sum(i["wall_clock_s"] for i in invocations), 3)}  # fmt: skip
         _write_json(os.path.join(output_dir, SUMMARY_FILE), summary)
 
+    def _close_killed(self) -> None:
+        """An earlier invocation still ``running`` ended without a word (SIGKILL, the
+        out-of-memory killer, a machine lost): record it as ``killed``, its steps kept up
+        to where this one starts, with a warning."""
+        output_dir = self.trainer.cfg.OUTPUT_DIR
+        if not comm.is_main_process() or not output_dir:
+            return
+        summary = read_run_summary(output_dir) or {}
+        invocations = summary.get("invocations", [])
+        if not invocations or invocations[-1].get("status") != "running":
+            return
+        last = invocations[-1]
+        last.update(status="killed", end_iter=self._start_iter)
+        logger.warning(
+            "The previous invocation (from iteration %d) ended without a word (SIGKILL, the "
+            "out-of-memory killer, a lost machine): recorded as killed; this one continues at "
+            "iteration %d", last.get("start_iter", 0), self._start_iter,
+        )  # fmt: skip
+        _write_json(os.path.join(output_dir, SUMMARY_FILE), {**summary, "status": "killed"})
+
     def before_train(self):
         self._start = time.perf_counter()
         self._start_iter = self.trainer.start_iter
         self._start_position = self.trainer.data_position
         self._start_evaluation = self.trainer.evaluation_s
+        self._close_killed()
         self._write("running")
 
     def after_train(self):
@@ -223,8 +247,8 @@ def how_it_ended(
     error: BaseException, iteration: int, output_dir: str, distributed: bool, log
 ) -> Tuple[str, BaseException]:
     """How a training loop that raised ``error`` at ``iteration`` ended, for the run
-    summary, and what to raise in its place: ``("preempted", error)`` for
-    :class:`~largedet.launch.preemption.Preempted`; ``"diverged"`` for a non-finite or
+    summary, and what to raise in its place: ``("preempted", error)`` (``"cancelled"`` for
+    Slurm's cancel) for :class:`~largedet.launch.preemption.Preempted`; ``"diverged"`` for a non-finite or
     exploding loss (``FloatingPointError``: one logged line, raised as :class:`Diverged`); ``"failed"`` for a
     full disk (one line, and another library's ``OSError`` ENOSPC as a
     :class:`~largedet.checkpoint.DiskFullError` naming the last checkpoint) and any other
@@ -233,7 +257,7 @@ def how_it_ended(
     ``"interrupted"`` for anything else (Ctrl-C). Called inside the ``except`` block, so
     that ``log`` (the loop's logger) writes the traceback."""
     if isinstance(error, Preempted):
-        return "preempted", error
+        return error.status, error
     if isinstance(error, FloatingPointError):
         message = str(error)
         if not message.startswith("Training diverged"):  # a check in the model's forward pass
@@ -283,8 +307,8 @@ def run_after_train_hooks(trainer, hooks) -> None:
                 hook.after_train()
             except (Preempted, DiskFullError) as e:
                 if isinstance(e, Preempted):
-                    trainer.end_status = "preempted"
-                elif getattr(trainer, "end_status", None) != "preempted":
+                    trainer.end_status = e.status
+                elif getattr(trainer, "end_status", None) not in ("preempted", "cancelled"):
                     trainer.end_status = "failed"
                 stopped = stopped or e
             except Exception as e:

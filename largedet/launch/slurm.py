@@ -36,7 +36,10 @@ the weights of an uninterrupted one. A job that Slurm requeues by itself
 last checkpoint written. The training processes ignore submitit's signal themselves: only
 the job decides when they stop. A training script that another signal stopped (``scancel
 --signal``, ``scontrol requeue``) exits 75 with its checkpoint written; the job then takes
-the same requeue path as submitit's signal, not an error. Any other
+the same requeue path as submitit's signal, not an error. ``scancel`` without ``--signal``
+cancels: the training stops the same way and writes its checkpoint, exits
+:data:`~largedet.launch.preemption.CANCELLED_EXIT_CODE` and the job is not requeued
+(:mod:`largedet.launch.slurm_state`). Any other
 non-zero exit fails the job (``CalledProcessError``). The job's task passes SIGTERM, SIGINT,
 SIGHUP and SIGUSR1 on to the training as a SIGTERM (:data:`RELAYED_SIGNALS`); a one-node job's
 task *is* its batch shell (:attr:`SlurmResources.task_in_batch_shell`), so ``scancel --full``
@@ -59,7 +62,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import submitit
 
 from .elastic import AGENT_ENVIRONMENT
-from .preemption import PREEMPTED_EXIT_CODE
+from .preemption import CANCELLED_EXIT_CODE, PREEMPTED_EXIT_CODE
+from .slurm_state import slurm_job_cancelled
 
 __all__ = ["Placement", "SlurmResources", "TrainingJob", "placement", "submit"]
 
@@ -144,7 +148,9 @@ class SlurmResources:
     def task_in_batch_shell(self) -> bool:
         """One node, one task: the batch script *becomes* the job's task (``exec``, no
         ``srun``), so that a signal to the batch shell (``scancel --full``, ``scancel -b``)
-        reaches the job, which stops training with a checkpoint and requeues. With ``srun``
+        reaches the job, which stops training with a checkpoint and requeues; Slurm's
+        time-out signal is then sent to the batch shell too (``--signal=B:USR2@DELAY``: a
+        job without steps would get none). With ``srun``
         in the batch script (several nodes, ``srun`` mode, elastic) a SIGTERM, SIGHUP or
         SIGQUIT that reaches ``srun`` itself (``scancel --full``) makes it SIGKILL its tasks:
         pre-empt such jobs through their steps (``scancel --signal=TERM JOBID``, no
@@ -173,6 +179,11 @@ class SlurmResources:
         )
         if self.task_in_batch_shell:
             params["slurm_use_srun"] = False
+            # Slurm's --signal without B: signals the job's steps, and this job has none: its
+            # task is the batch shell, which the time-out signal must reach
+            params["slurm_additional_parameters"].setdefault(
+                "signal", f"B:{submitit.JobEnvironment.USR_SIG}@{self.signal_delay_s}"
+            )
         if self.gpus_per_node:  # no gres at all without GPUs: CPU partitions refuse one
             params["gpus_per_node"] = self.gpus_per_node
         for option in ("partition", "account", "qos", "constraint", "exclude"):
@@ -257,6 +268,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
     )
     # the job sent the training its stop signal (a relayed one, or checkpoint()'s)
     _stop_sent: bool = field(default=False, init=False, repr=False, compare=False)
+    # the signal relayed was Slurm's cancel (scancel without --signal)
+    _cancelled: bool = field(default=False, init=False, repr=False, compare=False)
 
     def command(self, where: Optional[Placement]) -> List[str]:
         """The script's command line on a node placed at ``where`` (None with ``srun``); with ``--resume`` also
@@ -318,7 +331,10 @@ class TrainingJob(submitit.helpers.Checkpointable):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         returncode = self._process.returncode
-        if returncode == PREEMPTED_EXIT_CODE:
+        if returncode == CANCELLED_EXIT_CODE or (returncode != 0 and self._cancelled):
+            logger.warning("Cancelled (scancel): the training exited %d with its checkpoint written; "
+                           "not requeued (--resume continues from it)", returncode)  # fmt: skip
+        elif returncode == PREEMPTED_EXIT_CODE:
             self._requeue_preempted(f"exited {returncode} (pre-empted, checkpoint written)")
         elif returncode != 0 and self._stop_sent:
             # stopped by the job on a cluster's signal: torchrun, for one, exits 1 when its
@@ -331,9 +347,14 @@ class TrainingJob(submitit.helpers.Checkpointable):
         """A stop signal to the job's task (``scancel --signal``, ``--full``, ``-b``; Slurm's
         ``scontrol requeue``): SIGTERM to the training processes, which finish the step,
         write a checkpoint and exit 75, which requeues the job (:meth:`_requeue_preempted`).
-        A second signal changes nothing (they are saving already)."""
-        logger.warning("Got %s: stopping training at the end of its step (checkpoint, then requeue)",
-                       signal.Signals(signum).name)  # fmt: skip
+        Slurm's cancel (``scancel`` without ``--signal``,
+        :func:`~largedet.launch.slurm_state.slurm_job_cancelled`) stops them the same way,
+        and the job is not requeued. A second signal changes nothing (they are saving
+        already)."""
+        self._cancelled = self._cancelled or slurm_job_cancelled()
+        then = "no requeue: the job is cancelled" if self._cancelled else "then requeue"
+        logger.warning("Got %s: stopping training at the end of its step (checkpoint, %s)",
+                       signal.Signals(signum).name, then)  # fmt: skip
         process = self._process
         if process is not None and process.returncode is None:
             self._stop_sent = True

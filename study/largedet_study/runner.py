@@ -281,7 +281,7 @@ def ensure_pretrained(args) -> Optional[str]:
                 )
             import torch
 
-            model = torch.load(os.path.join(run_dir, "model_final.pth"), map_location="cpu")[
+            model = torch.load(os.path.join(run_dir, "model_final.pth"), map_location="cpu", weights_only=True)[
                 "model"
             ]
             backbone = {k: v for k, v in model.items() if k.startswith(BACKBONE_PREFIX)}

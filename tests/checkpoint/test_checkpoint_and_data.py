@@ -133,7 +133,7 @@ def test_a_checkpoint_written_but_not_tagged_is_resumed(tmp_path, caplog):
     (tmp_path / "last_checkpoint").write_text("model_0000003.pth")  # killed before the tag moved
     with largedet_log(caplog):
         assert resume(tmp_path) == (5, 5.0, "model_0000005.pth")
-    assert "names model_0000003.pth, but model_0000005.pth is newer" in messages(caplog)
+    assert "names model_0000003.pth (iteration 3), but model_0000005.pth holds a later one (5;" in messages(caplog)
     os.remove(tmp_path / "last_checkpoint")  # killed before the first tag was ever written
     assert resume(tmp_path) == (5, 5.0, "model_0000005.pth")
 

@@ -130,6 +130,16 @@ def test_check_image_sizes(tmp_path):
         (lambda d: d["images"][0].pop("file_name"), "images[0] has no 'file_name'"),
         (lambda d: d["categories"][1].pop("id"), "categories[1] has no 'id'"),
         (lambda d: d.pop("categories"), "no 'categories' list: not a COCO annotation file"),
+        (lambda d: d["images"].extend([dict(d["images"][0], file_name="b.jpg"), dict(d["images"][0], file_name="c.jpg")]),
+         "images[1] has the id 1 of images[0] (1 more entries repeat an id): annotations would attach to the wrong image"),
+        (lambda d: d["annotations"][2].update(id=1),
+         "annotations[2] has the id 1 of annotations[0]: ids must be unique"),
+        (lambda d: d["images"][0].update(file_name="../../etc/a.jpg"),
+         "images[0] file_name '../../etc/a.jpg' is outside the image folder: give a path relative to it "
+         "(image_root), without .. out of it"),
+        (lambda d: d["images"][0].update(file_name="/data/a.jpg"),
+         "images[0] file_name '/data/a.jpg' is outside the image folder: give a path relative to it "
+         "(image_root), without .. out of it"),
     ],
 )  # fmt: skip
 def test_check_coco_json_names_the_file_and_entry(tmp_path, change, message):
@@ -169,6 +179,21 @@ def test_drop_unusable_boxes_in_both_box_modes():
     assert drop_unusable_boxes(dicts) == DroppedBoxes(negative=2, zero_area=3)
     assert [a["bbox"] for a in dicts[0]["annotations"]] == [[0, 0, 5, 5]]
     assert [a["bbox"] for a in dicts[1]["annotations"]] == [[1, 1, 3, 2]]
+
+
+def test_boxes_outside_their_image_are_clipped_or_left_out_and_counted():
+    dicts = [
+        {"width": 10, "height": 8, "annotations": [
+            {"bbox": [2, 2, 3, 3], "bbox_mode": BoxMode.XYWH_ABS},  # inside: as it is
+            {"bbox": [-2, 1, 5, 20], "bbox_mode": BoxMode.XYWH_ABS},  # partly outside
+            {"bbox": [8, 6, 12, 9], "bbox_mode": BoxMode.XYXY_ABS},  # partly outside
+            {"bbox": [11, 0, 4, 4], "bbox_mode": BoxMode.XYWH_ABS},  # wholly outside
+        ]},
+        {"annotations": [{"bbox": [-5, -5, 100, 100], "bbox_mode": BoxMode.XYWH_ABS}]},  # no size: kept
+    ]  # fmt: skip
+    assert drop_unusable_boxes(dicts) == DroppedBoxes(negative=0, zero_area=0, outside=1, clipped=2)
+    assert [a["bbox"] for a in dicts[0]["annotations"]] == [[2, 2, 3, 3], [0, 1, 3, 7], [8, 6, 10, 8]]
+    assert [a["bbox"] for a in dicts[1]["annotations"]] == [[-5, -5, 100, 100]]
 
 
 def test_coco_jsons_entries_and_registration(tmp_path):
@@ -245,3 +270,17 @@ def test_train_on_a_users_coco_json_from_the_command_line(user_coco, tmp_path):
     assert results and {r["image_id"] for r in results} <= val_ids
     assert [line for line in proc.stdout.splitlines() if line.startswith("box AP: ")]
     assert not (tmp_path / "ld").exists()  # the built-in shapes set was neither needed nor generated
+
+
+def test_an_oversized_image_in_the_sample_counts_as_unreadable(tmp_path):
+    """A decompression bomb (or an image over DATALOADER.MAX_IMAGE_PIXELS) among the images
+    checked before launch is passed over as an unreadable one, not a traceback."""
+    from unreadable_testing import decompression_bomb
+
+    image(tmp_path / "a.jpg", 10, 10)
+    decompression_bomb(str(tmp_path / "b.png"))
+    sample = (CocoImage(0, "a.jpg", 10, 10), CocoImage(1, "b.png", 20000, 20000))
+    check_image_sizes("x.json", str(tmp_path), sample)
+    check_image_sizes("x.json", str(tmp_path), sample, max_pixels=100)
+    with pytest.raises(CocoJsonError, match=r"a\.jpg: 10x10 = 100 pixels, over DATALOADER\.MAX_IMAGE_PIXELS 99"):
+        check_image_sizes("x.json", str(tmp_path), sample, max_pixels=99)  # none is left

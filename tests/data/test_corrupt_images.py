@@ -157,3 +157,23 @@ def test_evaluation_leaves_unreadable_images_out_and_counts_them(
     # Detectron2's evaluator would score the three as images without detections.
     reference = DetectronCOCOEvaluator(name, output_dir=str(tmp_path / "eval"))
     assert inference_on_dataset(model, loader, reference)["bbox"]["AP"] < 90.0
+
+
+def test_an_image_over_the_pixel_limit_is_skipped_before_it_is_decoded(damaged_train, tmp_path, largedet_log):
+    """DATALOADER.MAX_IMAGE_PIXELS (default PIL's own limit): a larger image is unreadable,
+    read from its header; a decompression bomb is one at the default."""
+    from unreadable_testing import decompression_bomb
+
+    from largedet.data.unreadable import max_image_pixels
+
+    cfg = _cfg()
+    assert max_image_pixels(cfg) == 89_478_485
+    bomb = dict(damaged_train[0], file_name=str(tmp_path / "bomb.png"))
+    decompression_bomb(bomb["file_name"])
+    mapper = SkipUnreadable(DatasetMapper(cfg, is_train=False), 10, max_image_pixels(cfg))
+    assert mapper(bomb) is None and mapper(damaged_train[0]) is not None
+    small = SkipUnreadable(DatasetMapper(cfg, is_train=False), 10, 64 * 64 - 1)
+    assert small(damaged_train[0]) is None and small.num_skipped == 1
+    messages = [r.getMessage() for r in largedet_log.records]
+    assert "64x64 = 4096 pixels, over DATALOADER.MAX_IMAGE_PIXELS 4095" in messages[-1]
+    assert bomb["file_name"] in messages[0] and "over DATALOADER.MAX_IMAGE_PIXELS 89478485" in messages[0]

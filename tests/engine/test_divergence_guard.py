@@ -281,3 +281,50 @@ class RecordLosses(HookBase):
 
     def after_step(self):
         self.losses.append((self.trainer.iter, float(self.trainer.last_total_loss)))
+
+
+class NanLossAt(HookBase):
+    """A NaN loss in the first ``times`` runs of iteration ``at``."""
+
+    def __init__(self, at, times):
+        self.at, self.left = at, times
+
+    def before_step(self):
+        fire = self.trainer.iter == self.at and self.left > 0
+        self.left -= fire
+        self.trainer.model.loss_scale = math.nan if fire else 1.0
+
+
+def test_a_rollback_that_diverges_again_goes_back_further(tiny_shapes, tmp_path):
+    """Diverging again before a checkpoint past the one restored: those weights led to the
+    divergence, so the next rollback restores the checkpoint before them."""
+    record = Record()
+    seed_all_rng(0)
+    trainer = Trainer(tiny_cfg(str(tmp_path), "SOLVER.MAX_ITER", 8, "SOLVER.CHECKPOINT_PERIOD", 2,
+                               "SOLVER.DIVERGENCE.ROLLBACK", True))  # fmt: skip
+    trainer.register_hooks([NanLossAt(5, times=2), record])
+    trainer.train()
+    # NaN at 5: back to model_0000003; NaN at 5 again: back to model_0000001, not to 3 again
+    assert [step["iter"] for step in record.steps] == [0, 1, 2, 3, 4, 5, 4, 5, 2, 3, 4, 5, 6, 7]
+    final = torch.load(tmp_path / "model_final.pth", weights_only=True)["trainer"]["hooks"]
+    assert final["DivergenceGuard"]["rollbacks"] == 2
+
+
+def test_a_rollback_that_diverges_again_with_nothing_earlier_stops(tiny_shapes, tmp_path):
+    with pytest.raises(FloatingPointError, match=r"model_0000001\.pth, restored by the last rollback, diverged again"):
+        trainer = Trainer(tiny_cfg(str(tmp_path), "SOLVER.MAX_ITER", 6, "SOLVER.CHECKPOINT_PERIOD", 2,
+                                   "SOLVER.DIVERGENCE.ROLLBACK", True))  # fmt: skip
+        trainer.register_hooks([NanLossAt(3, times=2)])
+        trainer.train()
+
+
+def test_the_spike_test_watches_the_first_steps():
+    """With the default window of 50, a spike at step 6 is caught: the test starts after
+    MIN_SPIKE_HISTORY steps, with the median of those seen."""
+    from largedet.engine.hooks import MIN_SPIKE_HISTORY
+
+    guard = DivergenceGuard()
+    guard.history.extend([4.0, 3.0, 2.0, 2.0])
+    assert guard.check(1e3) == ""  # 4 steps seen: not yet
+    guard.history.append(1.5)
+    assert MIN_SPIKE_HISTORY == 5 and guard.check(1e3) == "loss 1000 > 10 x 2, the median of the last 5 steps"

@@ -85,3 +85,24 @@ def test_the_evaluator_reports_nan_and_warns_once(tmp_path, caplog, capsys, monk
     capsys.readouterr()
     print_box_ap(results)
     assert capsys.readouterr().out == "box AP: n/a\n"
+
+
+@pytest.mark.parametrize("impl", ["pycocotools", "auto"])
+def test_no_detections_is_ap_0_with_its_own_warning(tmp_path, capsys, impl):
+    """An empty results file (the model found nothing) is AP 0, not an error, and not the
+    "n/a" of a ground truth without annotations: each says what it is."""
+    box = {"id": 1, "image_id": 1, "category_id": 1, "bbox": [8, 8, 20, 20], "area": 400, "iscrowd": 0}
+    gt, dt = _files(tmp_path, [box])
+    with open(dt, "w") as f:
+        f.write("[]")
+    assert coco_eval_main(["--gt", gt, "--dt", dt, "--impl", impl]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "AP: 0.000"
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == [
+        f"warning: {dt}: no detections (an empty list): the model found nothing, AP is 0"
+    ]
+    (tmp_path / "empty").mkdir()
+    gt_empty, _ = _files(tmp_path / "empty")  # no annotation, and still no detection
+    assert coco_eval_main(["--gt", gt_empty, "--dt", dt, "--impl", impl]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "AP: n/a" and "no ground-truth annotation" in err

@@ -40,3 +40,27 @@ def test_images_per_second_leave_out_the_evaluations(tiny_shapes, tmp_path):
     low, high = 16 / (training + 0.001) - 0.0005, 16 / (training - 0.001) + 0.0005
     assert low <= invocation["images_per_s"] <= high
     assert invocation["images_per_s"] > 16 / wall  # what counting the evaluations gave
+
+
+def test_an_invocation_that_ended_without_a_word_is_recorded_as_killed(tiny_shapes, tmp_path):
+    """A SIGKILL (or the out-of-memory killer) leaves the invocation ``running``: the next
+    start records it as ``killed``, its steps kept up to where the next one starts."""
+    import json
+
+    from largedet.launch.run_summary import SUMMARY_FILE
+
+    opts = ("SOLVER.MAX_ITER", 2, "SOLVER.CHECKPOINT_PERIOD", 1)
+    first = Trainer(tiny_cfg(str(tmp_path), *opts))
+    first.resume_or_load(resume=False)
+    first.train()
+    summary = read_run_summary(str(tmp_path))
+    summary["invocations"][-1].update(status="running", end_iter=0)  # as a kill leaves it
+    (tmp_path / SUMMARY_FILE).write_text(json.dumps({**summary, "status": "running"}))
+    resumed = Trainer(tiny_cfg(str(tmp_path), "SOLVER.MAX_ITER", 3, "SOLVER.CHECKPOINT_PERIOD", 1))
+    resumed.resume_or_load(resume=True)
+    resumed.train()
+    summary = read_run_summary(str(tmp_path))
+    assert [(r["start_iter"], r["end_iter"], r["status"]) for r in summary["invocations"]] == [
+        (0, 2, "killed"), (2, 3, "finished")
+    ]
+    assert summary["status"] == "finished"

@@ -75,10 +75,13 @@ def test_one_node_jobs_exec_their_task_in_the_batch_shell(tmp_path, monkeypatch)
     assert one.task_in_batch_shell and one.executor_parameters()["slurm_use_srun"] is False
     lines = _sbatch_script(one, tmp_path, monkeypatch)
     assert lines[-1].startswith("exec " + sys.executable) and "srun" not in "\n".join(lines)
+    # the time-out signal reaches the batch shell (the job has no steps for a plain --signal)
+    assert "#SBATCH --signal=B:USR2@120" in lines and "#SBATCH --signal=USR2@120" not in lines
     for several in (SlurmResources(nodes=2), SlurmResources(nodes=1, srun=True), SlurmResources(nodes=2, elastic_min_nodes=1)):
         assert not several.task_in_batch_shell and "slurm_use_srun" not in several.executor_parameters()
     lines = _sbatch_script(SlurmResources(nodes=2), tmp_path, monkeypatch)
     assert lines[-1].startswith("srun ") and "exec " not in lines[-1]
+    assert "#SBATCH --signal=USR2@120" in lines
 
 
 def fake_env(num_nodes, node, job_id="4242", hosts=("gpu-a", "gpu-b")):

@@ -1,8 +1,9 @@
 """tools/submit.py against a real Slurm (docs/launching.md, "Testing against a real Slurm"):
 a CPU run submitted through sbatch, a running job pre-empted with ``scontrol requeue``,
 ``scancel --signal=TERM --full`` and ``scancel -s USR1 -b`` and each time requeued and
-resumed from its checkpoint with no step trained twice, and the srun mode with 2 tasks on
-1 node. Skipped where no cluster answers ``sinfo`` (``tests/slurm/start_slurm.sh`` starts a
+resumed from its checkpoint with no step trained twice, a plain ``scancel`` that cancels (the
+checkpoint written, no requeue, the run summary "cancelled"), and the srun mode with 2 tasks
+on 1 node. Skipped where no cluster answers ``sinfo`` (``tests/slurm/start_slurm.sh`` starts a
 one-node one on Debian, as root)."""
 
 import json
@@ -163,6 +164,32 @@ def _preempt_each(jobs):
             elif stage == "released" and _state(job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "GONE"):
                 job[2] = "done"
         time.sleep(0.5)
+
+
+def test_a_plain_scancel_cancels_with_the_last_checkpoint_kept(tiny_shapes, tmp_path):
+    """``scancel JOBID``: the training finishes its step and writes its checkpoint, the run
+    summary says "cancelled", and the job ends cancelled instead of coming back."""
+    out = tmp_path / "run"
+    opts = _overrides(tiny_shapes, out, STEPS, "SOLVER.BASE_LR", "0.002")
+    job_id, _ = _submit(tmp_path, "--cpus-per-gpu", "1", "--config", CONFIG, *opts)
+    try:
+        _wait_for(lambda: (out / "metrics.json").is_file() and len(_steps(out)) >= 2, "two steps", 240)
+        subprocess.run(["scancel", job_id], check=True)
+        _wait_for(lambda: _state(job_id) in ("CANCELLED", "GONE"), f"job {job_id} to end", 90)
+        time.sleep(5)  # a requeue would show here (PENDING)
+        assert _state(job_id) in ("CANCELLED", "GONE")
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True)
+    summary = json.loads((out / "run_summary.json").read_text())
+    (only,) = summary["invocations"]
+    assert summary["status"] == only["status"] == "cancelled"
+    assert 2 <= only["end_iter"] < STEPS
+    assert (out / f"model_{only['end_iter'] - 1:07d}.pth").is_file()
+    assert (out / "last_checkpoint").read_text() == f"model_{only['end_iter'] - 1:07d}.pth"
+    log = (out / "log.txt").read_text()
+    assert f"cancelled (scancel: the job is not requeued) at iteration {only['end_iter'] - 1} (SIGTERM)" in log
+    job_log = "".join(p.read_text() for p in sorted((tmp_path / "jobs" / job_id).glob("*_log.*")))
+    assert "not requeued" in job_log and "requeuing" not in job_log
 
 
 def test_srun_mode_two_tasks_on_one_node(tiny_shapes, tmp_path):

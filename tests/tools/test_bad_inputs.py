@@ -73,6 +73,41 @@ def test_category_id_absent_from_categories(tmp_path):
     )
 
 
+def test_duplicate_image_ids_are_refused_before_launch(tmp_path):
+    """Two images with one id: Detectron2 would attach the annotations of both to one of
+    them and train on wrong labels without a word."""
+    path = tmp_path / "train.json"
+    coco_json(path)
+    data = json.loads(path.read_text())
+    data["images"].append(dict(data["images"][0], file_name="b.jpg"))
+    path.write_text(json.dumps(data))
+    line = run_rejected(["--config", CONFIG, *mine(path, tmp_path)], tmp_path)
+    assert line == (
+        f"error: {path}: images[1] has the id 1 of images[0]: annotations would attach to the wrong "
+        "image (dataset 'mine', DATASETS.TRAIN)"
+    )
+
+
+def test_duplicate_annotation_ids_are_one_line(tmp_path):
+    ann = {"id": 7, "image_id": 1, "category_id": 1, "bbox": [1, 2, 3, 4], "iscrowd": 0}
+    path = coco_json(tmp_path / "train.json", annotations=[ann, dict(ann, bbox=[5, 5, 3, 3])])
+    line = run_rejected(["--config", CONFIG, *mine(path, tmp_path)], tmp_path)
+    assert line == (
+        f"error: {path}: annotations[1] has the id 7 of annotations[0]: ids must be unique "
+        "(dataset 'mine', DATASETS.TRAIN)"
+    )
+
+
+def test_a_file_name_that_escapes_the_image_root_is_refused(tmp_path):
+    path = tmp_path / "train.json"
+    coco_json(path)
+    data = json.loads(path.read_text())
+    data["images"][0]["file_name"] = "../secret/a.jpg"
+    path.write_text(json.dumps(data))
+    line = run_rejected(["--config", CONFIG, *mine(path, tmp_path)], tmp_path)
+    assert line.startswith(f"error: {path}: images[0] file_name '../secret/a.jpg' is outside the image folder")
+
+
 def test_missing_image_folder_of_a_coco_json(tmp_path):
     path = coco_json(tmp_path / "train.json")
     line = run_rejected(["--config", CONFIG, *mine(path, tmp_path / "images")], tmp_path)
@@ -141,3 +176,29 @@ def test_a_job_checked_for_other_machines_is_not_refused_for_this_ones_device(tm
 def test_the_unregistered_dataset_hint_names_a_docs_section():
     with open(os.path.join(ROOT, "docs", "training.md")) as f:
         assert "## Your own COCO dataset\n" in f.read()  # docs/training.md#your-own-coco-dataset
+
+
+def test_negative_num_workers_is_one_line_before_launch(tmp_path):
+    line = run_rejected(["--config", CONFIG, "DATALOADER.NUM_WORKERS", "-1"], tmp_path)
+    assert line == "error: DATALOADER.NUM_WORKERS: must be an integer >= 0 (loader processes per training process), got -1"
+
+
+def test_a_pixel_limit_below_one_is_one_line(tmp_path):
+    line = run_rejected(["--config", CONFIG, "DATALOADER.MAX_IMAGE_PIXELS", "0"], tmp_path)
+    assert line == "error: DATALOADER.MAX_IMAGE_PIXELS: must be an integer >= 1 (pixels), got 0"
+
+
+def test_an_explicit_dist_url_whose_port_is_taken_is_one_line(tmp_path):
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        line = run_rejected(["--config", CONFIG, "--num-gpus", "2", "--dist-url", f"tcp://127.0.0.1:{port}",
+                             "MODEL.DEVICE", "cpu"], tmp_path)  # fmt: skip
+    assert line == (
+        f"error: --dist-url tcp://127.0.0.1:{port}: port {port} is in use on this machine (another run, or "
+        "a process that still holds it); give another port, or leave --dist-url out on one machine (a "
+        "free port is picked)"
+    )

@@ -27,6 +27,16 @@ def test_list_file_that_is_a_folder(tmp_path):
     )
 
 
+def test_missing_video_folder(tmp_path):
+    list_file = tmp_path / "train.txt"
+    list_file.write_text("a.mp4 0\n")
+    root = tmp_path / "videos"
+    assert run_rejected(["DATASETS.VIDEO_LISTS", f"[['mine', '{list_file}', '{root}']]", "DATASETS.TRAIN",
+                         "('mine',)"], tmp_path) == (
+        f"error: {root}: video folder of dataset 'mine' (DATASETS.VIDEO_LISTS) not found"
+    )  # fmt: skip
+
+
 def test_label_outside_num_classes(tmp_path):
     list_file = tmp_path / "train.txt"
     list_file.write_text("# path label\na.mp4 0\nb.mp4 3\nc.mp4 4\n")  # the demo's NUM_CLASSES is 4

@@ -135,7 +135,8 @@ def check_video_args(
 
 def _check_video_lists(cfg: CfgNode) -> None:
     """Each ``DATASETS.VIDEO_LISTS`` entry is ``[name, list_file, root]`` with its list file
-    present (registering one opens it to tell a Kinetics CSV from a list)."""
+    present (registering one opens it to tell a Kinetics CSV from a list) and its ``root``, where
+    given, a folder."""
     for i, entry in enumerate(cfg.DATASETS.VIDEO_LISTS):
         if (
             not isinstance(entry, (list, tuple))
@@ -148,12 +149,15 @@ def _check_video_lists(cfg: CfgNode) -> None:
                 f"DATASETS.VIDEO_LISTS[{i}]: expected [name, list_file, root] (strings), "
                 f"got {entry!r}"
             )
-        name, list_file, _root = entry
+        name, list_file, root = entry
         if not os.path.isfile(list_file):
             what = "is a folder, not a list file" if os.path.isdir(list_file) else "not found"
             raise ConfigError(
                 f"{list_file}: list file of dataset {name!r} (DATASETS.VIDEO_LISTS) {what}"
             )
+        if root and not os.path.isdir(root):
+            what = "is a file, not a folder" if os.path.exists(root) else "not found"
+            raise ConfigError(f"{root}: video folder of dataset {name!r} (DATASETS.VIDEO_LISTS) {what}")
 
 
 def _check_labels(cfg: CfgNode, splits) -> None:

@@ -1,0 +1,67 @@
+"""A stop signal while a job starts (its check, its model, its resume: before the trainer's
+pre-emption hook) exits with the pre-emption status, 75, in one line: not 143 from the
+signal's default action, nor 69 from a worker killed by it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
+CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_at_start_up_exits_75_in_one_line(sig):
+    code = (
+        "import os, signal, time\n"
+        "from largedet.launch.processes import exit_on_stop_signals\n"
+        "exit_on_stop_signals()\n"
+        f"os.kill(os.getpid(), {int(sig)})\n"
+        "time.sleep(30)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 75, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"{sig.name} outside training (nothing to save): exiting 75; --resume continues from the "
+        "newest complete checkpoint"
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_an_ignored_signal_stays_ignored():
+    code = (
+        "import os, signal\n"
+        "signal.signal(signal.SIGUSR2, signal.SIG_IGN)\n"
+        "from largedet.launch.processes import exit_on_stop_signals\n"
+        "exit_on_stop_signals()\n"
+        "assert signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN\n"
+        "os.kill(os.getpid(), signal.SIGUSR2)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_train_net_with_two_processes_stopped_while_it_starts_exits_75(tmp_path):
+    """SIGTERM to tools/train_net.py --num-gpus 2 once its workers exist, before they train."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, TRAIN_NET, "--config", CONFIG, "--num-gpus", "2",
+                             "MODEL.DEVICE", "cpu", "DATALOADER.NUM_WORKERS", "0",
+                             "OUTPUT_DIR", str(tmp_path / "run")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "run" / "log.txt").is_file():  # the workers set up their logs
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, err[-3000:]
+    assert "Traceback" not in err and "killed by" not in err
