@@ -51,7 +51,7 @@ from ..launch.run_summary import RunSummaryHook, how_it_ended, run_after_train_h
 from ..layers import resolve_sync_batchnorm
 from ..solver import build_agvm, build_lr_scheduler, build_optimizer, describe_agvm_parts, with_scaled_lr
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
-from ..solver.plan import LRScaling, RunPlan, run_plan
+from ..solver.plan import LRScaling, RunPlan, run_plan, with_run_length
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .hooks import (
     DivergenceGuard,
@@ -136,6 +136,7 @@ class Trainer(TrainerBase):
             parameter_clip=self.plan.parameter_clip,
         )
         self.max_iter = self.run_length(cfg)
+        self.plan = with_run_length(self.plan, cfg, self.max_iter)  # its warm-up within the run
         self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.plan, self.max_iter)
         self.ema: Optional[ModelEMA] = ModelEMA.from_config(cfg, model)
         extra = {} if self.ema is None else {"model_ema": self.ema}

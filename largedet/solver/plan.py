@@ -18,7 +18,7 @@ is a fixed number of images whatever the ramp.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 from detectron2.config import CfgNode
@@ -37,6 +37,7 @@ __all__ = [
     "run_plan",
     "scaled_lr",
     "warmup_steps",
+    "with_run_length",
 ]
 
 
@@ -406,3 +407,14 @@ def run_plan(cfg: CfgNode, world_size: int, dataset_size: Optional[int] = None) 
         parameter_clip=parameter,
         ramp_rule=solver.LSR.RULE,
     )
+
+
+def with_run_length(plan: RunPlan, cfg: CfgNode, steps: int) -> RunPlan:
+    """``plan`` for a run whose LR schedule spans ``steps`` optimizer steps rather than
+    ``SOLVER.MAX_ITER`` (a trainer's own ``run_length``, as the video project's multigrid
+    plan): the same plan with the warm-up of that run (:func:`warmup_steps` of ``steps``).
+    ``plan`` itself when it ramps the batch (its schedule follows ``SOLVER.MAX_ITER`` in
+    images) or when ``steps`` is its own length."""
+    if plan.schedule.ramped or steps == plan.max_iter:
+        return plan
+    return replace(plan, warmup_iters=warmup_steps(cfg, steps))
