@@ -47,7 +47,7 @@ from ..data.position import DataPosition
 from ..evaluation.registry import build_evaluator
 from ..launch.preemption import PreemptionHook
 from ..launch.processes import shut_down_distributed_at_exit
-from ..launch.run_summary import RunSummaryHook, how_it_ended, run_after_train_hooks
+from ..launch.run_summary import RunEnd, RunSummaryHook, run_after_train_hooks
 from ..layers import resolve_sync_batchnorm
 from ..solver import build_agvm, build_lr_scheduler, build_optimizer, describe_agvm_parts, with_scaled_lr
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
@@ -149,6 +149,8 @@ class Trainer(TrainerBase):
         self.data = DataPosition(data_loader, self.batch)
         # seconds this process spent in the evaluation hook (periodic and final evaluations)
         self.evaluation_s = 0.0
+        #: how this invocation ended (:class:`~largedet.launch.run_summary.RunEnd`), for the run summary
+        self.run_end = RunEnd()
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
             block = self.plan.describe(
@@ -267,7 +269,7 @@ class Trainer(TrainerBase):
         if isinstance(self._trainer.data_loader, DetectionTrainLoader):
             ours.append(SkippedImagesHook(self._trainer.data_loader, self.cfg.LOG_PERIOD))
         hooks[1:1] = ours
-        hooks += [*build_config_hooks(self.cfg), RunSummaryHook()]  # HOOKS: a user's, registered
+        hooks += [*build_config_hooks(self.cfg), RunSummaryHook(self.run_end)]  # HOOKS: a user's, registered
         return hooks
 
     def _detectron2_hooks(self) -> list:
@@ -391,13 +393,13 @@ class Trainer(TrainerBase):
         The loop of Detectron2's ``TrainerBase.train``, except that it follows
         :attr:`iter` when a rollback (:meth:`roll_back`) sends it back: training goes on
         from the iteration after the restored one, until ``max_iter``. How the loop ended
-        is :attr:`end_status` (:func:`~largedet.launch.run_summary.how_it_ended`). A
+        is :attr:`run_end`'s (:class:`~largedet.launch.run_summary.RunEnd`). A
         distributed run that ended without an error shuts the process group down at exit.
         """
         loop_logger = logging.getLogger("detectron2.engine.train_loop")  # its messages as before
         loop_logger.info("Starting training from iteration %d", self.start_iter)
         self.iter = self.start_iter
-        self.end_status = None  # how this invocation ended, for the run summary
+        self.run_end.start()
         with EventStorage(self.start_iter) as self.storage:
             try:
                 self.before_train()
@@ -406,12 +408,10 @@ class Trainer(TrainerBase):
                     self.run_step()
                     self.after_step()
                     self.iter += 1
-                self.end_status = "finished"
+                self.run_end.finish()
             except BaseException as error:
                 distributed = comm.get_world_size() > 1
-                self.end_status, raised = how_it_ended(
-                    error, self.iter, self.cfg.OUTPUT_DIR, distributed, loop_logger
-                )
+                raised = self.run_end.record(error, self.iter, self.cfg.OUTPUT_DIR, distributed, loop_logger)
                 if raised is error:
                     raise
                 raise raised from None
@@ -452,7 +452,7 @@ class Trainer(TrainerBase):
         hooks do not run: they would wait on the broken process group, or save a step that
         did not finish. The pre-emption handlers are put back at the end."""
         self.storage.iter = self.iter
-        run_after_train_hooks(self, self._hooks)
+        run_after_train_hooks(self.run_end, self._hooks)
 
     def roll_back(self, found: FoundCheckpoint) -> None:
         """Restore everything the checkpoint ``found`` holds but the data position: the
