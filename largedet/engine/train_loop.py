@@ -20,21 +20,11 @@ from torch.nn.parallel import DistributedDataParallel
 from ..optim import AGVM, uses_clock
 from ..optim.agvm import Estimate, complete_estimates, micro_batch_halves, rank_halves
 from ..solver.batch import check_agvm_estimates
-from ..solver.plan import ParameterClip
+from ..solver.plan import ParameterClip, StepPlan
 
 __all__ = ["AccumulationTrainer", "Gradients", "StepPlan", "StepSync", "total_norm"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """What one optimizer step of the run plan asks of the loop
-    (:meth:`AccumulationTrainer.run_planned_step`)."""
-
-    accumulation: int  # K: micro-batches per device
-    clip_max_norm: Optional[float] = None  # the step's total-norm bound (None: no clip)
-    clock: Optional[float] = None  # with a batch ramp: PMD's clock, steps of the full batch
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from ..launch.run_summary import RunEnd, RunSummaryHook, run_after_train_hooks
 from ..layers import resolve_sync_batchnorm
 from ..solver import build_agvm, build_lr_scheduler, build_optimizer, describe_agvm_parts, with_scaled_lr
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
-from ..solver.plan import LRScaling, RunPlan, run_plan, with_run_length
+from ..solver.plan import RunPlan, run_plan, with_run_length
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .hooks import (
     DivergenceGuard,
@@ -61,7 +61,7 @@ from .hooks import (
     StepRolledBack,
     build_config_hooks,
 )
-from .train_loop import AccumulationTrainer, StepPlan
+from .train_loop import AccumulationTrainer
 from .writers import (
     ImageClockPrinter,
     build_wandb_writers,
@@ -92,7 +92,7 @@ class Trainer(TrainerBase):
     ``build_writers``, ``model``, ``optimizer``, ``data_loader`` and the state dict's
     ``_trainer`` entry. Added: the run plan (:attr:`plan`), the inner
     :class:`~largedet.engine.train_loop.AccumulationTrainer` driven one
-    :class:`~largedet.engine.train_loop.StepPlan` per step, the data position (:attr:`data`),
+    :class:`~largedet.solver.plan.StepPlan` per step, the data position (:attr:`data`),
     the rollback (:meth:`roll_back`) and the hooks' stop request (:meth:`request_stop`).
     """
 
@@ -153,10 +153,7 @@ class Trainer(TrainerBase):
         self.run_end = RunEnd()
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
-            block = self.plan.describe(
-                cfg, type(optimizer).__name__, describe_agvm_parts(optimizer, agvm),
-                schedule=self.describe_schedule(cfg),
-            )  # fmt: skip
+            block = self.plan.describe(cfg, type(optimizer).__name__, describe_agvm_parts(optimizer, agvm))
             if os.path.isdir(cfg.OUTPUT_DIR):  # weights and up to two moments per weight
                 weights_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
                 warn_if_low_space(cfg.OUTPUT_DIR, 3 * weights_bytes, "a checkpoint")
@@ -165,12 +162,9 @@ class Trainer(TrainerBase):
             logger.info(block)
             warn_unused_lsr_keys(cfg)
 
-    # the plan's and the data position's, as the hooks and the video trainer read them
+    # the plan's, as the hooks and the video trainer read them
     batch: BatchPlan = property(lambda self: self.plan.batch)  # global batch, devices, K
-    lr_scaling: LRScaling = property(lambda self: self.plan.lr)  # the peak LR and its rule
     schedule: BatchSchedule = property(lambda self: self.plan.schedule)  # the batch ramp
-    data_position: int = property(lambda self: self.data.position)  # images trained on
-    data_seed: Optional[int] = property(lambda self: self.data.seed)  # the stream's seed
 
     @classmethod
     def value_rules(cls) -> tuple:
@@ -183,12 +177,6 @@ class Trainer(TrainerBase):
         """The autocast dtype of ``SOLVER.AMP`` (None: full precision):
         :func:`largedet.config.amp_dtype`."""
         return amp_dtype(cfg)
-
-    def describe_schedule(self, cfg) -> Optional[str]:
-        """The schedule's part of the start-of-run block (warm-up, LR steps, iterations,
-        epochs), or None for the one ``SOLVER`` describes. A trainer whose schedule sets
-        its own length (:meth:`run_length`) describes that schedule here."""
-        return None
 
     def run_length(self, cfg) -> int:
         """The run's length in optimizer steps, ``self.max_iter``: where the training loop
@@ -260,7 +248,7 @@ class Trainer(TrainerBase):
         hooks = self._detectron2_hooks()
         ours = [DivergenceGuard.from_config(self.cfg)]
         if self.ema is not None:  # after the guard: a rolled-back step is not averaged
-            ours.append(EMAHook(self.ema, self.batch_at))
+            ours.append(EMAHook(self.ema, self.plan.batch_at))
         # pre-emption: after the LR step and the periodic checkpoint, before evaluating
         evaluation = next(i for i, h in enumerate(hooks) if isinstance(h, EvalHook))
         hooks.insert(evaluation, PreemptionHook(self.cfg.PREEMPTION.SIGNALS))
@@ -314,10 +302,6 @@ class Trainer(TrainerBase):
             self.evaluation_s += time.perf_counter() - start
         return self._last_eval_results
 
-    def batch_at(self, iteration: int) -> int:
-        """The global batch of optimizer step ``iteration`` (0-based)."""
-        return self.schedule.batch_at(iteration)
-
     def build_writers(self):
         """Detectron2's writers (console with the ETA, ``metrics.json``, TensorBoard) over
         :meth:`run_length` steps, and W&B's with ``WANDB.ENABLED``. With a batch ramp the
@@ -368,24 +352,15 @@ class Trainer(TrainerBase):
         super().before_train()
 
     def run_step(self):
-        """One optimizer step of the plan's (:class:`~largedet.engine.train_loop.StepPlan`: its
+        """One optimizer step of the plan's (:meth:`~largedet.solver.plan.RunPlan.step_at`: its
         K, total-norm clip and, with a batch ramp, PMD's clock): the backward passes, the
         hooks' ``after_backward``, the optimizer step; then the data position moves on."""
         loop = self._trainer
-        loop.set_step(self.iter, self.step_plan(self.iter))
+        loop.set_step(self.iter, self.plan.step_at(self.iter))
         gradients = loop.backward()
         self.after_backward()
         loop.step_optimizer(gradients)
         self.data.advance(self.plan.batch_at(self.iter))
-
-    def step_plan(self, iteration: int) -> StepPlan:
-        """What step ``iteration`` of :attr:`plan` asks of the training loop."""
-        plan = self.plan
-        return StepPlan(
-            accumulation=plan.accumulation_at(iteration),
-            clip_max_norm=plan.clip_at(iteration),
-            clock=plan.clock(iteration) if plan.schedule.ramped else None,
-        )
 
     def train(self):
         """Train, then return the last evaluation results (``{}`` when none ran).

@@ -207,7 +207,7 @@ class RunSummaryHook(HookBase):
         wall = time.perf_counter() - self._start
         evaluation = self.trainer.evaluation_s - self._start_evaluation
         training = wall - evaluation
-        images = self.trainer.data_position - self._start_position
+        images = self.trainer.data.position - self._start_position
         current = {
             "start_iter": self._start_iter,
             # the first step not trained: a pre-empted step was finished and saved
@@ -228,7 +228,7 @@ class RunSummaryHook(HookBase):
     def before_train(self):
         self._start = time.perf_counter()
         self._start_iter = self.trainer.start_iter
-        self._start_position = self.trainer.data_position
+        self._start_position = self.trainer.data.position
         self._start_evaluation = self.trainer.evaluation_s
         self._write("running")
 

@@ -32,6 +32,7 @@ __all__ = [
     "LRScaling",
     "ParameterClip",
     "RunPlan",
+    "StepPlan",
     "lr_scaling",
     "describe_warmup",
     "run_plan",
@@ -142,6 +143,16 @@ class ParameterClip:
 
 
 @dataclass(frozen=True)
+class StepPlan:
+    """What one optimizer step of the run plan asks of the training loop
+    (:meth:`RunPlan.step_at`, :meth:`largedet.engine.train_loop.AccumulationTrainer.set_step`)."""
+
+    accumulation: int  # K: micro-batches per device
+    clip_max_norm: Optional[float] = None  # the step's total-norm bound (None: no clip)
+    clock: Optional[float] = None  # with a batch ramp: PMD's clock, steps of the full batch
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """A run's derived numbers (see the module docstring). Frozen: built once, read by all."""
 
@@ -206,6 +217,15 @@ class RunPlan:
         clock = self.clock(step)
         bounds = [w.max_norm for w in self.clip_windows if w.covers(clock)]
         return min(bounds) if bounds else None
+
+    def step_at(self, step: int) -> StepPlan:
+        """What optimizer step ``step`` asks of the training loop: its K, its total-norm clip
+        and, with a batch ramp, PMD's clock."""
+        return StepPlan(
+            accumulation=self.accumulation_at(step),
+            clip_max_norm=self.clip_at(step),
+            clock=self.clock(step) if self.schedule.ramped else None,
+        )
 
     def describe_clipping(self) -> Optional[str]:
         """One line on the run's gradient clipping, or None when it clips nothing."""

@@ -13,6 +13,7 @@ from detectron2.engine.hooks import PreciseBN
 from detectron2.solver import LRMultiplier
 from detectron2.utils import comm
 from largedet.solver import RunPlan, build_schedule, with_run_length
+from largedet.solver.plan import describe_warmup
 from torch import nn
 
 from ..multigrid import MultigridParamScheduler, MultigridPlan
@@ -27,6 +28,14 @@ class VideoRunPlan(RunPlan):
     """largedet's run plan with the multigrid plan the run trains on (None: no multigrid)."""
 
     multigrid: Optional[MultigridPlan] = None
+
+    def describe(self, cfg, optimizer_name: str, agvm_parts=None, schedule=None) -> str:
+        """largedet's block, with the multigrid plan's warm-up, stages, steps and LR in place
+        of ``SOLVER``'s schedule (which multigrid replaces)."""
+        if schedule is None and self.multigrid is not None:
+            warmup = describe_warmup(cfg, self.warmup_iters, self.lr.lr)
+            schedule = f"{warmup}\n{self.multigrid.describe(self.lr.lr)}"
+        return super().describe(cfg, optimizer_name, agvm_parts, schedule)
 
 
 def multigrid_run_plan(plan: RunPlan, cfg, multigrid: MultigridPlan) -> VideoRunPlan:

@@ -9,7 +9,7 @@ from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
 from largedet.solver.batch import batch_plan
-from largedet.solver.plan import RunPlan, describe_warmup
+from largedet.solver.plan import RunPlan
 
 from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader
 from ..data.build import MultigridTrainLoader
@@ -45,15 +45,6 @@ class VideoTrainer(Trainer):
             return plan
         self.multigrid = data_loader.plan
         return multigrid_run_plan(plan, cfg, self.multigrid)
-
-    def describe_schedule(self, cfg):
-        """The multigrid plan's stages, steps and LR in the start-of-run block (instead of
-        ``SOLVER``'s schedule, which multigrid replaces)."""
-        if self.multigrid is None:
-            return None
-        lr = self.plan.lr.lr
-        warmup = describe_warmup(cfg, self.plan.warmup_iters, lr)
-        return f"{warmup}\n{self.multigrid.describe(lr)}"
 
     def run_length(self, cfg) -> int:
         """The multigrid plan's optimizer steps, or ``SOLVER.MAX_ITER``."""
