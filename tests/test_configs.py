@@ -148,8 +148,10 @@ def test_coco_batch_1056_configs_take_the_study_schedule_and_weight_decay(name):
     # the LR the run follows: the 1x schedule's 20% warm-up (273 steps), the peak to 80% of
     # the run (step 1,528), then linear to 0 at 1,910: 1.4x the 1x schedule's 1,364 steps
     # (1,440,000 images / 1056), rounded as the study's grid rounds its 1.4x
+    from largedet.solver import run_plan
+
     peak = lr_scaling(cfg).lr
-    shape = lr_multiplier(cfg, solver.MAX_ITER, peak)
+    shape = lr_multiplier(cfg, run_plan(cfg, solver.IMS_PER_BATCH // max(solver.IMS_PER_DEVICE, 1)))
     at = lambda step: shape(step / solver.MAX_ITER)  # noqa: E731
     assert (solver.MAX_ITER, solver.WARMUP_ITERS, solver.PMD.PERIOD) == (1910, 273, 478)
     assert solver.MAX_ITER == round(1.4 * round(90000 * 16 / 1056))

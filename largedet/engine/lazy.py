@@ -47,7 +47,7 @@ from typing import Any, Dict, List, Optional
 import torch
 from detectron2.config import CfgNode, instantiate
 from detectron2.evaluation import inference_on_dataset, print_csv_format
-from detectron2.solver import LRMultiplier, WarmupParamScheduler
+from detectron2.solver import LRMultiplier
 from detectron2.utils import comm
 from omegaconf import DictConfig, OmegaConf
 
@@ -58,9 +58,8 @@ from ..data.checks import check_datasets, check_image_files, check_num_classes
 from ..evaluation.registry import check_evaluator_types
 from ..launch.processes import planned_world_size
 from ..layers import resolve_sync_batchnorm
-from ..solver import log_param_groups, optimizer_param_groups
+from ..solver import build_schedule, log_param_groups, optimizer_param_groups
 from ..solver.batch import BatchPlan, batch_plan
-from ..solver.lr_scheduler import ImageClockLRMultiplier
 from ..solver.plan import RunPlan
 from .hooks import check_hook_names
 from .trainer import Trainer
@@ -157,24 +156,13 @@ def build_lazy_lr_scheduler(
     optimizer: torch.optim.Optimizer,
     plan: RunPlan,
 ) -> LRMultiplier:
-    """``cfg.lr_multiplier``'s schedule (:func:`~largedet.config.lazy.lr_schedule`) after the
-    warm-up of ``run`` (``train.warmup``, or a Detectron2 ``WarmupParamScheduler``'s), as one
-    Detectron2 ``LRMultiplier`` over ``train.max_iter`` steps: the yacs path's
-    ``WarmupParamScheduler`` around ``SOLVER.LR_SCHEDULER_NAME``'s schedule, with the
-    lazy schedule in its place. With a run plan ``plan`` that ramps the batch
-    (``train.batch_ramp``), the yacs path's :class:`~largedet.solver.lr_scheduler.ImageClockLRMultiplier`:
-    the same multiplier followed in images, times the LSR rule's factor at each step's batch."""
-    solver = run.SOLVER
-    multiplier = WarmupParamScheduler(
-        instantiate(lr_schedule(cfg)),
-        solver.WARMUP_FACTOR,
-        min(solver.WARMUP_ITERS / solver.MAX_ITER, 1.0),
-        solver.WARMUP_METHOD,
-        solver.RESCALE_INTERVAL,
-    )
-    if plan.schedule.ramped:
-        return ImageClockLRMultiplier(optimizer, multiplier, plan)
-    return LRMultiplier(optimizer, multiplier=multiplier, max_iter=solver.MAX_ITER)
+    """``cfg.lr_multiplier``'s schedule (:func:`~largedet.config.lazy.lr_schedule`) through
+    the yacs path's one builder (:func:`~largedet.solver.build_schedule`): after the run
+    plan's warm-up (``train.warmup``, or a Detectron2 ``WarmupParamScheduler``'s, read into
+    ``run``), as one Detectron2 ``LRMultiplier`` over ``train.max_iter`` steps; with a batch
+    ramp (``train.batch_ramp``) followed in images, times the LSR rule's factor at each
+    step's batch."""
+    return build_schedule(run, optimizer, instantiate(lr_schedule(cfg)), plan)
 
 
 def lazy_test(cfg: DictConfig, model: torch.nn.Module, run: Optional[CfgNode] = None) -> Dict[str, Any]:

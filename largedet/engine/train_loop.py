@@ -11,31 +11,31 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from detectron2.engine import SimpleTrainer
 from detectron2.utils import comm
 from detectron2.utils.events import get_event_storage
 from torch import Tensor
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.parallel import DistributedDataParallel
 
 from ..optim import AGVM, uses_clock
+from ..optim.agvm import Estimate, complete_estimates, micro_batch_halves, rank_halves
 from ..solver.batch import check_agvm_estimates
-from ..solver.plan import ParameterClip
+from ..solver.plan import ParameterClip, StepPlan
 
-__all__ = ["AccumulationTrainer", "Gradients", "StepPlan", "total_norm"]
+__all__ = ["AccumulationTrainer", "Gradients", "StepPlan", "StepSync", "total_norm"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class StepPlan:
-    """What one optimizer step of the run plan asks of the loop
-    (:meth:`AccumulationTrainer.run_planned_step`)."""
+class StepSync:
+    """What each rank sends the others once per step, in the step's one collective (the
+    metrics all-gather of :meth:`AccumulationTrainer.step_optimizer`): sharing it keeps one
+    host sync per step."""
 
-    accumulation: int  # K: micro-batches per device
-    clip_max_norm: Optional[float] = None  # the step's total-norm bound (None: no clip)
-    clock: Optional[float] = None  # with a batch ramp: PMD's clock, steps of the full batch
+    metrics: List[float]  # the step's losses (averaged over its micro-batches), then its gradient norm
+    data_time: float  # seconds this rank waited for its K batches
+    stop_request: int  # the signal this rank was asked to stop by (0: none)
 
 
 @dataclass
@@ -273,59 +273,20 @@ class AccumulationTrainer(SimpleTrainer):
         else:
             self.optimizer.step()
 
-    # --- AGVM's two gradient estimates ------------------------------------------------
+    # --- AGVM: its two gradient estimates (largedet.optim.agvm) and their record -------
 
-    def _micro_batch_halves(
-        self, first_half: List[Optional[Tensor]]
-    ) -> List[Tuple[Tensor, Optional[Tensor], Optional[Tensor]]]:
-        """(param, g_A, None) with g_A the first K // 2 micro-batches' gradient, averaged
-        over ranks; g_B (the full gradient minus g_A) is formed after unscaling."""
-        world = comm.get_world_size()
-        if world > 1:
-            present = [g for g in first_half if g is not None]
-            for flat, tensors in _flat_buckets(present):
-                dist.all_reduce(flat)
-                flat /= world
-                for t, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
-                    t.copy_(reduced)
-        return [(p, g, None) for p, g in zip(self.agvm.params, first_half)]
+    def _micro_batch_halves(self, first_half: List[Optional[Tensor]]) -> List[Estimate]:
+        return micro_batch_halves(self.agvm.params, first_half, comm.get_world_size())
 
-    def _rank_halves(self) -> List[Tuple[Tensor, Optional[Tensor], Optional[Tensor]]]:
-        """With K = 1: the local gradients (computed in no_sync) averaged over all ranks into
-        ``p.grad``, as DDP would, and (param, g_A, g_B) with g_A the mean over the first
-        ``world // 2`` ranks and g_B the mean over the others."""
-        world, rank = comm.get_world_size(), comm.get_rank()
-        n_a = world // 2
-        params = [p for p in self.agvm.params if p.grad is not None]
-        grads = [p.grad for p in params]
-        sums_a = [g * (1.0 if rank < n_a else 0.0) for g in grads]
-        estimates = []
-        for flat, tensors in _flat_buckets(sums_a + grads):
-            dist.all_reduce(flat)
-            reduced = _unflatten_dense_tensors(flat, tensors)
-            for t, r in zip(tensors, reduced):
-                t.copy_(r)
-        for p, sum_a, total in zip(params, sums_a, grads):
-            g_a = sum_a / n_a
-            g_b = (total - sum_a) / (world - n_a)
-            total.div_(world)
-            estimates.append((p, g_a, g_b))
-        return estimates
+    def _rank_halves(self) -> List[Estimate]:
+        return rank_halves(self.agvm.params, comm.get_rank(), comm.get_world_size())
 
-    def _agvm_update(self, estimates) -> None:
-        """Complete the estimates (g_B = full - g_A for the micro-batch halves; gradient
-        scale removed), update AGVM's mu and log phi and mu per part."""
+    def _agvm_update(self, estimates: List[Estimate]) -> None:
+        """AGVM's update of mu from the step's estimates (completed and unscaled:
+        :func:`~largedet.optim.agvm.complete_estimates`); ``agvm/phi/<part>`` and
+        ``agvm/mu/<part>`` in the event storage."""
         scale = self.grad_scaler.get_scale() if self.grad_scaler is not None else 1.0
-        halves = []
-        for p, g_a, g_b in estimates:
-            if scale != 1.0:
-                g_a = None if g_a is None else g_a / scale
-                g_b = None if g_b is None else g_b / scale
-            if g_b is None and p.grad is not None:  # micro-batch halves; p.grad is unscaled
-                g_b = p.grad if g_a is None else p.grad - g_a
-            halves.append((p, g_a, g_b))
-        estimates = halves
-        phi = self.agvm.update(estimates)
+        phi = self.agvm.update(complete_estimates(estimates, scale))
         if comm.is_main_process():
             storage = get_event_storage()
             for part in self.agvm.parts:
@@ -357,19 +318,19 @@ class AccumulationTrainer(SimpleTrainer):
         values = (
             torch.stack([t.to(tensors[0].device) for t in tensors]).tolist() if tensors else []
         )
-        gathered = comm.all_gather((values, data_time, self._stop_signal))
-        self.stop_signals = [signum for _, _, signum in gathered]
+        gathered: List[StepSync] = comm.all_gather(StepSync(values, data_time, self._stop_signal))
+        self.stop_signals = [sync.stop_request for sync in gathered]
         self.stop_agreed = any(self.stop_signals)
-        mean = np.mean([v[: len(names)] for v, _, _ in gathered], axis=0) if names else []
+        mean = np.mean([sync.metrics[: len(names)] for sync in gathered], axis=0) if names else []
         self.last_losses = {n: float(v) for n, v in zip(names, mean)}
         self.last_total_loss = float(sum(self.last_losses.values()))
         if grad_norm is not None:
-            self.last_grad_norm = float(np.max([v[-1] for v, _, _ in gathered]))
+            self.last_grad_norm = float(np.max([sync.metrics[-1] for sync in gathered]))
         if comm.is_main_process():
             iter = self.iter if iter is None else iter
             storage = get_event_storage()
             storage.put_scalar("rank_data_time", data_time, cur_iter=iter)
-            storage.put_scalar("data_time", max(t for _, t, _ in gathered), cur_iter=iter)
+            storage.put_scalar("data_time", max(sync.data_time for sync in gathered), cur_iter=iter)
             storage.put_scalar(f"{prefix}total_loss", self.last_total_loss, cur_iter=iter)
             if grad_norm is not None:
                 storage.put_scalar("grad_norm", self.last_grad_norm, cur_iter=iter)
@@ -439,11 +400,3 @@ def clip_each_parameter(grads: List[Tensor], clip: ParameterClip) -> None:
 
 def _copy(grad: Optional[Tensor]) -> Optional[Tensor]:
     return None if grad is None else grad.detach().clone()
-
-
-def _flat_buckets(tensors: List[Tensor]):
-    """(flat buffer, tensors) per dtype and device, for one all-reduce each."""
-    groups: Dict[Tuple[torch.device, torch.dtype], List[Tensor]] = {}
-    for t in tensors:
-        groups.setdefault((t.device, t.dtype), []).append(t)
-    return [(_flatten_dense_tensors(ts), ts) for ts in groups.values()]

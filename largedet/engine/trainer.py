@@ -47,11 +47,11 @@ from ..data.position import DataPosition
 from ..evaluation.registry import build_evaluator
 from ..launch.preemption import PreemptionHook
 from ..launch.processes import shut_down_distributed_at_exit
-from ..launch.run_summary import RunSummaryHook, how_it_ended, run_after_train_hooks
+from ..launch.run_summary import RunEnd, RunSummaryHook, run_after_train_hooks
 from ..layers import resolve_sync_batchnorm
 from ..solver import build_agvm, build_lr_scheduler, build_optimizer, describe_agvm_parts, with_scaled_lr
 from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
-from ..solver.plan import LRScaling, RunPlan, run_plan
+from ..solver.plan import RunPlan, run_plan, with_run_length
 from .ema import EMAHook, ModelEMA, evaluate_with_ema
 from .hooks import (
     DivergenceGuard,
@@ -61,7 +61,7 @@ from .hooks import (
     StepRolledBack,
     build_config_hooks,
 )
-from .train_loop import AccumulationTrainer, StepPlan
+from .train_loop import AccumulationTrainer
 from .writers import (
     ImageClockPrinter,
     build_wandb_writers,
@@ -92,7 +92,7 @@ class Trainer(TrainerBase):
     ``build_writers``, ``model``, ``optimizer``, ``data_loader`` and the state dict's
     ``_trainer`` entry. Added: the run plan (:attr:`plan`), the inner
     :class:`~largedet.engine.train_loop.AccumulationTrainer` driven one
-    :class:`~largedet.engine.train_loop.StepPlan` per step, the data position (:attr:`data`),
+    :class:`~largedet.solver.plan.StepPlan` per step, the data position (:attr:`data`),
     the rollback (:meth:`roll_back`) and the hooks' stop request (:meth:`request_stop`).
     """
 
@@ -136,6 +136,7 @@ class Trainer(TrainerBase):
             parameter_clip=self.plan.parameter_clip,
         )
         self.max_iter = self.run_length(cfg)
+        self.plan = with_run_length(self.plan, cfg, self.max_iter)  # its warm-up within the run
         self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.plan, self.max_iter)
         self.ema: Optional[ModelEMA] = ModelEMA.from_config(cfg, model)
         extra = {} if self.ema is None else {"model_ema": self.ema}
@@ -148,12 +149,11 @@ class Trainer(TrainerBase):
         self.data = DataPosition(data_loader, self.batch)
         # seconds this process spent in the evaluation hook (periodic and final evaluations)
         self.evaluation_s = 0.0
+        #: how this invocation ended (:class:`~largedet.launch.run_summary.RunEnd`), for the run summary
+        self.run_end = RunEnd()
         self.register_hooks(self.build_hooks())
         if comm.is_main_process():
-            block = self.plan.describe(
-                cfg, type(optimizer).__name__, describe_agvm_parts(optimizer, agvm),
-                schedule=self.describe_schedule(cfg),
-            )  # fmt: skip
+            block = self.plan.describe(cfg, type(optimizer).__name__, describe_agvm_parts(optimizer, agvm))
             if os.path.isdir(cfg.OUTPUT_DIR):  # weights and up to two moments per weight
                 weights_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
                 warn_if_low_space(cfg.OUTPUT_DIR, 3 * weights_bytes, "a checkpoint")
@@ -162,12 +162,9 @@ class Trainer(TrainerBase):
             logger.info(block)
             warn_unused_lsr_keys(cfg)
 
-    # the plan's and the data position's, as the hooks and the video trainer read them
+    # the plan's, as the hooks and the video trainer read them
     batch: BatchPlan = property(lambda self: self.plan.batch)  # global batch, devices, K
-    lr_scaling: LRScaling = property(lambda self: self.plan.lr)  # the peak LR and its rule
     schedule: BatchSchedule = property(lambda self: self.plan.schedule)  # the batch ramp
-    data_position: int = property(lambda self: self.data.position)  # images trained on
-    data_seed: Optional[int] = property(lambda self: self.data.seed)  # the stream's seed
 
     @classmethod
     def value_rules(cls) -> tuple:
@@ -180,12 +177,6 @@ class Trainer(TrainerBase):
         """The autocast dtype of ``SOLVER.AMP`` (None: full precision):
         :func:`largedet.config.amp_dtype`."""
         return amp_dtype(cfg)
-
-    def describe_schedule(self, cfg) -> Optional[str]:
-        """The schedule's part of the start-of-run block (warm-up, LR steps, iterations,
-        epochs), or None for the one ``SOLVER`` describes. A trainer whose schedule sets
-        its own length (:meth:`run_length`) describes that schedule here."""
-        return None
 
     def run_length(self, cfg) -> int:
         """The run's length in optimizer steps, ``self.max_iter``: where the training loop
@@ -257,7 +248,7 @@ class Trainer(TrainerBase):
         hooks = self._detectron2_hooks()
         ours = [DivergenceGuard.from_config(self.cfg)]
         if self.ema is not None:  # after the guard: a rolled-back step is not averaged
-            ours.append(EMAHook(self.ema, self.batch_at))
+            ours.append(EMAHook(self.ema, self.plan.batch_at))
         # pre-emption: after the LR step and the periodic checkpoint, before evaluating
         evaluation = next(i for i, h in enumerate(hooks) if isinstance(h, EvalHook))
         hooks.insert(evaluation, PreemptionHook(self.cfg.PREEMPTION.SIGNALS))
@@ -266,7 +257,7 @@ class Trainer(TrainerBase):
         if isinstance(self._trainer.data_loader, DetectionTrainLoader):
             ours.append(SkippedImagesHook(self._trainer.data_loader, self.cfg.LOG_PERIOD))
         hooks[1:1] = ours
-        hooks += [*build_config_hooks(self.cfg), RunSummaryHook()]  # HOOKS: a user's, registered
+        hooks += [*build_config_hooks(self.cfg), RunSummaryHook(self.run_end)]  # HOOKS: a user's, registered
         return hooks
 
     def _detectron2_hooks(self) -> list:
@@ -310,10 +301,6 @@ class Trainer(TrainerBase):
         finally:
             self.evaluation_s += time.perf_counter() - start
         return self._last_eval_results
-
-    def batch_at(self, iteration: int) -> int:
-        """The global batch of optimizer step ``iteration`` (0-based)."""
-        return self.schedule.batch_at(iteration)
 
     def build_writers(self):
         """Detectron2's writers (console with the ETA, ``metrics.json``, TensorBoard) over
@@ -365,24 +352,15 @@ class Trainer(TrainerBase):
         super().before_train()
 
     def run_step(self):
-        """One optimizer step of the plan's (:class:`~largedet.engine.train_loop.StepPlan`: its
+        """One optimizer step of the plan's (:meth:`~largedet.solver.plan.RunPlan.step_at`: its
         K, total-norm clip and, with a batch ramp, PMD's clock): the backward passes, the
         hooks' ``after_backward``, the optimizer step; then the data position moves on."""
         loop = self._trainer
-        loop.set_step(self.iter, self.step_plan(self.iter))
+        loop.set_step(self.iter, self.plan.step_at(self.iter))
         gradients = loop.backward()
         self.after_backward()
         loop.step_optimizer(gradients)
         self.data.advance(self.plan.batch_at(self.iter))
-
-    def step_plan(self, iteration: int) -> StepPlan:
-        """What step ``iteration`` of :attr:`plan` asks of the training loop."""
-        plan = self.plan
-        return StepPlan(
-            accumulation=plan.accumulation_at(iteration),
-            clip_max_norm=plan.clip_at(iteration),
-            clock=plan.clock(iteration) if plan.schedule.ramped else None,
-        )
 
     def train(self):
         """Train, then return the last evaluation results (``{}`` when none ran).
@@ -390,13 +368,13 @@ class Trainer(TrainerBase):
         The loop of Detectron2's ``TrainerBase.train``, except that it follows
         :attr:`iter` when a rollback (:meth:`roll_back`) sends it back: training goes on
         from the iteration after the restored one, until ``max_iter``. How the loop ended
-        is :attr:`end_status` (:func:`~largedet.launch.run_summary.how_it_ended`). A
+        is :attr:`run_end`'s (:class:`~largedet.launch.run_summary.RunEnd`). A
         distributed run that ended without an error shuts the process group down at exit.
         """
         loop_logger = logging.getLogger("detectron2.engine.train_loop")  # its messages as before
         loop_logger.info("Starting training from iteration %d", self.start_iter)
         self.iter = self.start_iter
-        self.end_status = None  # how this invocation ended, for the run summary
+        self.run_end.start()
         with EventStorage(self.start_iter) as self.storage:
             try:
                 self.before_train()
@@ -405,12 +383,10 @@ class Trainer(TrainerBase):
                     self.run_step()
                     self.after_step()
                     self.iter += 1
-                self.end_status = "finished"
+                self.run_end.finish()
             except BaseException as error:
                 distributed = comm.get_world_size() > 1
-                self.end_status, raised = how_it_ended(
-                    error, self.iter, self.cfg.OUTPUT_DIR, distributed, loop_logger
-                )
+                raised = self.run_end.record(error, self.iter, self.cfg.OUTPUT_DIR, distributed, loop_logger)
                 if raised is error:
                     raise
                 raise raised from None
@@ -451,7 +427,7 @@ class Trainer(TrainerBase):
         hooks do not run: they would wait on the broken process group, or save a step that
         did not finish. The pre-emption handlers are put back at the end."""
         self.storage.iter = self.iter
-        run_after_train_hooks(self, self._hooks)
+        run_after_train_hooks(self.run_end, self._hooks)
 
     def roll_back(self, found: FoundCheckpoint) -> None:
         """Restore everything the checkpoint ``found`` holds but the data position: the

@@ -44,6 +44,7 @@ from .preemption import Diverged, Preempted, PreemptionHook
 __all__ = [
     "EVAL_RESULTS_FILE",
     "SUMMARY_FILE",
+    "RunEnd",
     "RunSummaryHook",
     "how_it_ended",
     "read_eval_results",
@@ -130,12 +131,39 @@ def read_run_summary(output_dir: str) -> Optional[Dict[str, Any]]:
     return _read_json(os.path.join(output_dir, SUMMARY_FILE))
 
 
+class RunEnd:
+    """How one invocation of training ended, in one place: the training loop starts it
+    (:meth:`start`) and sets it (:meth:`finish`, :meth:`record`), the end-of-run policy
+    (:func:`run_after_train_hooks`) may amend it, and the :class:`RunSummaryHook` it is
+    given writes it. ``status`` is None while the loop runs, then one of ``finished``,
+    ``preempted``, ``cancelled``, ``diverged``, ``failed``, ``lost_process`` or
+    ``interrupted``."""
+
+    def __init__(self):
+        self.status: Optional[str] = None
+
+    def start(self) -> None:
+        self.status = None
+
+    def finish(self) -> None:
+        self.status = "finished"
+
+    def record(
+        self, error: BaseException, iteration: int, output_dir: str, distributed: bool, log
+    ) -> BaseException:
+        """Set the status of a loop that raised ``error`` at ``iteration``
+        (:func:`how_it_ended`) and return what to raise in its place."""
+        self.status, raised = how_it_ended(error, iteration, output_dir, distributed, log)
+        return raised
+
+
 class RunSummaryHook(HookBase):
     """Writes :data:`SUMMARY_FILE` (see the module docstring) from the trainer's run plan
     (``trainer.plan``, :class:`~largedet.solver.plan.RunPlan`) and config; the invocation's
-    end status is the trainer's ``end_status``."""
+    end status is that of ``end``, the trainer's :class:`RunEnd`."""
 
-    def __init__(self):
+    def __init__(self, end: RunEnd):
+        self.end = end
         self._start = 0.0
         self._start_iter = 0
         self._start_position = 0
@@ -183,7 +211,7 @@ class RunSummaryHook(HookBase):
         wall = time.perf_counter() - self._start
         evaluation = self.trainer.evaluation_s - self._start_evaluation
         training = wall - evaluation
-        images = self.trainer.data_position - self._start_position
+        images = self.trainer.data.position - self._start_position
         current = {
             "start_iter": self._start_iter,
             # the first step not trained: a pre-empted step was finished and saved
@@ -224,13 +252,13 @@ class RunSummaryHook(HookBase):
     def before_train(self):
         self._start = time.perf_counter()
         self._start_iter = self.trainer.start_iter
-        self._start_position = self.trainer.data_position
+        self._start_position = self.trainer.data.position
         self._start_evaluation = self.trainer.evaluation_s
         self._close_killed()
         self._write("running")
 
     def after_train(self):
-        self._write(getattr(self.trainer, "end_status", None) or "failed")
+        self._write(self.end.status or "failed")
 
 
 def _tagged_checkpoint(output_dir: str) -> str:
@@ -290,14 +318,14 @@ def how_it_ended(
     return "failed", full
 
 
-def run_after_train_hooks(trainer, hooks) -> None:
+def run_after_train_hooks(end: RunEnd, hooks) -> None:
     """Every hook's ``after_train`` in order, with the end-of-run policy of largedet's
     ``Trainer.after_train``: a :class:`~largedet.launch.preemption.Preempted` or a
     :class:`~largedet.checkpoint.DiskFullError` in one hook lets the later ones run before it
-    is raised (``trainer.end_status`` says so); after a run that stopped on an error, another
-    hook's error is one line; after a lost process, no evaluation and no checkpoint. The
-    pre-emption handlers are put back at the end."""
-    lost = getattr(trainer, "end_status", None) == "lost_process"
+    is raised (``end``, the run's :class:`RunEnd`, says so); after a run that stopped on an
+    error, another hook's error is one line; after a lost process, no evaluation and no
+    checkpoint. The pre-emption handlers are put back at the end."""
+    lost = end.status == "lost_process"
     stopped = None
     try:
         for hook in hooks:
@@ -307,12 +335,12 @@ def run_after_train_hooks(trainer, hooks) -> None:
                 hook.after_train()
             except (Preempted, DiskFullError) as e:
                 if isinstance(e, Preempted):
-                    trainer.end_status = e.status
-                elif getattr(trainer, "end_status", None) not in ("preempted", "cancelled"):
-                    trainer.end_status = "failed"
+                    end.status = e.status
+                elif end.status not in ("preempted", "cancelled"):
+                    end.status = "failed"
                 stopped = stopped or e
             except Exception as e:
-                if trainer.end_status == "finished":
+                if end.status == "finished":
                     raise
                 # the run stopped already, for a reason that is being raised: say this
                 # one in a line, and let the later hooks record how the run ended

@@ -40,19 +40,25 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.optim import Optimizer
 
 from .pmd_lamb import PMDLAMB
 
 __all__ = [
     "AGVM",
+    "Estimate",
     "PART_KEY",
     "PRECONDITIONERS",
     "PartStatistics",
+    "complete_estimates",
     "gradient_variance",
+    "micro_batch_halves",
     "modulation",
     "precondition",
+    "rank_halves",
 ]
 
 #: The parameter-group key holding the name of the model part the group belongs to.
@@ -287,3 +293,72 @@ class AGVM:
         self.mu.update(state["mu"])
         self.phi = dict(state.get("phi", {}))
         self.num_estimates = state.get("num_estimates", 0)
+
+
+# --- the two estimates of a step's gradient -------------------------------------------------
+
+#: (param, g_A, g_B) of one tensor; None where an estimate is missing or not formed yet
+Estimate = Tuple[Tensor, Optional[Tensor], Optional[Tensor]]
+
+
+def micro_batch_halves(
+    params: Sequence[Tensor], first_half: Sequence[Optional[Tensor]], world_size: int
+) -> List[Estimate]:
+    """With K >= 2 micro-batches: ``(param, g_A, None)`` with ``g_A`` the gradient of the first
+    ``K // 2`` micro-batches (``first_half``, copied after them), averaged over the
+    ``world_size`` ranks in place (one all-reduce per dtype and device); ``g_B``, the full
+    gradient minus ``g_A``, is formed by :func:`complete_estimates` after unscaling."""
+    if world_size > 1:
+        present = [g for g in first_half if g is not None]
+        for flat, tensors in _flat_buckets(present):
+            dist.all_reduce(flat)
+            flat /= world_size
+            for t, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                t.copy_(reduced)
+    return [(p, g, None) for p, g in zip(params, first_half)]
+
+
+def rank_halves(params: Sequence[Tensor], rank: int, world_size: int) -> List[Estimate]:
+    """With K = 1 (the step's backward pass in DDP's ``no_sync``): the local gradients
+    averaged over all ranks into ``p.grad``, as DDP would, and ``(param, g_A, g_B)`` with
+    ``g_A`` the mean over the first ``world_size // 2`` ranks and ``g_B`` over the others (one
+    all-reduce per dtype and device for both)."""
+    n_a = world_size // 2
+    params = [p for p in params if p.grad is not None]
+    grads = [p.grad for p in params]
+    sums_a = [g * (1.0 if rank < n_a else 0.0) for g in grads]
+    estimates = []
+    for flat, tensors in _flat_buckets(sums_a + grads):
+        dist.all_reduce(flat)
+        reduced = _unflatten_dense_tensors(flat, tensors)
+        for t, r in zip(tensors, reduced):
+            t.copy_(r)
+    for p, sum_a, total in zip(params, sums_a, grads):
+        g_a = sum_a / n_a
+        g_b = (total - sum_a) / (world_size - n_a)
+        total.div_(world_size)
+        estimates.append((p, g_a, g_b))
+    return estimates
+
+
+def complete_estimates(estimates: Sequence[Estimate], scale: float = 1.0) -> List[Estimate]:
+    """``estimates`` ready for :meth:`AGVM.update`: the gradient scaler's ``scale`` removed
+    from ``g_A`` and ``g_B``, and for the micro-batch halves ``g_B = p.grad - g_A`` (``p.grad``
+    is already unscaled)."""
+    halves = []
+    for p, g_a, g_b in estimates:
+        if scale != 1.0:
+            g_a = None if g_a is None else g_a / scale
+            g_b = None if g_b is None else g_b / scale
+        if g_b is None and p.grad is not None:
+            g_b = p.grad if g_a is None else p.grad - g_a
+        halves.append((p, g_a, g_b))
+    return halves
+
+
+def _flat_buckets(tensors: Sequence[Tensor]):
+    """(flat buffer, tensors) per dtype and device, for one all-reduce each."""
+    groups: Dict[Tuple[torch.device, torch.dtype], List[Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    return [(_flatten_dense_tensors(ts), ts) for ts in groups.values()]

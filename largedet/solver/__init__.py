@@ -22,8 +22,8 @@ from .build import (
     optimizer_param_groups,
     register_built_in_optimizers,
 )
-from .lr_scheduler import build_lr_scheduler, with_scaled_lr
-from .plan import LRScaling, RunPlan, agvm_start_iter, lr_scaling, run_plan, warmup_steps
+from .lr_scheduler import build_lr_scheduler, build_schedule, with_scaled_lr
+from .plan import LRScaling, RunPlan, agvm_start_iter, lr_scaling, run_plan, warmup_steps, with_run_length
 
 __all__ = [
     "NORM_MODULE_TYPES",
@@ -35,6 +35,7 @@ __all__ = [
     "build_agvm",
     "build_lr_scheduler",
     "build_optimizer",
+    "build_schedule",
     "check_optimizer_name",
     "describe_agvm_parts",
     "get_optimizer_params",
@@ -45,5 +46,6 @@ __all__ = [
     "register_built_in_optimizers",
     "run_plan",
     "warmup_steps",
+    "with_run_length",
     "with_scaled_lr",
 ]

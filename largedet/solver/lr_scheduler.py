@@ -1,17 +1,20 @@
-"""The LR schedule: Detectron2's warm-up around a schedule shape, over the run plan's peak LR.
+"""The LR schedule: one builder of the warm-up and the schedule, over the run plan's peak LR.
 
 The peak LR is the run plan's (``lr`` of :class:`largedet.solver.plan.RunPlan`: ``SOLVER.BASE_LR``,
-or the linear scaling rule's with ``SOLVER.LSR.ENABLED``), computed once there. Who writes
-the LR, once each:
+or the linear scaling rule's with ``SOLVER.LSR.ENABLED``), and so is the warm-up's length
+(``warmup_iters``), each computed once there. Who writes the LR, once each:
 
 - :func:`with_scaled_lr` puts the plan's peak LR into a transient copy of the config for the
   optimizer registry's builders (their contract is Detectron2's, ``(cfg, model)`` reading
   ``SOLVER.BASE_LR``); the parameter groups get it (biases times ``SOLVER.BIAS_LR_FACTOR``,
   as in Detectron2);
 - the schedule multiplies each group's initial LR: one Detectron2 ``LRMultiplier`` over a
-  ``WarmupParamScheduler`` (:func:`build_lr_scheduler`), stepped once per optimizer step by
-  Detectron2's ``LRScheduler`` hook; besides its steps, only :func:`rescale_schedule` (the
-  divergence guard's rollback) writes the LR of a running schedule.
+  ``WarmupParamScheduler`` around a schedule shape, made by :func:`build_schedule` for every
+  run: the shapes of ``SOLVER.LR_SCHEDULER_NAME`` (:func:`schedule_shape`: step, cosine,
+  warm-up-stable-decay), a LazyConfig's ``lr_multiplier`` and the video project's multigrid
+  stages. Detectron2's ``LRScheduler`` hook steps it once per optimizer step; besides its
+  steps, only :func:`rescale_schedule` (the divergence guard's rollback) writes the LR of a
+  running schedule.
 """
 
 from __future__ import annotations
@@ -33,15 +36,18 @@ from fvcore.common.param_scheduler import (
 )
 
 from ..config.keys import LR_SCHEDULES
-from .plan import LRScaling, RunPlan, warmup_steps
+from .plan import LRScaling, RunPlan
 
 __all__ = [
     "LR_SCHEDULES",
     "ImageClockLRMultiplier",
     "build_lr_scheduler",
+    "build_schedule",
     "lr_multiplier",
     "rescale_schedule",
+    "schedule_shape",
     "with_scaled_lr",
+    "with_warmup",
 ]
 
 logger = logging.getLogger(__name__)
@@ -64,15 +70,14 @@ def with_scaled_lr(cfg: CfgNode, scaling: LRScaling) -> CfgNode:
     return scaled
 
 
-def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler:
-    """The schedule's multiplier of the peak LR as a function of the run's progress in
-    [0, 1): Detectron2's warm-up (``WARMUP_FACTOR``, ``WARMUP_ITERS``, ``WARMUP_METHOD``)
-    around ``SOLVER.LR_SCHEDULER_NAME``'s shape over ``max_iter`` steps, as Detectron2's
-    ``build_lr_scheduler`` makes it (``WarmupMultiStepLR``, ``WarmupCosineLR``,
-    ``WarmupStepWithFixedGammaLR``), or warm-up-stable-decay (``WarmupStableDecayLR``):
-    1 until ``SOLVER.WSD.DECAY_START``, then linear to ``BASE_LR_END / peak_lr``. ``peak_lr``:
-    the run's peak LR (the run plan's), which the cosine and the warm-up-stable-decay
-    shapes end at ``SOLVER.BASE_LR_END`` from. The warm-up lasts :func:`warmup_steps`."""
+def schedule_shape(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler:
+    """``SOLVER.LR_SCHEDULER_NAME``'s multiplier of the peak LR as a function of the run's
+    progress in [0, 1), without warm-up, over ``max_iter`` steps: Detectron2's shapes as its
+    ``build_lr_scheduler`` makes them (``WarmupMultiStepLR``, ``WarmupCosineLR``,
+    ``WarmupStepWithFixedGammaLR``), or warm-up-stable-decay (``WarmupStableDecayLR``): 1
+    until ``SOLVER.WSD.DECAY_START``, then linear to ``BASE_LR_END / peak_lr``. ``peak_lr``:
+    the run's peak LR (the run plan's), which the cosine and the warm-up-stable-decay shapes
+    end at ``SOLVER.BASE_LR_END`` from."""
     solver = cfg.SOLVER
     name = solver.LR_SCHEDULER_NAME
     end_value = solver.BASE_LR_END / peak_lr if peak_lr else 0.0
@@ -80,33 +85,53 @@ def lr_multiplier(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler
         steps = [x for x in solver.STEPS if x <= max_iter]
         if len(steps) != len(solver.STEPS):
             logger.warning("SOLVER.STEPS %s past the run's %d steps are ignored", tuple(solver.STEPS), max_iter)
-        shape = MultiStepParamScheduler(
+        return MultiStepParamScheduler(
             values=[solver.GAMMA**k for k in range(len(steps) + 1)],
             milestones=steps,
             num_updates=max_iter,
         )
-    elif name == "WarmupCosineLR":
-        shape = CosineParamScheduler(1, end_value)
-    elif name == "WarmupStepWithFixedGammaLR":
-        shape = StepWithFixedGammaParamScheduler(
+    if name == "WarmupCosineLR":
+        return CosineParamScheduler(1, end_value)
+    if name == "WarmupStepWithFixedGammaLR":
+        return StepWithFixedGammaParamScheduler(
             base_value=1.0, gamma=solver.GAMMA, num_decays=solver.NUM_DECAYS, num_updates=max_iter
         )
-    elif name == "WarmupStableDecayLR":
+    if name == "WarmupStableDecayLR":
         start = solver.WSD.DECAY_START  # in (0, 1): its declared rule
-        shape = CompositeParamScheduler(
+        return CompositeParamScheduler(
             [ConstantParamScheduler(1.0), LinearParamScheduler(1.0, end_value)],
             lengths=[start, 1.0 - start],
             interval_scaling=["rescaled", "rescaled"],
         )
-    else:
-        raise ValueError(f"SOLVER.LR_SCHEDULER_NAME: unknown LR schedule {name!r}; one of {LR_SCHEDULES}")
+    raise ValueError(f"SOLVER.LR_SCHEDULER_NAME: unknown LR schedule {name!r}; one of {LR_SCHEDULES}")
+
+
+def with_warmup(
+    shape: ParamScheduler,
+    cfg: CfgNode,
+    warmup_iters: int,
+    steps: int,
+    rescale_interval: Optional[bool] = None,
+) -> ParamScheduler:
+    """Detectron2's ``WarmupParamScheduler`` around ``shape``: ``warmup_iters`` of the run's
+    ``steps`` steps (the run plan's warm-up), from ``SOLVER.WARMUP_FACTOR`` times the shape's
+    first value, ``SOLVER.WARMUP_METHOD``; ``rescale_interval`` (default
+    ``SOLVER.RESCALE_INTERVAL``): whether the shape starts after the warm-up rather than
+    under it."""
+    solver = cfg.SOLVER
+    if rescale_interval is None:
+        rescale_interval = solver.RESCALE_INTERVAL
     return WarmupParamScheduler(
-        shape,
-        solver.WARMUP_FACTOR,
-        warmup_steps(cfg, max_iter) / max_iter,
-        solver.WARMUP_METHOD,
-        solver.RESCALE_INTERVAL,
+        shape, solver.WARMUP_FACTOR, warmup_iters / steps, solver.WARMUP_METHOD, rescale_interval
     )
+
+
+def lr_multiplier(cfg: CfgNode, plan: RunPlan) -> ParamScheduler:
+    """The multiplier of the peak LR of ``SOLVER``'s schedule over the run's progress in
+    [0, 1): :func:`schedule_shape` over the plan's ``SOLVER.MAX_ITER`` steps after the plan's
+    warm-up (:func:`with_warmup`)."""
+    shape = schedule_shape(cfg, plan.max_iter, plan.lr.lr)
+    return with_warmup(shape, cfg, plan.warmup_iters, plan.max_iter)
 
 
 class ImageClockLRMultiplier(LRMultiplier):
@@ -142,25 +167,49 @@ def rescale_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler, base_lrs: 
     scheduler.base_lrs = list(base_lrs)
 
 
+def build_schedule(
+    cfg: CfgNode,
+    optimizer: torch.optim.Optimizer,
+    shape: ParamScheduler,
+    plan: RunPlan,
+    steps: Optional[int] = None,
+    rescale_interval: Optional[bool] = None,
+) -> torch.optim.lr_scheduler.LRScheduler:
+    """The one builder of a run's LR schedule: ``shape`` (the schedule's multiplier of the
+    peak LR over the run's progress in [0, 1), without warm-up) after the run plan's warm-up
+    (``plan.warmup_iters`` steps, :func:`with_warmup`), as one Detectron2 ``LRMultiplier``
+    over ``steps`` optimizer steps (default: the plan's ``SOLVER.MAX_ITER``). It multiplies
+    each parameter group's initial LR (the plan's peak LR) at each step.
+
+    Args:
+        shape: :func:`schedule_shape`'s (the yacs path), a LazyConfig's ``lr_multiplier``, or
+            the video project's multigrid stages.
+        steps: the run's length, as the trainer's ``run_length``; the plan's warm-up is that
+            run's (:func:`~largedet.solver.plan.with_run_length`).
+        rescale_interval: as :func:`with_warmup` (a shape whose values sit at fixed steps,
+            as multigrid's stages, passes False).
+
+    With a ``plan`` whose batch ramps, an :class:`ImageClockLRMultiplier`: the schedule over
+    ``SOLVER.MAX_ITER`` steps of the full batch followed in images, times
+    ``SOLVER.LSR.RULE``'s factor at each step's batch.
+    """
+    if plan.schedule.ramped:
+        multiplier = with_warmup(shape, cfg, plan.warmup_iters, plan.max_iter, rescale_interval)
+        return ImageClockLRMultiplier(optimizer, multiplier, plan)
+    steps = plan.max_iter if steps is None else steps
+    multiplier = with_warmup(shape, cfg, plan.warmup_iters, steps, rescale_interval)
+    return LRMultiplier(optimizer, multiplier=multiplier, max_iter=steps)
+
+
 def build_lr_scheduler(
     cfg: CfgNode,
     optimizer: torch.optim.Optimizer,
     plan: RunPlan,
     max_iter: Optional[int] = None,
 ) -> torch.optim.lr_scheduler.LRScheduler:
-    """The warm-up + schedule (:func:`lr_multiplier`) around the run plan's peak LR, as one
-    Detectron2 ``LRMultiplier`` over ``max_iter`` optimizer steps (default: the plan's
-    ``SOLVER.MAX_ITER``; a trainer whose schedule sets its own length passes that).
-
-    It multiplies each parameter group's initial LR (which the optimizer got from
-    :func:`with_scaled_lr`) by the schedule at each step; ``SOLVER.BASE_LR_END`` is relative
-    to the peak LR. ``SOLVER.WARMUP_ITERS`` and ``SOLVER.STEPS`` are steps whatever the
-    length. With a ``plan`` whose batch ramps, an :class:`ImageClockLRMultiplier`: the
-    schedule over ``SOLVER.MAX_ITER`` steps of the full batch followed in images, times
-    ``SOLVER.LSR.RULE``'s factor at each step's batch.
-    """
-    peak_lr = plan.lr.lr
-    if plan.schedule.ramped:
-        return ImageClockLRMultiplier(optimizer, lr_multiplier(cfg, plan.max_iter, peak_lr), plan)
-    max_iter = plan.max_iter if max_iter is None else max_iter
-    return LRMultiplier(optimizer, multiplier=lr_multiplier(cfg, max_iter, peak_lr), max_iter=max_iter)
+    """``SOLVER``'s schedule (:func:`schedule_shape`) through :func:`build_schedule`, over
+    ``max_iter`` optimizer steps (default: the plan's ``SOLVER.MAX_ITER``; a trainer whose
+    run sets its own length passes that). ``SOLVER.WARMUP_ITERS`` and ``SOLVER.STEPS`` are
+    steps whatever the length; ``SOLVER.BASE_LR_END`` is relative to the peak LR."""
+    length = plan.max_iter if plan.schedule.ramped or max_iter is None else max_iter
+    return build_schedule(cfg, optimizer, schedule_shape(cfg, length, plan.lr.lr), plan, length)

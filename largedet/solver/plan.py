@@ -18,7 +18,7 @@ is a fixed number of images whatever the ramp.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 from detectron2.config import CfgNode
@@ -32,11 +32,13 @@ __all__ = [
     "LRScaling",
     "ParameterClip",
     "RunPlan",
+    "StepPlan",
     "lr_scaling",
     "describe_warmup",
     "run_plan",
     "scaled_lr",
     "warmup_steps",
+    "with_run_length",
 ]
 
 
@@ -141,6 +143,16 @@ class ParameterClip:
 
 
 @dataclass(frozen=True)
+class StepPlan:
+    """What one optimizer step of the run plan asks of the training loop
+    (:meth:`RunPlan.step_at`, :meth:`largedet.engine.train_loop.AccumulationTrainer.set_step`)."""
+
+    accumulation: int  # K: micro-batches per device
+    clip_max_norm: Optional[float] = None  # the step's total-norm bound (None: no clip)
+    clock: Optional[float] = None  # with a batch ramp: PMD's clock, steps of the full batch
+
+
+@dataclass(frozen=True)
 class RunPlan:
     """A run's derived numbers (see the module docstring). Frozen: built once, read by all."""
 
@@ -205,6 +217,15 @@ class RunPlan:
         clock = self.clock(step)
         bounds = [w.max_norm for w in self.clip_windows if w.covers(clock)]
         return min(bounds) if bounds else None
+
+    def step_at(self, step: int) -> StepPlan:
+        """What optimizer step ``step`` asks of the training loop: its K, its total-norm clip
+        and, with a batch ramp, PMD's clock."""
+        return StepPlan(
+            accumulation=self.accumulation_at(step),
+            clip_max_norm=self.clip_at(step),
+            clock=self.clock(step) if self.schedule.ramped else None,
+        )
 
     def describe_clipping(self) -> Optional[str]:
         """One line on the run's gradient clipping, or None when it clips nothing."""
@@ -406,3 +427,14 @@ def run_plan(cfg: CfgNode, world_size: int, dataset_size: Optional[int] = None) 
         parameter_clip=parameter,
         ramp_rule=solver.LSR.RULE,
     )
+
+
+def with_run_length(plan: RunPlan, cfg: CfgNode, steps: int) -> RunPlan:
+    """``plan`` for a run whose LR schedule spans ``steps`` optimizer steps rather than
+    ``SOLVER.MAX_ITER`` (a trainer's own ``run_length``, as the video project's multigrid
+    plan): the same plan with the warm-up of that run (:func:`warmup_steps` of ``steps``).
+    ``plan`` itself when it ramps the batch (its schedule follows ``SOLVER.MAX_ITER`` in
+    images) or when ``steps`` is its own length."""
+    if plan.schedule.ramped or steps == plan.max_iter:
+        return plan
+    return replace(plan, warmup_iters=warmup_steps(cfg, steps))

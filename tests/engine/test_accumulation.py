@@ -172,3 +172,31 @@ def test_warmup_clip_bounds_the_gradient_norm_in_its_window_only(tiny_shapes, tm
         assert grad_norm > 0.05  # every step's gradient is larger than the bound
         expected = 0.05 if iteration in (1, 2) else grad_norm
         assert update_norm == pytest.approx(expected, rel=1e-4), iteration
+
+
+def test_one_named_message_in_the_steps_one_collective(monkeypatch):
+    """The per-step sync is one all-gather of a StepSync (losses and gradient norm, data
+    time, stop request), whatever K is."""
+    from detectron2.utils import comm
+
+    from largedet.engine.train_loop import StepSync
+
+    sent = []
+
+    def all_gather(data, group=None):
+        sent.append(data)
+        return [data]
+
+    monkeypatch.setattr(comm, "all_gather", all_gather)
+    data = synthetic_batch(4, seed=3)
+    model = tiny_model("GN")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    trainer = AccumulationTrainer(model, [data[0:2], data[2:4]], optimizer, 2)
+    trainer.request_stop(15)
+    with EventStorage(0) as trainer.storage:
+        trainer.run_step()
+    (sync,) = sent
+    assert isinstance(sync, StepSync) and sync.stop_request == 15 and sync.data_time >= 0
+    assert sync.metrics[:2] == pytest.approx([trainer.last_losses["loss_box"], trainer.last_losses["loss_cls"]])
+    assert sync.metrics[-1] == pytest.approx(trainer.last_grad_norm)
+    assert trainer.stop_agreed and trainer.stop_signals == [15]

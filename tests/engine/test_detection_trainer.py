@@ -83,7 +83,7 @@ def test_lsr_and_warmup_reach_the_optimizer_through_the_lr_hook(tiny_shapes, tmp
     # peak 0.01 x 8 / 2 = 0.04; warmup 0.5 then 0.75 of it; x0.1 from iteration 4
     assert record.lrs == pytest.approx([0.02, 0.03, 0.04, 0.04, 0.004], rel=1e-12)
     assert trainer.batch.accumulation == 4
-    assert trainer.iter == 5 and trainer.data_position == 5 * 8
+    assert trainer.iter == 5 and trainer.data.position == 5 * 8
     block = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Large-batch run")]
     assert len(block) == 1
     text = block[0]
@@ -126,8 +126,8 @@ def test_resume_after_a_kill_reaches_the_same_weights(tiny_shapes, tmp_path):
     straight, resumed, _ = straight_and_killed(
         lambda out: shapes_rcnn_cfg(out, *opts), tmp_path, stop_at=3, last_checkpoint="model_0000001.pth"
     )
-    assert resumed.start_iter == 2 and resumed.data_position == 2 * 4
-    assert resumed.data_seed == straight.data_seed
+    assert resumed.start_iter == 2 and resumed.data.position == 2 * 4
+    assert resumed.data.seed == straight.data.seed
     resumed.train()
 
     final, reference = weights(resumed.model), weights(straight.model)

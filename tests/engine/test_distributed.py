@@ -57,7 +57,7 @@ def _two_process_run(spec, output_dir, result_file):
                 "all_reduces_per_step": per_rank,
                 "accumulation": trainer.batch.accumulation,
                 "world_size": trainer.batch.world_size,
-                "data_seed": trainer.data_seed,
+                "data_seed": trainer.data.seed,
                 "losses": trainer.last_losses,
             },
             result_file,
@@ -86,7 +86,7 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(two_process_
         1,
         12,
     )
-    assert single.data_seed == two_process_result["data_seed"]
+    assert single.data.seed == two_process_result["data_seed"]
     single.train()
     reference, distributed = weights(single.model), two_process_result["weights"]
     seed_all_rng(0)

@@ -107,7 +107,7 @@ class Record(HookBase):
                 "optimizer": copy.deepcopy(t.optimizer.state_dict()),
                 "scheduler": copy.deepcopy(t.scheduler.state_dict()),
                 "mu": dict(t.agvm.mu) if t.agvm is not None else None,
-                "data_position": t.data_position,
+                "data_position": t.data.position,
             }
         )
 

@@ -127,7 +127,7 @@ def test_resume_with_workers_and_grouping_is_bit_exact(mixed_aspect, tmp_path):
     straight, resumed, initial = straight_and_killed(
         lambda out: _cfg(out, *opts), tmp_path, stop_at=3, last_checkpoint="model_0000002.pth"
     )
-    assert resumed.start_iter == 3 and resumed.data_position == 3 * 4
+    assert resumed.start_iter == 3 and resumed.data.position == 3 * 4
     resumed.train()
 
     final, reference = weights(resumed.model), weights(straight.model)
@@ -153,7 +153,7 @@ def test_resume_on_another_layout_says_what_changed(mixed_aspect, tiny_shapes, t
     first = Trainer(_cfg(tmp_path, *opts, "SOLVER.IMS_PER_DEVICE", 3))
     first.resume_or_load(resume=False)
     first.train()
-    seed = first.data_seed
+    seed = first.data.seed
     with largedet_log(caplog):
         resumed = Trainer(_cfg(tmp_path, *opts, "SOLVER.IMS_PER_DEVICE", 2, "SOLVER.MAX_ITER", 4))
         resumed.resume_or_load(resume=True)

@@ -116,6 +116,6 @@ def test_the_trainer_computes_the_peak_lr_once_and_the_optimizer_and_schedule_ho
     trainer = Trainer(cfg)
     assert len(calls) == 1
     # sqrt(4 / 1) x 0.01; the optimizer's groups start from it (warm-up factor 0.5 at step 0)
-    assert trainer.lr_scaling.lr == pytest.approx(0.02, rel=1e-12)
+    assert trainer.plan.lr.lr == pytest.approx(0.02, rel=1e-12)
     assert trainer.scheduler.base_lrs[0] == pytest.approx(0.02, rel=1e-12)
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.01, rel=1e-12)

@@ -69,7 +69,7 @@ def test_a_signal_saves_the_step_and_resume_trains_no_step_twice(tiny_shapes, tm
     seed_all_rng(1)
     resumed = Trainer(tiny_cfg(str(out), *OPTS))
     resumed.resume_or_load(resume=True)
-    assert resumed.start_iter == 4 and resumed.data_position == 4 * 4  # step 3 is not trained again
+    assert resumed.start_iter == 4 and resumed.data.position == 4 * 4  # step 3 is not trained again
     resumed.train()
     final, reference = weights(resumed.model), weights(straight.model)
     assert [k for k in reference if not torch.equal(final[k], reference[k])] == []

@@ -64,7 +64,7 @@ class Record(HookBase):
 
     def after_step(self):
         k = self.trainer._trainer.accumulation_steps
-        self.rows.append((k, self._lr, self.trainer.optimizer.clock, self.trainer.data_position))
+        self.rows.append((k, self._lr, self.trainer.optimizer.clock, self.trainer.data.position))
 
 
 # tiny_shapes: 24 training images. Batch 8 in micro-batches of 2; 6 steps of 8 = 48 images.
@@ -94,7 +94,7 @@ def test_trainer_follows_the_ramp(tiny_shapes, tmp_path):
     assert [r[1] for r in record.rows] == pytest.approx(expected, rel=1e-12)
     assert [r[2] for r in record.rows] == [seen / 8 for seen in images]  # PMD's clock
     assert [r[3] for r in record.rows] == [seen + b for seen, b in zip(images, batches)]
-    assert trainer.data_position == 52
+    assert trainer.data.position == 52
 
 
 def test_moment_clock_sets_the_period_position():
@@ -134,11 +134,11 @@ def test_resume_in_the_middle_of_the_ramp_is_bit_exact(tiny_shapes, tmp_path):
     seed_all_rng(1)
     resumed = Trainer(tiny_cfg(str(out), *opts))
     resumed.resume_or_load(resume=True)
-    assert resumed.start_iter == 2 and resumed.data_position == 8
+    assert resumed.start_iter == 2 and resumed.data.position == 8
     resumed.train()
     final, reference = weights(resumed.model), weights(straight.model)
     assert [k for k in reference if not torch.equal(final[k], reference[k])] == []
-    assert resumed.data_position == straight.data_position == 52
+    assert resumed.data.position == straight.data.position == 52
 
 
 def test_the_eta_of_a_ramp_counts_images_left():

@@ -172,3 +172,94 @@ def test_warmup_steps(schedule, warmup, max_iter, decay_start, steps):
     cfg = make_cfg("SOLVER.LR_SCHEDULER_NAME", schedule, "SOLVER.WARMUP_ITERS", warmup,
                    "SOLVER.WSD.DECAY_START", decay_start, "SOLVER.STEPS", "()")  # fmt: skip
     assert warmup_steps(cfg, max_iter) == steps
+
+
+# --- the one builder: every shape after the plan's warm-up ---------------------------------
+
+
+def scheduled_lrs(scheduler, steps):
+    """The first group's LR at steps 0 .. steps - 1 (the schedule is not stepped past the last)."""
+    lrs = [scheduler.optimizer.param_groups[0]["lr"]]
+    for _ in range(steps - 1):
+        scheduler.optimizer.step()
+        scheduler.step()
+        lrs.append(scheduler.optimizer.param_groups[0]["lr"])
+    return lrs
+
+
+def test_step_with_fixed_gamma_after_warmup():
+    cfg = make_cfg(
+        "SOLVER.BASE_LR", 0.1, "SOLVER.LR_SCHEDULER_NAME", "WarmupStepWithFixedGammaLR", "SOLVER.GAMMA", 0.5,
+        "SOLVER.NUM_DECAYS", 2, "SOLVER.WARMUP_ITERS", 2, "SOLVER.WARMUP_FACTOR", 0.5, "SOLVER.MAX_ITER", 8,
+    )  # fmt: skip
+    # three equal thirds of 8 steps: x1 for t < 8/3, x0.5 for t < 16/3, x0.25 after; the
+    # warm-up from 0.5 x 0.1 to the shape's value 0.1 at step 2
+    expected = [0.05, 0.075, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025]
+    plan = run_plan(cfg, 1)
+    scheduler = build_lr_scheduler(cfg, build_optimizer(cfg, TwoGroups()), plan)
+    assert scheduled_lrs(scheduler, 8) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "rescale, expected",
+    [
+        # under the shape: the warm-up ends at the cosine's value at step 2 of 4, 0.05
+        (False, [0.05, 0.05, 0.05, 0.05 * (1 - 2**-0.5)]),
+        # before the shape: the warm-up ends at its first value, the cosine spans steps 2-4
+        (True, [0.05, 0.075, 0.1, 0.05]),
+    ],
+)
+def test_cosine_after_warmup_with_and_without_a_rescaled_interval(rescale, expected):
+    cfg = make_cfg(
+        "SOLVER.BASE_LR", 0.1, "SOLVER.BASE_LR_END", 0.0, "SOLVER.LR_SCHEDULER_NAME", "WarmupCosineLR",
+        "SOLVER.WARMUP_ITERS", 2, "SOLVER.WARMUP_FACTOR", 0.5, "SOLVER.RESCALE_INTERVAL", rescale,
+        "SOLVER.MAX_ITER", 4,
+    )  # fmt: skip
+    assert [lrs[0] for lrs in lr_sequence(cfg)] == pytest.approx(expected, rel=1e-12)
+
+
+def test_any_shape_takes_the_plans_warmup_through_the_one_builder():
+    # a LazyConfig's lr_multiplier or multigrid's stages: any fvcore shape
+    from fvcore.common.param_scheduler import MultiStepParamScheduler
+
+    from largedet.solver import build_schedule
+
+    cfg = make_cfg("SOLVER.BASE_LR", 1.0, "SOLVER.WARMUP_ITERS", 2, "SOLVER.WARMUP_FACTOR", 0.2,
+                   "SOLVER.RESCALE_INTERVAL", True, "SOLVER.MAX_ITER", 5)  # fmt: skip
+    plan = run_plan(cfg, 1)
+    shape = MultiStepParamScheduler(values=[1.0, 0.1], milestones=[3], num_updates=5)
+    optimizer = build_optimizer(cfg, TwoGroups())
+    # the shape at fixed steps (rescale_interval=False whatever SOLVER.RESCALE_INTERVAL says)
+    scheduler = build_schedule(cfg, optimizer, shape, plan, rescale_interval=False)
+    assert scheduled_lrs(scheduler, 5) == pytest.approx([0.2, 0.6, 1.0, 0.1, 0.1], rel=1e-12)
+
+
+def test_a_run_of_its_own_length_has_its_warmup_within_it():
+    from largedet.solver import with_run_length
+
+    cfg = make_cfg("SOLVER.BASE_LR", 0.1, "SOLVER.WARMUP_ITERS", 6, "SOLVER.WARMUP_FACTOR", 0.5,
+                   "SOLVER.STEPS", "()", "SOLVER.MAX_ITER", 10)  # fmt: skip
+    plan = run_plan(cfg, 1)
+    assert plan.warmup_iters == 6 and with_run_length(plan, cfg, 10) is plan
+    short = with_run_length(plan, cfg, 4)
+    assert (short.warmup_iters, short.max_iter) == (4, 10)
+    optimizer = build_optimizer(cfg, TwoGroups())
+    scheduler = build_lr_scheduler(cfg, optimizer, short, 4)
+    assert scheduled_lrs(scheduler, 4) == pytest.approx([0.05, 0.0625, 0.075, 0.0875], rel=1e-12)
+
+
+def test_one_module_builds_the_warmup_and_the_lr_multiplier():
+    """Detectron2's WarmupParamScheduler and LRMultiplier are made in one place, for the yacs
+    path, the LazyConfig path and the video project alike."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    builders = re.compile(r"\b(WarmupParamScheduler|LRMultiplier)\(")
+    makers = {
+        str(path.relative_to(root))
+        for folder in ("largedet", "projects/video/largedet_video")
+        for path in (root / folder).rglob("*.py")
+        if builders.search(path.read_text())
+    }
+    assert makers == {"largedet/solver/lr_scheduler.py"}

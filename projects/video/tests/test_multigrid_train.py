@@ -16,7 +16,7 @@ from detectron2.engine.hooks import PreciseBN
 from largedet.engine import largedet_argument_parser
 
 from largedet_video.data import MovingShapesSpec, prepare_moving_shapes
-from largedet_video.engine import VideoTrainer, build_multigrid_lr_scheduler, setup
+from largedet_video.engine import VideoTrainer, build_multigrid_lr_scheduler, multigrid_run_plan, setup
 from largedet_video.layers import SubBatchNorm2d
 from largedet_video.multigrid import MultigridParamScheduler, MultigridPlan
 from largedet_video.multigrid import build_multigrid_schedule
@@ -50,6 +50,7 @@ def test_plan_in_optimizer_steps():
 
 def test_one_lr_scheduler_with_warmup(tmp_path):
     from detectron2.config import get_cfg
+    from largedet.solver import run_plan
 
     from largedet_video import add_video_config
 
@@ -58,7 +59,9 @@ def test_one_lr_scheduler_with_warmup(tmp_path):
     cfg.SOLVER.WARMUP_ITERS, cfg.SOLVER.WARMUP_FACTOR = 2, 0.5
     param = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=0.1)
-    scheduler = build_multigrid_lr_scheduler(cfg, optimizer, plan)
+    video_plan = multigrid_run_plan(run_plan(cfg, 1), cfg, plan)
+    assert video_plan.multigrid is plan and video_plan.warmup_iters == 2
+    scheduler = build_multigrid_lr_scheduler(cfg, optimizer, video_plan)
     lrs = []
     for _ in range(plan.max_iter):
         lrs.append(optimizer.param_groups[0]["lr"])

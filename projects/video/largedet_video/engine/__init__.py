@@ -4,15 +4,17 @@ stage hook. Processes are started by largedet's ``largedet.launch.processes``.""
 
 from .defaults import DEFAULT_CONFIG, build_cfg, setup
 from .hooks import SkippedVideosHook
-from .multigrid import MultigridHook, build_multigrid_lr_scheduler
+from .multigrid import MultigridHook, VideoRunPlan, build_multigrid_lr_scheduler, multigrid_run_plan
 from .trainer import VideoTrainer
 
 __all__ = [
     "DEFAULT_CONFIG",
     "MultigridHook",
     "SkippedVideosHook",
+    "VideoRunPlan",
     "VideoTrainer",
     "build_cfg",
     "build_multigrid_lr_scheduler",
+    "multigrid_run_plan",
     "setup",
 ]

@@ -1,40 +1,60 @@
-"""Multigrid in the trainer: the LR scheduler of the plan, and the hook that follows
+"""Multigrid in the trainer: the LR schedule of the plan (through largedet's one builder), and the hook that follows
 the stages (logging, precise BN at the base shape at each stage end)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from dataclasses import dataclass, fields
+from typing import Iterable, Optional
 
 import torch
 from detectron2.engine import HookBase
 from detectron2.engine.hooks import PreciseBN
-from detectron2.solver import LRMultiplier, WarmupParamScheduler
+from detectron2.solver import LRMultiplier
 from detectron2.utils import comm
+from largedet.solver import RunPlan, build_schedule, with_run_length
+from largedet.solver.plan import describe_warmup
 from torch import nn
 
 from ..multigrid import MultigridParamScheduler, MultigridPlan
 
-__all__ = ["MultigridHook", "build_multigrid_lr_scheduler"]
+__all__ = ["MultigridHook", "VideoRunPlan", "build_multigrid_lr_scheduler", "multigrid_run_plan"]
 
 logger = logging.getLogger(__name__)
 
 
-def build_multigrid_lr_scheduler(
-    cfg, optimizer: torch.optim.Optimizer, plan: MultigridPlan
-) -> LRMultiplier:
-    """The run's one LR schedule: each parameter group's initial LR (the peak LR of
-    ``SOLVER.LSR`` or ``SOLVER.BASE_LR``) times the plan's relative LR, after
-    Detectron2's warmup over ``SOLVER.WARMUP_ITERS`` steps (from ``WARMUP_FACTOR``
-    times the first stage's LR). Stepped by Detectron2's ``LRScheduler`` hook."""
-    solver = cfg.SOLVER
-    scheduler = MultigridParamScheduler.from_plan(plan)
-    warmup = min(solver.WARMUP_ITERS / plan.max_iter, 1.0)
-    if warmup > 0:
-        scheduler = WarmupParamScheduler(
-            scheduler, solver.WARMUP_FACTOR, warmup, solver.WARMUP_METHOD
-        )
-    return LRMultiplier(optimizer, multiplier=scheduler, max_iter=plan.max_iter)
+@dataclass(frozen=True)
+class VideoRunPlan(RunPlan):
+    """largedet's run plan with the multigrid plan the run trains on (None: no multigrid)."""
+
+    multigrid: Optional[MultigridPlan] = None
+
+    def describe(self, cfg, optimizer_name: str, agvm_parts=None, schedule=None) -> str:
+        """largedet's block, with the multigrid plan's warm-up, stages, steps and LR in place
+        of ``SOLVER``'s schedule (which multigrid replaces)."""
+        if schedule is None and self.multigrid is not None:
+            warmup = describe_warmup(cfg, self.warmup_iters, self.lr.lr)
+            schedule = f"{warmup}\n{self.multigrid.describe(self.lr.lr)}"
+        return super().describe(cfg, optimizer_name, agvm_parts, schedule)
+
+
+def multigrid_run_plan(plan: RunPlan, cfg, multigrid: MultigridPlan) -> VideoRunPlan:
+    """``plan`` with the multigrid plan ``multigrid``, over its steps (its warm-up within
+    them: :func:`~largedet.solver.with_run_length`)."""
+    fields_of = {f.name: getattr(plan, f.name) for f in fields(plan)}
+    return with_run_length(VideoRunPlan(**fields_of, multigrid=multigrid), cfg, multigrid.max_iter)
+
+
+def build_multigrid_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, plan: VideoRunPlan) -> LRMultiplier:
+    """The run's one LR schedule (:func:`~largedet.solver.build_schedule`): each parameter
+    group's initial LR (the peak LR of ``SOLVER.LSR`` or ``SOLVER.BASE_LR``) times the
+    multigrid plan's relative LR (``plan.multigrid``, :func:`multigrid_run_plan`'s), after the run plan's warm-up
+    (from ``WARMUP_FACTOR`` times the first stage's LR) over its steps. The stages sit at
+    fixed steps: the warm-up never rescales them. Stepped by Detectron2's ``LRScheduler``
+    hook."""
+    multigrid: MultigridPlan = plan.multigrid
+    shape = MultigridParamScheduler.from_plan(multigrid)
+    return build_schedule(cfg, optimizer, shape, plan, multigrid.max_iter, rescale_interval=False)
 
 
 class MultigridHook(HookBase):

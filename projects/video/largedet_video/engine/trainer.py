@@ -3,33 +3,24 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
-from typing import Optional
 
 from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
 from largedet.solver.batch import batch_plan
-from largedet.solver.plan import RunPlan, describe_warmup
+from largedet.solver.plan import RunPlan
 
 from ..data import build_multigrid_train_loader, build_video_test_loader, build_video_train_loader
 from ..data.build import MultigridTrainLoader
 from ..evaluation import VideoClassificationEvaluator
 from ..multigrid import MultigridPlan, build_multigrid_plan, multigrid_enabled
 from .hooks import SkippedVideosHook
-from .multigrid import MultigridHook, build_multigrid_lr_scheduler
+from .multigrid import MultigridHook, VideoRunPlan, build_multigrid_lr_scheduler, multigrid_run_plan
 
 __all__ = ["VideoRunPlan", "VideoTrainer"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class VideoRunPlan(RunPlan):
-    """largedet's run plan with the multigrid plan the run trains on (None: no multigrid)."""
-
-    multigrid: Optional[MultigridPlan] = None
 
 
 class VideoTrainer(Trainer):
@@ -53,16 +44,7 @@ class VideoTrainer(Trainer):
         if not isinstance(data_loader, MultigridTrainLoader):
             return plan
         self.multigrid = data_loader.plan
-        return VideoRunPlan(**{f.name: getattr(plan, f.name) for f in fields(plan)}, multigrid=self.multigrid)
-
-    def describe_schedule(self, cfg):
-        """The multigrid plan's stages, steps and LR in the start-of-run block (instead of
-        ``SOLVER``'s schedule, which multigrid replaces)."""
-        if self.multigrid is None:
-            return None
-        lr = self.plan.lr.lr
-        warmup = describe_warmup(cfg, min(cfg.SOLVER.WARMUP_ITERS, self.multigrid.max_iter), lr)
-        return f"{warmup}\n{self.multigrid.describe(lr)}"
+        return multigrid_run_plan(plan, cfg, self.multigrid)
 
     def run_length(self, cfg) -> int:
         """The multigrid plan's optimizer steps, or ``SOLVER.MAX_ITER``."""
@@ -83,11 +65,11 @@ class VideoTrainer(Trainer):
         run plan, one built from ``cfg`` and the training sets' sizes."""
         if not multigrid_enabled(cfg):
             return super().build_lr_scheduler(cfg, optimizer, plan, max_iter)
-        multigrid = getattr(plan, "multigrid", None)
-        if multigrid is None:
+        if getattr(plan, "multigrid", None) is None:
             num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
             multigrid = build_multigrid_plan(cfg, num_samples, comm.get_world_size())
-        return build_multigrid_lr_scheduler(cfg, optimizer, multigrid)
+            plan = multigrid_run_plan(plan, cfg, multigrid)
+        return build_multigrid_lr_scheduler(cfg, optimizer, plan)
 
     @classmethod
     def build_test_loader(cls, cfg, dataset_name):
