@@ -75,6 +75,8 @@ def _references():
     seen = set()
     for folder, package in SOURCES:
         for root, _, files in os.walk(os.path.join(ROOT, folder)):
+            if os.path.basename(root) == "tests":  # the study's tests: not library docs
+                continue
             for name in sorted(files):
                 if name.endswith(".py") and os.path.join(root, name) not in seen:
                     path = os.path.join(root, name)
