@@ -50,6 +50,7 @@ __all__ = [
     "lazy_timeout_s",
     "load_lazy_config",
     "lr_schedule",
+    "lr_schedule_within_run",
     "register_datasets",
     "run_config",
     "setup_lazy_config",
@@ -209,6 +210,27 @@ def lr_schedule(cfg: DictConfig) -> DictConfig:
     if call_target(cfg.lr_multiplier) is WarmupParamScheduler:
         return cfg.lr_multiplier.scheduler
     return cfg.lr_multiplier
+
+
+def lr_schedule_within_run(cfg: DictConfig) -> Any:
+    """:func:`lr_schedule` instantiated, as the yacs path builds ``SOLVER.STEPS``: milestones
+    at or past the schedule's ``num_updates`` (``train.max_iter``, a short trial run's) are
+    dropped, with their values, and one warning names them; the others are kept as given."""
+    schedule = lr_schedule(cfg)
+    milestones = list(schedule.get("milestones", None) or ())
+    end = schedule.get("num_updates", None)
+    kept = [m for m in milestones if end is None or m < end]
+    if len(kept) == len(milestones):
+        return instantiate(schedule)
+    logger.warning(
+        "lr_multiplier: milestones %s past the run's %d steps (train.max_iter) are ignored",
+        tuple(m for m in milestones if m not in kept), end,
+    )  # fmt: skip
+    root = copy.deepcopy(cfg)  # interpolations (num_updates="${train.max_iter}") still resolve
+    short = lr_schedule(root)
+    short.milestones = kept
+    short["values"] = list(short["values"])[: len(kept) + 1]
+    return instantiate(short)
 
 
 def _read_warmup(cfg: DictConfig, run: CfgNode) -> None:

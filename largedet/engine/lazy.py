@@ -51,7 +51,7 @@ from detectron2.solver import LRMultiplier, WarmupParamScheduler
 from detectron2.utils import comm
 from omegaconf import DictConfig, OmegaConf
 
-from ..config.lazy import call_target, lr_schedule, run_config, setup_lazy_config
+from ..config.lazy import call_target, lr_schedule_within_run, run_config, setup_lazy_config
 from ..config.validate import check_values
 from ..data.build import build_test_loader, build_train_loader
 from ..data.checks import check_datasets, check_image_files, check_num_classes
@@ -166,7 +166,7 @@ def build_lazy_lr_scheduler(
     the same multiplier followed in images, times the LSR rule's factor at each step's batch."""
     solver = run.SOLVER
     multiplier = WarmupParamScheduler(
-        instantiate(lr_schedule(cfg)),
+        lr_schedule_within_run(cfg),
         solver.WARMUP_FACTOR,
         min(solver.WARMUP_ITERS / solver.MAX_ITER, 1.0),
         solver.WARMUP_METHOD,
