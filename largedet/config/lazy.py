@@ -15,7 +15,7 @@ import copy
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from detectron2.config import CfgNode, LazyConfig, get_cfg, instantiate
 from detectron2.data import (
@@ -35,10 +35,11 @@ from omegaconf import DictConfig, OmegaConf
 
 
 from .defaults import add_largedet_config
-from .errors import ConfigError
+from .errors import ConfigError, ErrorCollector
 from .imports import IMPORT_FLAG, import_modules, import_run_modules
 from .safe_yaml import check_config_tags
 from .keys import declared_train_keys
+from .lazy_checks import unknown_train_key
 from .device import device_for, resolve_device
 
 __all__ = [
@@ -274,7 +275,7 @@ def _dataset_names(dataset: DictConfig, key: str) -> Tuple[str, ...]:
     return names
 
 
-def run_config(cfg: DictConfig) -> CfgNode:
+def run_config(cfg: DictConfig, errors: Optional[ErrorCollector] = None) -> CfgNode:
     """The frozen yacs config of the run ``cfg`` describes, for :class:`~largedet.engine.Trainer`
     and its hooks: largedet's defaults with
 
@@ -293,18 +294,24 @@ def run_config(cfg: DictConfig) -> CfgNode:
     - ``MODEL.DEVICE`` resolved (:func:`~largedet.config.resolve_device`): ``auto`` to
       ``cuda`` or ``cpu``; ``cuda`` where there is no GPU is a
       :class:`~largedet.config.DeviceUnavailableError` naming ``train.device``.
+
+    The errors of ``train`` (an unknown key, with the closest one; a value of the wrong
+    type) are raised together, one line each, or with ``errors`` recorded there and the
+    keys left at their defaults, for the checks after this one.
     """
     run = _yacs_defaults()
     train = OmegaConf.to_container(cfg.train, resolve=True)
+    collector = ErrorCollector(catch=(ValueError,)) if errors is None else errors
     for key, value in _flatten(train).items():
         if key not in TRAIN_KEYS and f"train.{key}" in IGNORED_DETECTRON2_KEYS:
             continue
         if key not in TRAIN_KEYS:
-            raise ValueError(
-                f"train.{key}: not a largedet training key; the keys are "
-                f"{', '.join(sorted(TRAIN_KEYS))}"
-            )
-        _set(run, TRAIN_KEYS[key], value, f"train.{key}")
+            collector.add(unknown_train_key(key, TRAIN_KEYS))
+            continue
+        with collector.check():
+            _set(run, TRAIN_KEYS[key], value, f"train.{key}")
+    if errors is None:
+        collector.raise_if_any()
 
     if "lr" not in cfg.optimizer:
         raise ValueError("optimizer.lr must be set: it is the peak LR (SOLVER.BASE_LR)")
