@@ -30,3 +30,4 @@ def test_the_starting_config_trains_a_users_two_classes_to_a_nonzero_ap(tmp_path
     assert len(ap) == 1 and float(ap[0].split(": ")[1]) > 0, proc.stdout[-2000:]
     log = (out_dir / "log.txt").read_text()
     assert "apple" in log and "pear" in log  # the per-class AP table names the user's classes
+    assert "\x1b[" not in log  # no colour codes in the log file
