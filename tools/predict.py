@@ -27,10 +27,11 @@ import sys
 
 import cv2
 from detectron2.config import get_cfg
-from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data import DatasetCatalog
 from detectron2.data.detection_utils import read_image
 
 from largedet.config import DeviceUnavailableError, add_largedet_config
+from largedet.config.errors import error_lines
 from largedet.config.imports import add_import_argument
 from largedet.config.validate import ConfigError, merge_checked
 from largedet.data import CocoJsonError
@@ -96,7 +97,7 @@ def main(argv=None) -> None:
         if args.dataset and args.dataset not in DatasetCatalog.list():
             raise ConfigError(not_registered("--dataset", args.dataset))
     except (ConfigError, DeviceUnavailableError, CocoJsonError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print("\n".join(f"error: {line}" for line in error_lines(e)), file=sys.stderr)
         sys.exit(2)
     try:
         files = input_files(args)

@@ -28,6 +28,7 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.detection_utils import read_image
 
 from largedet.config import DeviceUnavailableError, add_largedet_config
+from largedet.config.errors import error_lines
 from largedet.config.imports import add_import_argument
 from largedet.config.validate import ConfigError, merge_checked
 from largedet.data import CocoJsonError
@@ -85,7 +86,7 @@ def main(argv=None) -> None:
             raise ConfigError(not_registered("--dataset", args.dataset))
         results = load_coco_results(args.input)
     except (ConfigError, DeviceUnavailableError, CocoJsonError, ResultsFileError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print("\n".join(f"error: {line}" for line in error_lines(e)), file=sys.stderr)
         sys.exit(2)
     dicts = DatasetCatalog.get(args.dataset)  # sets the metadata's category id mapping
     metadata = MetadataCatalog.get(args.dataset)
