@@ -56,6 +56,7 @@ setup(
             "largedet-video-train=largedet_video.engine.train_net:run",  # projects/video/train.py
             "largedet-coco-eval=largedet.evaluation.coco_cli:main",  # tools/coco_eval.py
             "largedet-submit=largedet.cli.submit:main",  # tools/submit.py
+            "largedet-recipe=largedet.cli.recipe:main",  # tools/recipe.py
         ]
     },
     install_requires=[

@@ -103,7 +103,8 @@ def test_the_wheel_holds_largedet_and_its_configs(installed_wheel):
     assert all(Path(p).is_file() for p in out), out
     assert out[2].endswith(f"largedet/model_zoo/configs/{DEMO}")
     assert out[3].endswith("largedet/model_zoo/configs/video/tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml")
-    for command in ("largedet-train", "largedet-video-train", "largedet-coco-eval", "largedet-submit"):
+    for command in ("largedet-train", "largedet-video-train", "largedet-coco-eval", "largedet-submit",
+                    "largedet-recipe"):
         assert "usage:" in _run([venv / "bin" / command, "--help"], cwd=work, env=env).stdout
     # the studies are experiments beside their runners, not the library: not in the wheel
     packages = {p.name for p in site.iterdir()}

@@ -3,6 +3,7 @@
 
     python tools/predict.py --config CFG --input photo1.jpg --input 'more/*.jpg' --output out/ \\
         MODEL.WEIGHTS output/run/model_final.pth
+    python tools/predict.py --config output/run --input 'photos/*.jpg'   # a run's folder
     python tools/predict.py --config configs/shapes/faster_rcnn_R10w32_FPN_sgd_bs8_5min.yaml \\
         --resume --dataset shapes_val --num-images 8      # what `make demo` runs at its end
 
@@ -13,9 +14,12 @@ picture of all the inputs in a grid (default ``OUTPUT_DIR/predictions.jpg``); ot
 folder that gets one picture per input, ``<file name>.png``. The weights and each picture's
 path are printed. Boxes scoring at least ``--confidence-threshold`` are drawn with
 Detectron2's ``Visualizer``, labelled with the class names of ``--dataset`` (else of the
-config's first test dataset). Trailing ``KEY VALUE`` pairs override the config; a config
-error, and weights that are missing or would run code (read with ``weights_only=True``,
-whatever the environment), are one line on stderr, exit 2, before the model is built.
+config's first test dataset); a model with another number of classes is a warning naming
+both. ``--config`` may be a run's output folder: its own ``config.yaml`` (its datasets and
+classes) and, unless ``MODEL.WEIGHTS`` is given, its last checkpoint. Trailing ``KEY VALUE``
+pairs override the config; a config error, and weights that are missing or would run code
+(read with ``weights_only=True``, whatever the environment), are one line on stderr, exit 2,
+before the model is built.
 """
 
 import argparse
@@ -25,16 +29,19 @@ import sys
 
 import cv2
 from detectron2.config import get_cfg
-from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data import DatasetCatalog
 from detectron2.data.detection_utils import read_image
 
 from largedet.checkpoint import UnsafeWeightsError
 from largedet.checkpoint.checks import check_output_and_weights
 from largedet.config import DeviceUnavailableError, add_largedet_config
+from largedet.config.errors import error_lines
 from largedet.config.imports import add_import_argument
 from largedet.config.validate import ConfigError, merge_checked
 from largedet.data import CocoJsonError
+from largedet.data.checks import not_registered
 from largedet.engine import Predictor, setup_cfg
+from largedet.engine.labels import class_labels, run_source
 from largedet.utils.visualization import draw_predictions, tile
 
 PICTURE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -81,41 +88,23 @@ def input_files(args: argparse.Namespace) -> list:
     return files
 
 
-
-def class_names(names):
-    """The metadata of the first dataset of ``names`` with class names, read from the dataset
-    where registration alone does not set them (a COCO json's categories), or None; one line
-    says which labels the boxes get."""
-    for name in names:
-        metadata = MetadataCatalog.get(name)
-        if not metadata.get("thing_classes", None) and name in DatasetCatalog.list():
-            try:
-                DatasetCatalog.get(name)  # loading sets thing_classes
-            except Exception as e:  # the dataset's files need not be here to predict on --input
-                print(f"labels: {name}'s class names could not be read ({type(e).__name__}: {e})")
-                continue
-        classes = metadata.get("thing_classes", None)
-        if classes:
-            shown = ", ".join(classes[:8]) + (f", ... ({len(classes)} classes)" if len(classes) > 8 else "")
-            print(f"labels: the class names of {name} ({shown})")
-            return metadata
-    print("labels: class numbers (no dataset of the config names its classes)")
-    return None
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     try:
+        source = run_source(args.config_file, args.opts)  # a run's folder: its own config
+        args.config_file, args.opts = source.config_file, source.opts
         merge_checked(  # the safe yaml loader: a !!python/... tag is one line, before any code
             add_largedet_config(get_cfg()), args.config_file, args.opts,
             allow_python_tags=args.allow_python_yaml,
         )  # fmt: skip
         cfg = setup_cfg(args, log=False)
-        check_output_and_weights(cfg, training=False, resume=args.resume)  # before the model is built
+        # a run's folder: its last checkpoint, unless MODEL.WEIGHTS is given
+        resume = args.resume or bool(source.run_dir and "MODEL.WEIGHTS" not in args.opts[0::2])
+        check_output_and_weights(cfg, training=False, resume=resume)  # before the model is built
         if args.dataset and args.dataset not in DatasetCatalog.list():
-            raise ConfigError(f"--dataset: {args.dataset!r} is not registered")
+            raise ConfigError(not_registered("--dataset", args.dataset))
     except (ConfigError, DeviceUnavailableError, CocoJsonError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print("\n".join(f"error: {line}" for line in error_lines(e)), file=sys.stderr)
         sys.exit(2)
     try:
         files = input_files(args)
@@ -124,12 +113,16 @@ def main(argv=None) -> None:
         sys.exit(2)
     names = [args.dataset] if args.dataset else [*cfg.DATASETS.TEST, *cfg.DATASETS.TRAIN]
     try:
-        predictor = Predictor(cfg, resume=args.resume)
+        predictor = Predictor(cfg, resume=resume)
     except UnsafeWeightsError as e:  # OUTPUT_DIR's last checkpoint (--resume), read weights-only
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     print(f"weights: {predictor.weights or 'none (random initialisation)'}")
-    metadata = class_names(names)
+    labels = class_labels(cfg, names)
+    print("\n".join(labels.notes))
+    if labels.warning:
+        print(labels.warning, file=sys.stderr)
+    metadata = labels.metadata
 
     output = args.output or os.path.join(cfg.OUTPUT_DIR, "predictions.jpg")
     one_picture = output.lower().endswith(PICTURE_EXTENSIONS)

@@ -13,7 +13,8 @@ Trailing ``KEY VALUE`` pairs override the config. Several machines:
 process starts (``largedet.engine.check_args``, ``largedet.config.validate``): a missing file, an unknown key, a value of the
 wrong type or out of range, an unregistered dataset, a global batch SOLVER.IMS_PER_BATCH that
 is not a whole multiple of (processes x SOLVER.IMS_PER_DEVICE), the processes being torchrun's
-or ``--num-gpus`` x ``--num-machines``, is one line on stderr, exit 2.
+or ``--num-gpus`` x ``--num-machines``, is one line on stderr; every error of the run is
+reported at once, one line each, exit 2.
 """
 
 from largedet.engine.train_net import main, run

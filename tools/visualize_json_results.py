@@ -11,7 +11,9 @@ For each image of ``--dataset`` (the first ``--num-images``, default all), one p
 ``<output>/<image file name>.png``: the detections scoring at least ``--conf-threshold`` on the
 left, the dataset's annotations on the right, drawn with Detectron2's ``Visualizer``. The
 dataset is registered as ``tools/train_net.py`` registers it (``--config`` and the
-overrides: the shapes sizes, ``DATASETS.COCO_JSONS``, ...). A results file that cannot be
+overrides: the shapes sizes, ``DATASETS.COCO_JSONS``, ...), or from a run's output folder
+given as ``--config`` (its own ``config.yaml``); a model whose number of classes is not the
+dataset's is a warning naming both. A results file that cannot be
 read, or an entry without ``image_id``, ``category_id``, ``bbox`` or ``score`` or with a
 category the dataset lacks, is one line on stderr naming the file and entry, exit 2.
 """
@@ -26,10 +28,13 @@ from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.detection_utils import read_image
 
 from largedet.config import DeviceUnavailableError, add_largedet_config
+from largedet.config.errors import error_lines
 from largedet.config.imports import add_import_argument
 from largedet.config.validate import ConfigError, merge_checked
 from largedet.data import CocoJsonError
+from largedet.data.checks import not_registered
 from largedet.engine import setup_cfg
+from largedet.engine.labels import class_labels, run_source
 from largedet.utils.visualization import (
     ResultsFileError,
     draw_ground_truth,
@@ -61,13 +66,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     args = parse_args(argv)
     try:
+        if args.config_file:  # a run's folder: its own config
+            source = run_source(args.config_file, args.opts)
+            args.config_file, args.opts = source.config_file, source.opts
         merge_checked(  # the safe yaml loader: a !!python/... tag is one line, before any code
             add_largedet_config(get_cfg()), args.config_file, args.opts,
             allow_python_tags=args.allow_python_yaml,
         )  # fmt: skip
         # only to register datasets: the device is not used, so an unavailable GPU is no error
         opts = [*args.opts, "MODEL.DEVICE", "cpu"]
-        setup_cfg(
+        cfg = setup_cfg(
             argparse.Namespace(
                 config_file=args.config_file, opts=opts, allow_python_yaml=args.allow_python_yaml,
                 imports=args.imports,
@@ -75,13 +83,17 @@ def main(argv=None) -> None:
             log=False,
         )
         if args.dataset not in DatasetCatalog.list():
-            raise ConfigError(f"--dataset: {args.dataset!r} is not registered")
+            raise ConfigError(not_registered("--dataset", args.dataset))
         results = load_coco_results(args.input)
     except (ConfigError, DeviceUnavailableError, CocoJsonError, ResultsFileError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print("\n".join(f"error: {line}" for line in error_lines(e)), file=sys.stderr)
         sys.exit(2)
     dicts = DatasetCatalog.get(args.dataset)  # sets the metadata's category id mapping
     metadata = MetadataCatalog.get(args.dataset)
+    if args.config_file:  # the model's classes against the dataset's names
+        warning = class_labels(cfg, [args.dataset]).warning
+        if warning:
+            print(warning, file=sys.stderr)
     to_contiguous = metadata.get("thing_dataset_id_to_contiguous_id", None)
     if to_contiguous is None:
         print(

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Optional
 
+from largedet.config.errors import error_lines
 from largedet.config.imports import add_import_argument
 from largedet.launch.slurm import CPUS_PER_GPU, SlurmResources, TrainingJob, submit
 from largedet.model_zoo import resolve_config_file
@@ -143,8 +144,9 @@ def main() -> None:
         # an elastic job runs on any node count from MIN to --nodes: each must split the batch
         for nodes in range(args.elastic or args.nodes, args.nodes + 1):
             check(kind, argparse.Namespace(**{**vars(args), "nodes": nodes}), resources.processes)
-    except ValueError as e:  # ConfigError, BatchArithmeticError: one line naming the key
-        print(f"error: {e}", file=sys.stderr)
+    except ValueError as e:  # ConfigError(s), BatchArithmeticError: one line per error, naming the key
+        for line in error_lines(e):
+            print(f"error: {line}", file=sys.stderr)
         sys.exit(2)
     if args.no_data_check:
         print("Data check skipped (--no-data-check): the job checks its files when it starts")

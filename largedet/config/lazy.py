@@ -15,7 +15,7 @@ import copy
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from detectron2.config import CfgNode, LazyConfig, get_cfg, instantiate
 from detectron2.data import (
@@ -35,10 +35,11 @@ from omegaconf import DictConfig, OmegaConf
 
 
 from .defaults import add_largedet_config
-from .errors import ConfigError
+from .errors import ConfigError, ErrorCollector
 from .imports import IMPORT_FLAG, import_modules, import_run_modules
 from .safe_yaml import load_yaml_lazy_config, read_config_text
 from .keys import declared_train_keys
+from .lazy_checks import unknown_train_key
 from .device import device_for, resolve_device
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "lazy_timeout_s",
     "load_lazy_config",
     "lr_schedule",
+    "lr_schedule_within_run",
     "register_datasets",
     "run_config",
     "setup_lazy_config",
@@ -211,6 +213,27 @@ def lr_schedule(cfg: DictConfig) -> DictConfig:
     return cfg.lr_multiplier
 
 
+def lr_schedule_within_run(cfg: DictConfig) -> Any:
+    """:func:`lr_schedule` instantiated, as the yacs path builds ``SOLVER.STEPS``: milestones
+    at or past the schedule's ``num_updates`` (``train.max_iter``, a short trial run's) are
+    dropped, with their values, and one warning names them; the others are kept as given."""
+    schedule = lr_schedule(cfg)
+    milestones = list(schedule.get("milestones", None) or ())
+    end = schedule.get("num_updates", None)
+    kept = [m for m in milestones if end is None or m < end]
+    if len(kept) == len(milestones):
+        return instantiate(schedule)
+    logger.warning(
+        "lr_multiplier: milestones %s past the run's %d steps (train.max_iter) are ignored",
+        tuple(m for m in milestones if m not in kept), end,
+    )  # fmt: skip
+    root = copy.deepcopy(cfg)  # interpolations (num_updates="${train.max_iter}") still resolve
+    short = lr_schedule(root)
+    short.milestones = kept
+    short["values"] = list(short["values"])[: len(kept) + 1]
+    return instantiate(short)
+
+
 def _read_warmup(cfg: DictConfig, run: CfgNode) -> None:
     """``SOLVER.WARMUP_*`` from a Detectron2 ``lr_multiplier = L(WarmupParamScheduler)(...)``
     (its ``warmup_length`` is a fraction of the run), where ``train`` has no ``warmup``."""
@@ -252,7 +275,7 @@ def _dataset_names(dataset: DictConfig, key: str) -> Tuple[str, ...]:
     return names
 
 
-def run_config(cfg: DictConfig) -> CfgNode:
+def run_config(cfg: DictConfig, errors: Optional[ErrorCollector] = None) -> CfgNode:
     """The frozen yacs config of the run ``cfg`` describes, for :class:`~largedet.engine.Trainer`
     and its hooks: largedet's defaults with
 
@@ -271,18 +294,24 @@ def run_config(cfg: DictConfig) -> CfgNode:
     - ``MODEL.DEVICE`` resolved (:func:`~largedet.config.resolve_device`): ``auto`` to
       ``cuda`` or ``cpu``; ``cuda`` where there is no GPU is a
       :class:`~largedet.config.DeviceUnavailableError` naming ``train.device``.
+
+    The errors of ``train`` (an unknown key, with the closest one; a value of the wrong
+    type) are raised together, one line each, or with ``errors`` recorded there and the
+    keys left at their defaults, for the checks after this one.
     """
     run = _yacs_defaults()
     train = OmegaConf.to_container(cfg.train, resolve=True)
+    collector = ErrorCollector(catch=(ValueError,)) if errors is None else errors
     for key, value in _flatten(train).items():
         if key not in TRAIN_KEYS and f"train.{key}" in IGNORED_DETECTRON2_KEYS:
             continue
         if key not in TRAIN_KEYS:
-            raise ValueError(
-                f"train.{key}: not a largedet training key; the keys are "
-                f"{', '.join(sorted(TRAIN_KEYS))}"
-            )
-        _set(run, TRAIN_KEYS[key], value, f"train.{key}")
+            collector.add(unknown_train_key(key, TRAIN_KEYS))
+            continue
+        with collector.check():
+            _set(run, TRAIN_KEYS[key], value, f"train.{key}")
+    if errors is None:
+        collector.raise_if_any()
 
     if "lr" not in cfg.optimizer:
         raise ValueError("optimizer.lr must be set: it is the peak LR (SOLVER.BASE_LR)")

@@ -34,13 +34,15 @@ from detectron2.config import CfgNode, get_cfg
 
 from .defaults import add_largedet_config  # importing it declares largedet's keys
 from .device import amp_dtype
-from .errors import ConfigError
+from .errors import ConfigError, ConfigErrors, ErrorCollector
 from .keys import Rule, _is_int, declared_rules, int_at_least, one_of, when_agvm
 from .safe_yaml import load_yacs_config, merge_loaded_config
 
 __all__ = [
     "TRAINING_RULES",
     "ConfigError",
+    "ConfigErrors",
+    "ErrorCollector",
     "Rule",
     "check_training_values",
     "check_values",
@@ -137,27 +139,35 @@ def _merge_file(cfg: CfgNode, config_file: str, allow_python_tags: bool) -> None
         raise ConfigError(f"{config_file}: cannot merge it: {' '.join(str(e).split())}") from None
 
 
-def _merge_opts(cfg: CfgNode, opts: Sequence[str]) -> list[str]:
+def _merge_opts(cfg: CfgNode, opts: Sequence[str], errors: ErrorCollector) -> list[str]:
     if len(opts) % 2:
-        raise ConfigError(f"{opts[-1]}: an override without a value (trailing KEY VALUE pairs)")
+        errors.add(f"{opts[-1]}: an override without a value (trailing KEY VALUE pairs)")
+        opts = opts[:-1]
     merged = []
     for key, text in zip(opts[0::2], opts[1::2]):
         found, default = lookup_key(cfg, key)
         if not found:
-            raise ConfigError(_unknown_key(key, cfg))
+            errors.add(_unknown_key(key, cfg))
+            continue
         value = CfgNode._decode_cfg_value(text)  # as merge_from_list reads it
         if isinstance(default, float) and _is_int(value):
             text = repr(float(value))
         try:
             cfg.merge_from_list([key, text])
         except ValueError:
-            raise ConfigError(_wrong_type(key, default, value)) from None
+            errors.add(_wrong_type(key, default, value))
+            continue
         merged += [key, text]
     return merged
 
 
 def merge_checked(
-    cfg: CfgNode, config_file: str | None, opts: Sequence[str], *, allow_python_tags: bool = False
+    cfg: CfgNode,
+    config_file: str | None,
+    opts: Sequence[str],
+    *,
+    allow_python_tags: bool = False,
+    errors: ErrorCollector | None = None,
 ) -> list[str]:
     """Merge ``config_file`` (when given), then the ``KEY VALUE`` pairs ``opts`` into ``cfg``,
     with :func:`~largedet.config.safe_yaml.load_yacs_config` (each file read once, its tags
@@ -171,10 +181,19 @@ def merge_checked(
     (``SOLVER.BASE_LR 1`` -> ``1.0``), which ``merge_from_list`` then accepts in every
     worker; yacs refuses the integer itself. In a config file such an integer is an error
     that says what to write (``1.0``): the workers merge the file as it is.
+
+    Every override is checked: the errors of all of them are raised together (one line
+    each, :class:`~largedet.config.errors.ConfigErrors`), or with ``errors`` recorded there
+    and the bad overrides left out of the merge and of the returned list, so that the
+    checks after it run on the rest.
     """
     if config_file:
         _merge_file(cfg, config_file, allow_python_tags)
-    return _merge_opts(cfg, list(opts))
+    collector = ErrorCollector() if errors is None else errors
+    merged = _merge_opts(cfg, list(opts), collector)
+    if errors is None:
+        collector.raise_if_any()
+    return merged
 
 
 # --- values ----------------------------------------------------------------------------------
@@ -186,32 +205,39 @@ TRAINING_RULES: tuple[Rule, ...] = declared_rules()
 
 
 def check_values(cfg: CfgNode, rules: Iterable[Rule] = TRAINING_RULES) -> None:
-    """Raise :class:`ConfigError` naming the first key whose value breaks its rule."""
+    """Raise :class:`ConfigError` naming the key whose value breaks its rule, one line for
+    each such key (:class:`~largedet.config.errors.ConfigErrors` for several)."""
+    errors = ErrorCollector()
     for rule in rules:
         if not rule.applies(cfg):
             continue
         value = lookup_key(cfg, rule.key)[1]
         if not rule.test(value):
-            raise ConfigError(f"{rule.key}: must be {rule.need}, got {value!r}")
+            errors.add(f"{rule.key}: must be {rule.need}, got {value!r}")
+    errors.raise_if_any()
 
 
 def check_training_values(cfg: CfgNode, extra_rules: Iterable[Rule] = ()) -> None:
     """The values of a training run's config: every declared key's rule and ``extra_rules``
     (a project's own keys'), ``SOLVER.AMP.PRECISION`` and ``SOLVER.AGVM.REFERENCE`` among the
-    parts. Raises :class:`ConfigError` naming the key. (That ``SOLVER.OPTIMIZER`` is
-    registered is the solver's check: :func:`largedet.solver.check_optimizer_name`.)"""
-    check_values(cfg, (*TRAINING_RULES, *extra_rules))
+    parts. Raises :class:`ConfigError` naming the key, one line for each. (That
+    ``SOLVER.OPTIMIZER`` is registered is the solver's check:
+    :func:`largedet.solver.check_optimizer_name`.)"""
+    errors = ErrorCollector()
+    with errors.check():
+        check_values(cfg, (*TRAINING_RULES, *extra_rules))
     try:
         amp_dtype(cfg)  # names SOLVER.AMP.PRECISION
     except ValueError as e:
-        raise ConfigError(str(e)) from None
+        errors.add(str(e))
     if when_agvm(cfg):
         parts = {str(part) for part, _ in cfg.SOLVER.AGVM.GROUPS}
         if cfg.SOLVER.AGVM.REFERENCE not in parts:
-            raise ConfigError(
+            errors.add(
                 f"SOLVER.AGVM.REFERENCE: {cfg.SOLVER.AGVM.REFERENCE!r} is not a part of "
                 f"SOLVER.AGVM.GROUPS ({', '.join(sorted(parts))})"
             )
+    errors.raise_if_any()
 
 
 def warn_unused_lsr_keys(cfg: CfgNode) -> None:

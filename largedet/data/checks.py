@@ -23,7 +23,7 @@ from ..config.validate import lookup_key
 from .coco_json import COCO_JSONS_KEY, CocoJsonError, check_coco_json, check_image_sizes
 from .unreadable import max_image_pixels
 
-__all__ = ["check_datasets", "check_image_files", "check_num_classes", "num_classes_key"]
+__all__ = ["check_datasets", "check_image_files", "check_num_classes", "not_registered", "num_classes_key"]
 
 
 def _generated(meta) -> bool:
@@ -93,6 +93,25 @@ def _check_openimages_files(key: str, name: str) -> None:
         )
 
 
+def not_registered(key: str, name: str) -> str:
+    """The one line for a dataset ``name`` (given by ``key``: a config key or a flag) that
+    Detectron2's ``DatasetCatalog`` does not hold: the registered names close to it and how
+    to register one."""
+    registered = DatasetCatalog.list()
+    close = difflib.get_close_matches(name, registered, n=5, cutoff=0.6)
+    hint = (
+        f"registered names close to it: {', '.join(close)}"
+        if close
+        else f"none of the {len(registered)} registered names is close to it"
+    )
+    return (
+        f"{key}: dataset {name!r} is not registered; {hint}; register a COCO-format "
+        f"dataset with {COCO_JSONS_KEY} [[name, json_file, image_root]] "
+        "(docs/training.md#your-own-coco-dataset), or any dataset in a module "
+        "given to --import (docs/extend.md)"
+    )
+
+
 def check_datasets(cfg: CfgNode, keys: Sequence[str], *, required: Sequence[str] = ()) -> None:
     """Every dataset named by the config keys ``keys`` (``"DATASETS.TRAIN"``) must be
     registered in Detectron2's ``DatasetCatalog`` (by largedet, the config or a module of
@@ -104,18 +123,7 @@ def check_datasets(cfg: CfgNode, keys: Sequence[str], *, required: Sequence[str]
             raise ConfigError(f"{key}: no dataset given; name at least one registered dataset")
         for name in names:
             if name not in registered:
-                close = difflib.get_close_matches(name, registered, n=5, cutoff=0.6)
-                hint = (
-                    f"registered names close to it: {', '.join(close)}"
-                    if close
-                    else f"none of the {len(registered)} registered names is close to it"
-                )
-                raise ConfigError(
-                    f"{key}: dataset {name!r} is not registered; {hint}; register a COCO-format "
-                    f"dataset with {COCO_JSONS_KEY} [[name, json_file, image_root]] "
-                    "(docs/training.md#your-own-coco-dataset), or any dataset in a module "
-                    "given to --import (docs/extend.md)"
-                )
+                raise ConfigError(not_registered(key, name))
             _check_annotation_file(key, name)
             _check_openimages_files(key, name)
 

@@ -20,6 +20,7 @@ from ..config import DeviceUnavailableError, add_largedet_config, resolve_device
 from ..config.imports import add_import_argument, import_run_modules
 from ..checkpoint.checks import check_output_and_weights
 from ..config.keys import Rule, when_agvm
+from ..config.errors import ErrorCollector
 from ..config.validate import ConfigError, check_training_values, check_values, lookup_key, merge_checked
 from ..data import (
     CocoJsonError,
@@ -173,22 +174,32 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     False (the job runs on other machines: ``tools/submit.py``); the files the run reads are
     not checked where ``args.check_data`` is False (``tools/submit.py --no-data-check``: this
     machine may not see the compute nodes' file system). ``args`` is not changed.
-    Raises :class:`~largedet.config.validate.ConfigError`."""
-    merge_checked(
+    Raises :class:`~largedet.config.validate.ConfigError` with every error found, one line
+    each: the checks go on past a bad override (left out) and past each failed check."""
+    errors = ErrorCollector()
+    good_opts = merge_checked(  # the overrides that merge; the others' errors recorded
         add_largedet_config(get_cfg()), args.config_file, args.opts,
-        allow_python_tags=_allow_python_yaml(args),
+        allow_python_tags=_allow_python_yaml(args), errors=errors,
     )  # fmt: skip
     if not getattr(args, "check_device", True):  # the job runs elsewhere (tools/submit.py)
-        args = argparse.Namespace(**{**vars(args), "opts": [*args.opts, "MODEL.DEVICE", "cpu"]})
+        good_opts = [*good_opts, "MODEL.DEVICE", "cpu"]
+    args = argparse.Namespace(**{**vars(args), "opts": good_opts})
     try:
         cfg = setup_cfg(args, log=False)
     except (DeviceUnavailableError, CocoJsonError) as e:
-        raise ConfigError(str(e)) from None
-    plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
-    check_evaluator_types(cfg)
+        errors.add(str(e))
+        errors.raise_if_any()
+    plan = None
+    with errors.check():
+        plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
+    with errors.check():
+        check_evaluator_types(cfg)
     if getattr(args, "check_data", True):  # False: the files are the job's machines' (submit.py)
-        check_files(cfg, training=not args.eval_only, resume=getattr(args, "resume", False))
-    check_engine_keys(cfg)
+        with errors.check():
+            check_files(cfg, training=not args.eval_only, resume=getattr(args, "resume", False))
+    with errors.check():
+        check_engine_keys(cfg)
+    errors.raise_if_any()
     return plan
 
 
@@ -204,24 +215,37 @@ def check_config(
     (:func:`~largedet.solver.check_optimizer_name`), the datasets and the classes
     (:mod:`largedet.data.checks`), the batch arithmetic and AGVM's two estimates
     (:mod:`largedet.solver.batch`). Returns the training run's :class:`BatchPlan`; raises
-    :class:`ConfigError`."""
-    check_model_names(cfg)
+    :class:`ConfigError`, one line for each error found (the batch arithmetic is checked
+    where the values passed)."""
+    errors = ErrorCollector()
+    with errors.check():
+        check_model_names(cfg)
     if world_size is None:
-        check_values(cfg, extra_rules)
-        check_datasets(cfg, ("DATASETS.TEST",))
+        with errors.check():
+            check_values(cfg, extra_rules)
+        with errors.check():
+            check_datasets(cfg, ("DATASETS.TEST",))
+        errors.raise_if_any()
         return None
-    check_optimizer_name(cfg)
-    check_training_values(cfg, extra_rules)
-    check_datasets(cfg, ("DATASETS.TRAIN", "DATASETS.TEST"), required=("DATASETS.TRAIN",))
-    key = num_classes_key(cfg)
-    if key is not None:
-        check_num_classes(cfg.DATASETS.TRAIN, key, lookup_key(cfg, key)[1])
-    try:
-        plan = batch_plan(cfg, world_size)
-        if when_agvm(cfg):
-            check_agvm_estimates(plan.accumulation, world_size)
-    except ValueError as e:  # their messages start with the key
-        raise ConfigError(str(e)) from None
+    with errors.check():
+        check_optimizer_name(cfg)
+    with errors.check():
+        check_training_values(cfg, extra_rules)
+    values_ok = not errors  # the batch arithmetic needs valid values
+    with errors.check():
+        check_datasets(cfg, ("DATASETS.TRAIN", "DATASETS.TEST"), required=("DATASETS.TRAIN",))
+        key = num_classes_key(cfg)  # of registered datasets only
+        if key is not None:
+            check_num_classes(cfg.DATASETS.TRAIN, key, lookup_key(cfg, key)[1])
+    plan = None
+    if values_ok:
+        try:
+            plan = batch_plan(cfg, world_size)
+            if when_agvm(cfg):
+                check_agvm_estimates(plan.accumulation, world_size)
+        except ValueError as e:  # their messages start with the key
+            errors.add(str(e))
+    errors.raise_if_any()
     return plan
 
 

@@ -51,7 +51,9 @@ from detectron2.solver import LRMultiplier
 from detectron2.utils import comm
 from omegaconf import DictConfig, OmegaConf
 
-from ..config.lazy import call_target, lr_schedule, run_config, setup_lazy_config
+from ..config.lazy import TRAIN_KEYS, call_target, lr_schedule_within_run, run_config, setup_lazy_config
+from ..config.errors import ErrorCollector, error_lines
+from ..config.lazy_checks import call_argument_errors, with_train_names
 from ..config.validate import check_values
 from ..data.build import build_test_loader, build_train_loader
 from ..data.checks import check_datasets, check_image_files, check_num_classes
@@ -95,24 +97,46 @@ def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     (:func:`~largedet.evaluation.check_evaluator_types`), ``train.hooks`` registered
     (:func:`~largedet.engine.hooks.check_hook_names`), and unless
     ``args.check_data`` is False a sample of the images' sizes
-    (:func:`~largedet.data.checks.check_image_files`)."""
+    (:func:`~largedet.data.checks.check_image_files`). Every error found is raised at once,
+    one line each; the arguments of the optimizer's, the schedule's and the model's
+    ``LazyCall`` are checked against what they call, with the closest name
+    (:func:`~largedet.config.lazy_checks.call_argument_errors`)."""
     if not getattr(args, "check_device", True):
         args = argparse.Namespace(**{**vars(args), "opts": [*(args.opts or []), "train.device=cpu"]})
     cfg = setup_lazy_config(args, log=False)
-    run = run_config(cfg)
-    check_values(run, LazyTrainer.value_rules())  # names the yacs key of the train.<name>
+    errors = ErrorCollector(catch=(ValueError,))  # every error at once, one line each
+    try:
+        run = run_config(cfg, errors)  # a bad train.<key> recorded, left at its default
+    except ValueError as e:
+        errors.add(e)
+        errors.raise_if_any()
+    for line in call_argument_errors(cfg):  # optimizer.perod: ... did you mean period?
+        errors.add(line)
+    try:
+        check_values(run, LazyTrainer.value_rules())
+    except ValueError as e:  # each line names the yacs key: train.<name> (KEY): ...
+        for line in error_lines(e):
+            errors.add(with_train_names(line, TRAIN_KEYS))
+    values_ok = not errors
     eval_only = getattr(args, "eval_only", False)
     keys = ("DATASETS.TEST",) if eval_only else ("DATASETS.TRAIN", "DATASETS.TEST")
-    check_datasets(run, keys)
-    if "evaluator" not in cfg.dataloader:  # the test datasets' own evaluators
-        check_evaluator_types(run)
-    check_hook_names(run)
-    num_classes = OmegaConf.select(cfg, "model.roi_heads.num_classes", default=None)
-    if not eval_only and isinstance(num_classes, int):
-        check_num_classes(run.DATASETS.TRAIN, "model.roi_heads.num_classes", num_classes)
-    if getattr(args, "check_data", True):
-        check_image_files(run, keys)
-    return batch_plan(run, planned_world_size(args))
+    with errors.check():
+        check_datasets(run, keys)
+        num_classes = OmegaConf.select(cfg, "model.roi_heads.num_classes", default=None)
+        if not eval_only and isinstance(num_classes, int):
+            check_num_classes(run.DATASETS.TRAIN, "model.roi_heads.num_classes", num_classes)
+        if getattr(args, "check_data", True):
+            check_image_files(run, keys)
+    with errors.check():
+        if "evaluator" not in cfg.dataloader:  # the test datasets' own evaluators
+            check_evaluator_types(run)
+    with errors.check():
+        check_hook_names(run)
+    if values_ok:
+        with errors.check():
+            plan = batch_plan(run, planned_world_size(args))
+    errors.raise_if_any()
+    return plan
 
 
 def build_lazy_model(cfg: DictConfig, device: str) -> torch.nn.Module:
@@ -156,13 +180,14 @@ def build_lazy_lr_scheduler(
     optimizer: torch.optim.Optimizer,
     plan: RunPlan,
 ) -> LRMultiplier:
-    """``cfg.lr_multiplier``'s schedule (:func:`~largedet.config.lazy.lr_schedule`) through
-    the yacs path's one builder (:func:`~largedet.solver.build_schedule`): after the run
-    plan's warm-up (``train.warmup``, or a Detectron2 ``WarmupParamScheduler``'s, read into
-    ``run``), as one Detectron2 ``LRMultiplier`` over ``train.max_iter`` steps; with a batch
-    ramp (``train.batch_ramp``) followed in images, times the LSR rule's factor at each
+    """``cfg.lr_multiplier``'s schedule (:func:`~largedet.config.lazy.lr_schedule_within_run`:
+    milestones past ``train.max_iter`` dropped, as the yacs path drops ``SOLVER.STEPS``)
+    through the yacs path's one builder (:func:`~largedet.solver.build_schedule`): after the
+    run plan's warm-up (``train.warmup``, or a Detectron2 ``WarmupParamScheduler``'s, read
+    into ``run``), as one Detectron2 ``LRMultiplier`` over ``train.max_iter`` steps; with a
+    batch ramp (``train.batch_ramp``) followed in images, times the LSR rule's factor at each
     step's batch."""
-    return build_schedule(run, optimizer, instantiate(lr_schedule(cfg)), plan)
+    return build_schedule(run, optimizer, lr_schedule_within_run(cfg), plan)
 
 
 def lazy_test(cfg: DictConfig, model: torch.nn.Module, run: Optional[CfgNode] = None) -> Dict[str, Any]:

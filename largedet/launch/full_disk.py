@@ -22,6 +22,7 @@ from detectron2.utils.events import JSONWriter, TensorboardXWriter
 from detectron2.utils.logger import setup_logger
 
 from ..checkpoint import DiskFullError, is_disk_full, last_checkpoint_state
+from .plain_logs import plain_log_files
 
 __all__ = [
     "StopOnFullDiskJSONWriter",
@@ -230,9 +231,11 @@ def raise_if_a_log_found_no_space() -> None:
 def set_up_log_files(output_dir: str) -> None:
     """Make the loggers of Detectron2's ``default_setup`` (``detectron2``, ``fvcore``: console
     and ``output_dir/log.txt``) before it runs, so that their files stop on a full disk
-    (:func:`stop_log_files_on_full_disk`) from its first record on. ``setup_logger`` is
+    (:func:`stop_log_files_on_full_disk`) from its first record on and carry no colour codes
+    (:func:`~largedet.launch.plain_logs.plain_log_files`). ``setup_logger`` is
     cached on its arguments: ``default_setup``, called with the same ones, adds no handler."""
     rank = comm.get_rank()
     setup_logger(output_dir, distributed_rank=rank, name="fvcore")
     setup_logger(output_dir, distributed_rank=rank)
     stop_log_files_on_full_disk(output_dir)
+    plain_log_files(output_dir)  # the config it logs highlighted: no colour codes in log.txt

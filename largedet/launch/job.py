@@ -19,7 +19,7 @@ from detectron2.config import get_cfg
 from detectron2.utils import comm
 
 from ..config import add_largedet_config
-from ..config.errors import ConfigError
+from ..config.errors import ConfigError, error_lines
 from .elastic import record_torchrun_job, torchrun_job_id, torchrun_resume_reason
 from .processes import (
     dist_url,
@@ -112,7 +112,8 @@ def check_and_launch(
                           file=sys.stderr)  # fmt: skip
     except (OutputDirInUseError, *(errors or (ConfigError,))) as e:
         if first:
-            print(f"error: {e}", file=sys.stderr)
+            for line in error_lines(e):  # one line per error of the config
+                print(f"error: {line}", file=sys.stderr)
         else:
             # torchrun (and srun) stop every process as soon as one exits: the first
             # process, still checking, would be stopped before its line. It exits 2 once it

@@ -66,3 +66,28 @@ def test_lazyconfig_train_net_refuses_a_batch_that_does_not_split(tiny_shapes, t
         in proc.stderr
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_a_short_trial_of_the_example_drops_the_milestones_past_its_end(tiny_shapes, tmp_path):
+    # the example's milestones (225, 275) as written, the run cut to 6 steps: the schedule
+    # follows train.max_iter as the yacs path's SOLVER.STEPS do, with one warning
+    overrides = [o for o in tiny_overrides(tiny_shapes, tmp_path / "run")
+                 if not o.startswith(("lr_multiplier.", "train.max_iter=", "train.ims_per_"))]  # fmt: skip
+    proc = run(*overrides, "train.max_iter=6", "train.ims_per_batch=2", "train.ims_per_device=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "lr_multiplier: milestones (225, 275) past the run's 6 steps (train.max_iter) are ignored" in log
+    assert (tmp_path / "run" / "model_final.pth").is_file()
+
+
+def test_three_lazyconfig_mistakes_are_three_lines_in_one_run(tiny_shapes, tmp_path):
+    proc = run(*tiny_overrides(tiny_shapes, tmp_path / "run"), "train.max_iterr=5", "optimizer.perod=5",
+               "train.checkpointer.period=0")  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error: ")] == [
+        "error: train.max_iterr: not a largedet training key; did you mean train.max_iter?",
+        "error: optimizer.perod: not an argument of PMDLAMB; did you mean period?",
+        "error: train.checkpointer.period (SOLVER.CHECKPOINT_PERIOD): must be an integer >= 1, got 0",
+    ]
+    assert not (tmp_path / "run").exists()

@@ -140,3 +140,74 @@ def test_visualize_json_results_names_a_bad_entry(tiny_shapes, tmp_path, extra, 
                "--config", CONFIG, *shapes_opts(tiny_shapes))  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == f"error: {results}: {message}"
+
+
+def _own_run_folder(tiny_shapes, tmp_path):
+    """A run's output folder on the user's 2-class data (ids 3 and 7): the config.yaml that
+    training writes there, without checkpoints."""
+    from detectron2.config import get_cfg
+
+    from largedet.config import add_largedet_config
+    from largedet.config.validate import merge_checked
+    from own_data_testing import own_data_opts
+
+    run_dir = tmp_path / "my_run"
+    run_dir.mkdir()
+    cfg = add_largedet_config(get_cfg())
+    merge_checked(cfg, CONFIG, [*own_data_opts(tiny_shapes, str(tmp_path)), *shapes_opts(tiny_shapes),
+                                "MODEL.ROI_HEADS.NUM_CLASSES", "2", "OUTPUT_DIR", str(run_dir)])  # fmt: skip
+    (run_dir / "config.yaml").write_text(cfg.dump())
+    return run_dir
+
+
+def test_predict_on_a_run_folder_labels_with_the_runs_classes(tiny_shapes, png_images, tmp_path):
+    run_dir = _own_run_folder(tiny_shapes, tmp_path)
+    proc = run(PREDICT, "--config", str(run_dir), "--input", str(png_images / "img1.png"),
+               "--output", str(tmp_path / "out"), "MODEL.WEIGHTS", "")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[1] == "labels: the class names of my_val (apple, pear)"
+    assert "warning: the model has" not in proc.stderr
+
+
+def test_predict_warns_when_the_model_has_other_classes_than_the_names(tiny_shapes, png_images, tmp_path):
+    # the base config's names (shapes_val: 3) on a 2-class model: drawn, with a warning naming both
+    proc = run(PREDICT, "--config", CONFIG, "--input", str(png_images / "img1.png"), "--output",
+               str(tmp_path / "out"), *shapes_opts(tiny_shapes), "MODEL.WEIGHTS", "",
+               "MODEL.ROI_HEADS.NUM_CLASSES", "2")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        "warning: the model has 2 classes (MODEL.ROI_HEADS.NUM_CLASSES) but shapes_val names 3 "
+        "(circle, square, triangle)" in proc.stderr
+    )
+
+
+def test_a_folder_that_is_not_a_run_is_one_line(tmp_path):
+    proc = run(PREDICT, "--config", str(tmp_path), "--input", "x.png")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path}: a folder without config.yaml")
+
+
+def test_visualize_an_unregistered_dataset_says_how_to_register_one(tmp_path):
+    proc = run(VISUALIZE, "--input", str(tmp_path / "r.json"), "--dataset", "my_val", "--output", str(tmp_path))
+    assert proc.returncode == 2
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: --dataset: dataset 'my_val' is not registered; ")
+    assert "DATASETS.COCO_JSONS [[name, json_file, image_root]]" in line
+
+
+def test_class_labels_name_the_model_and_the_dataset(tiny_shapes):
+    from detectron2.config import get_cfg
+
+    from largedet.config import add_largedet_config
+    from largedet.engine.labels import class_labels
+
+    cfg = add_largedet_config(get_cfg())
+    cfg.MODEL.ROI_HEADS.NUM_CLASSES = 3
+    labels = class_labels(cfg, ["tiny_shapes_val"])
+    assert labels.notes == ["labels: the class names of tiny_shapes_val (circle, square, triangle)"]
+    assert labels.warning == ""
+    cfg.MODEL.ROI_HEADS.NUM_CLASSES = 80
+    assert class_labels(cfg, ["tiny_shapes_val"]).warning.startswith(
+        "warning: the model has 80 classes (MODEL.ROI_HEADS.NUM_CLASSES) but tiny_shapes_val names 3"
+    )
+    assert class_labels(cfg, ["nothing_registered"]).metadata is None

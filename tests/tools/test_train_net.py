@@ -96,3 +96,19 @@ def test_an_integer_for_a_float_in_a_config_file_names_file_and_key(tmp_path):
     assert run_rejected(["--config", str(int_lr)], tmp_path) == (
         f"error: {int_lr}: SOLVER.BASE_LR: expected a float, got 1; write 1.0"
     )
+
+
+def test_three_config_mistakes_are_three_lines_in_one_run(tmp_path):
+    env = dict(os.environ, LARGEDET_DATASETS=str(tmp_path / "ld"), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, TRAIN_NET, "--config", CONFIG, "SOLVER.BASE_LRR", "0.1", "SOLVER.MAX_ITER", "0",
+         "SOLVER.PMD.PERIOD", "0"], capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error: ")] == [
+        "error: SOLVER.BASE_LRR: no such config key; did you mean SOLVER.BASE_LR?",
+        "error: SOLVER.MAX_ITER: must be an integer >= 1, got 0",
+        "error: SOLVER.PMD.PERIOD: must be an integer >= 1 (optimizer steps), got 0",
+    ]
+    assert not (tmp_path / "ld").exists()
