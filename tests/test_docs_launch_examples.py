@@ -45,7 +45,7 @@ def _commands(text: str):
     names a launcher: continuation lines joined, comment lines dropped."""
     block, shell = None, False
     for line in text.splitlines():
-        fence = re.match(r"^```(\S*)\s*$", line)
+        fence = re.match(r"^```(\S*)(\s.*)?$", line)  # a fence may carry arguments ({largedet-table} X)
         if fence and block is None:
             block, shell = [], fence.group(1) in ("", "bash", "sh", "shell")
         elif fence:

@@ -189,9 +189,9 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     except (DeviceUnavailableError, CocoJsonError) as e:
         errors.add(str(e))
         errors.raise_if_any()
-    plan = None
+    batch = None  # the batch arithmetic's result, where its check passed
     with errors.check():
-        plan = check_config(cfg, None if args.eval_only else planned_world_size(args))
+        batch = check_config(cfg, None if args.eval_only else planned_world_size(args))
     with errors.check():
         check_evaluator_types(cfg)
     if getattr(args, "check_data", True):  # False: the files are the job's machines' (submit.py)
@@ -200,7 +200,7 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
     with errors.check():
         check_engine_keys(cfg)
     errors.raise_if_any()
-    return plan
+    return batch
 
 
 def check_config(
@@ -237,16 +237,16 @@ def check_config(
         key = num_classes_key(cfg)  # of registered datasets only
         if key is not None:
             check_num_classes(cfg.DATASETS.TRAIN, key, lookup_key(cfg, key)[1])
-    plan = None
+    batch = None  # where the values passed, the batch arithmetic's result
     if values_ok:
         try:
-            plan = batch_plan(cfg, world_size)
+            batch = batch_plan(cfg, world_size)
             if when_agvm(cfg):
-                check_agvm_estimates(plan.accumulation, world_size)
+                check_agvm_estimates(batch.accumulation, world_size)
         except ValueError as e:  # their messages start with the key
             errors.add(str(e))
     errors.raise_if_any()
-    return plan
+    return batch
 
 
 def check_files(cfg: CfgNode, training: bool, resume: bool = False) -> None:

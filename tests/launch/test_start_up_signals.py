@@ -19,6 +19,9 @@ CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.ya
 def test_a_stop_signal_at_start_up_exits_75_in_one_line(sig):
     code = (
         "import os, signal, time\n"
+        # as a job starts: the signal's default action (a test runner's worker may ignore
+        # SIGINT, and a child inherits an ignored signal)
+        f"signal.signal({int(sig)}, signal.SIG_DFL)\n"
         "from largedet.launch.processes import exit_on_stop_signals\n"
         "exit_on_stop_signals()\n"
         f"os.kill(os.getpid(), {int(sig)})\n"
