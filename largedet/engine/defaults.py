@@ -194,7 +194,9 @@ def check_args(args: argparse.Namespace) -> BatchPlan | None:
         batch = check_config(cfg, None if args.eval_only else planned_world_size(args))
     with errors.check():
         check_evaluator_types(cfg)
-    if getattr(args, "check_data", True):  # False: the files are the job's machines' (submit.py)
+    # the output folder's check makes it (a write probe): only for a run that can start;
+    # check_data False: the files are the job's machines' (submit.py)
+    if getattr(args, "check_data", True) and not errors:
         with errors.check():
             check_files(cfg, training=not args.eval_only, resume=getattr(args, "resume", False))
     with errors.check():
