@@ -70,6 +70,19 @@ def with_scaled_lr(cfg: CfgNode, scaling: LRScaling) -> CfgNode:
     return scaled
 
 
+class _HeldAtTheEnd(ParamScheduler):
+    """``shape`` over ``steps`` steps, its value at the last step held at progress 1 (where a
+    scheduler stepped after the run's last step asks): fvcore's
+    ``StepWithFixedGammaParamScheduler`` has no value there (an ``IndexError``)."""
+
+    def __init__(self, shape: ParamScheduler, steps: int):
+        self._shape = shape
+        self._last = (steps - 1) / steps if steps > 0 else 0.0
+
+    def __call__(self, where: float) -> float:
+        return self._shape(min(where, self._last))
+
+
 def schedule_shape(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamScheduler:
     """``SOLVER.LR_SCHEDULER_NAME``'s multiplier of the peak LR as a function of the run's
     progress in [0, 1), without warm-up, over ``max_iter`` steps: Detectron2's shapes as its
@@ -93,8 +106,11 @@ def schedule_shape(cfg: CfgNode, max_iter: int, peak_lr: float) -> ParamSchedule
     if name == "WarmupCosineLR":
         return CosineParamScheduler(1, end_value)
     if name == "WarmupStepWithFixedGammaLR":
-        return StepWithFixedGammaParamScheduler(
-            base_value=1.0, gamma=solver.GAMMA, num_decays=solver.NUM_DECAYS, num_updates=max_iter
+        return _HeldAtTheEnd(
+            StepWithFixedGammaParamScheduler(
+                base_value=1.0, gamma=solver.GAMMA, num_decays=solver.NUM_DECAYS, num_updates=max_iter
+            ),
+            max_iter,
         )
     if name == "WarmupStableDecayLR":
         start = solver.WSD.DECAY_START  # in (0, 1): its declared rule

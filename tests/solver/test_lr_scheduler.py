@@ -198,6 +198,11 @@ def test_step_with_fixed_gamma_after_warmup():
     plan = run_plan(cfg, 1)
     scheduler = build_lr_scheduler(cfg, build_optimizer(cfg, TwoGroups()), plan)
     assert scheduled_lrs(scheduler, 8) == pytest.approx(expected, rel=1e-12)
+    # the trainer steps the scheduler once more after the last step (progress 1): the last
+    # step's LR, where fvcore's shape alone raises an IndexError
+    scheduler.optimizer.step()
+    scheduler.step()
+    assert scheduler.optimizer.param_groups[0]["lr"] == pytest.approx(0.025, rel=1e-12)
 
 
 @pytest.mark.parametrize(
