@@ -439,6 +439,23 @@ def _regime_cells() -> List[Cell]:
         Cell("pmd_lamb", b, lr_factor=0.5, **_WSD),
         # batch 16's LR 0.04 led its sweep at the edge: 0.08 brackets it
         replace(_STRONG_BASELINE, lr_factor=4.0),
+        # the rest of batch 256's equal budget at 1.0x, seed 0 each, one change per cell
+        # against the configs' recipe: LAMB's own LR at x2 and x0.5; the warm-up x2 (461
+        # steps); the PMD period at 1/8 and 1/2 of the run (144 and 576 steps; 1/4 is the
+        # recipe's); AGVM on; warm-up-stable-decay with SGD's weight decay 1e-4 kept
+        Cell("lamb", b, lr_factor=2.0, **_WSD),
+        Cell("lamb", b, lr_factor=0.5, **_WSD),
+        Cell("pmd_lamb", b, warmup_epochs=4.8, **_WSD),
+        Cell("pmd_lamb", b, pmd_period=144, **_WSD),
+        Cell("pmd_lamb", b, pmd_period=576, **_WSD),
+        Cell("pmd_lamb", b, agvm=True, **_WSD),
+        Cell("pmd_lamb", b, lr_schedule="wsd"),
+        # SGD at 256: the linear rule's 0.32 diverged (sgd-bs256); warm-up-stable-decay with
+        # the LR swept down from it (0.16, 0.08, 0.04) and the warm-up x2
+        Cell("sgd", b, lr_schedule="wsd", lr_factor=0.5),
+        Cell("sgd", b, lr_schedule="wsd", lr_factor=0.25),
+        Cell("sgd", b, lr_schedule="wsd", lr_factor=0.125),
+        Cell("sgd", b, lr_schedule="wsd", lr_factor=0.25, warmup_epochs=4.8),
     ]
 
 
