@@ -5,6 +5,7 @@ import csv
 import os
 
 from largedet_study import demo_report, tables
+from study_csv import write_csv
 
 DEMO_FIELDS = ["date", "cpu", "cpu_family_model", "isa", "cores", "precision", "torch", "iterations",
                "training_s", "s_per_step", "box_ap", "label", "config"]  # fmt: skip
@@ -13,11 +14,7 @@ LEVER_FIELDS = ["date", "cpu", "cpu_family_model", "isa", "cores", "torch", "lev
 
 
 def _write(path, fields, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(dict(zip(fields, row)))
+    write_csv(path, fields, [dict(zip(fields, row)) for row in rows])
 
 
 def test_one_line_per_config_and_class_with_ranges_and_the_target(tmp_path):
