@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 # The figures of one step's output: name -> value (numbers, strings, lists, dicts).
 Figures = Dict[str, Any]
@@ -28,3 +29,14 @@ class Step:
 
     def args(self, dry_run: bool, out: str) -> List[str]:
         return [a.format(out=out) for a in (self.dry_args if dry_run else self.gpu_args)]
+
+
+def numbers_found(output: str, patterns: Sequence[Tuple[str, str]]) -> Figures:
+    """For each ``(key, pattern)`` whose regular expression is in ``output``: key -> its first
+    group as a float."""
+    figures: Figures = {}
+    for key, pattern in patterns:
+        found = re.search(pattern, output)
+        if found:
+            figures[key] = float(found[1])
+    return figures

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .step import Figures
+from .step import Figures, numbers_found
 
 # Detectron2's model-zoo training speed of faster_rcnn_R_50_FPN_1x: 0.210 s/iteration for
 # 16 images on 8 V100s.
@@ -29,14 +29,11 @@ def parse_train_throughput(output: str, out: str) -> Figures:
     rates = {m["run"]: float(m["rate"]) for m in map(_RUN_ROW.match, lines) if m}
     if rates:
         figures["images_per_s"] = rates
-    for key, pattern in (
+    figures.update(numbers_found(output, (
         ("pmdlamb_vs_sgd", r"PMD-LAMB / SGD \(K=1\): ([\d.]+) wall-clock"),
         ("k8_vs_k1", r"K=8 / K=1 \(PMD-LAMB\): ([\d.]+) wall-clock"),
         ("per_gpu_images_per_s", r"per GPU with AMP: ([\d.]+) images/s"),
-    ):
-        found = re.search(pattern, output)
-        if found:
-            figures[key] = float(found[1])
+    )))
     for i, line in enumerate(lines):
         head = _PROFILE_HEAD.search(line)
         if not head:

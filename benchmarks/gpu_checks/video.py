@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .step import Figures
+from .step import Figures, numbers_found
 
 _CLIPS_ROW = re.compile(
     r"^  (?P<model>TSN|TSM|TSM \(naive shift\)|I3D 3x3x3|I3D 3x1x1)\s+(?P<rate>[\d.]+) clips/s"
@@ -19,15 +19,12 @@ def parse_video_throughput(output: str, out: str) -> Figures:
     rates = {m["model"]: float(m["rate"]) for m in map(_CLIPS_ROW.match, output.splitlines()) if m}
     if rates:
         figures["clips_per_s"] = rates
-    for key, pattern in (
+    figures.update(numbers_found(output, (
         ("tsm_vs_i3d_3x3x3", r"TSM / I3D 3x3x3:\s+([\d.]+)x"),
         ("tsm_vs_i3d_3x1x1", r"TSM / I3D 3x1x1:\s+([\d.]+)x"),
         ("shift_cost_pct", r"shift cost vs TSN: ([+-]?[\d.]+)% wall"),
         ("naive_shift_cost_pct", r"naive shift ([+-]?[\d.]+)% wall"),
-    ):
-        found = re.search(pattern, output)
-        if found:
-            figures[key] = float(found[1])
+    )))
     return figures
 
 
