@@ -5,7 +5,7 @@
         --pretrain FILE --deadline 540 --pack $OUT [--workers 2] [--resume-from DIR]
 
 For a lent GPU machine that gives back only a few files and stops every command at a limit:
-installs what does not import from ``--wheels`` (as ``benchmarks/gpu_check.py`` does),
+installs what does not import from ``--wheels`` (:mod:`largedet_study.gpu_machine`),
 puts ``--pretrain`` (the grid's ``pretrain/backbone.pth``, made on the CPU) where the study
 looks for it, and starts one ``study/batch_scaling_study.py --only CELL`` per cell at
 once, each with ``DATALOADER.NUM_WORKERS`` set to ``--workers`` (the CPU grid loads in
@@ -29,26 +29,21 @@ directories with only the checkpoint named in ``last_checkpoint``) and ``study.t
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict
+
+from largedet_study.gpu_cells import pack_cells, progress, seconds_per_iteration, unpack_cells
+from largedet_study.gpu_machine import prepare_machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-# benchmarks/gpu_check.py, a script beside the speed benchmarks: the wheel install and the child env
-sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-
-import gpu_check  # noqa: E402
-
-PACK_LIMIT = 15 * 1024 * 1024
 MAX_FILES = 8
 
 
@@ -57,96 +52,6 @@ def log(msg: str, log_file) -> None:
     print(line, flush=True)
     log_file.write(line + "\n")
     log_file.flush()
-
-
-def progress(run_dir: str) -> Dict[str, float]:
-    """The cell's last logged iteration and its MAX_ITER (0 where nothing is logged yet)."""
-    it, max_iter = 0, 0
-    try:
-        with open(os.path.join(run_dir, "metrics.json")) as f:
-            for line in f:
-                try:
-                    it = max(it, int(json.loads(line).get("iteration", 0)))
-                except (ValueError, AttributeError):
-                    pass
-    except OSError:
-        pass
-    try:
-        with open(os.path.join(run_dir, "config.yaml")) as f:
-            for line in f:
-                if line.strip().startswith("MAX_ITER:"):
-                    max_iter = int(line.split(":")[1])
-    except (OSError, ValueError):
-        pass
-    return {"iteration": it, "max_iter": max_iter}
-
-
-def seconds_per_iteration(log_path: str) -> Optional[float]:
-    """The last ``time:`` (Detectron2's mean seconds per iteration) in a training log."""
-    found = None
-    try:
-        with open(log_path) as f:
-            for line in f:
-                m = re.search(r"\biter: \d+\b.*?\btime: ([0-9.]+)", line)
-                if m:
-                    found = float(m.group(1))
-    except OSError:
-        pass
-    return found
-
-
-def pack_cells(output_dir: str, cells: List[str], dest: str, budget: int) -> List[str]:
-    """Tar each cell's run directory (only the checkpoint ``last_checkpoint`` names) into
-    bundles under PACK_LIMIT bytes, at most ``budget`` files; returns the files written."""
-    entries = []  # (cell, [paths relative to output_dir], bytes)
-    for cell in cells:
-        run_dir = os.path.join(output_dir, cell)
-        if not os.path.isdir(run_dir):
-            continue
-        keep = None
-        try:
-            with open(os.path.join(run_dir, "last_checkpoint")) as f:
-                keep = f.read().strip()
-        except OSError:
-            pass
-        files = []
-        for name in sorted(os.listdir(run_dir)):
-            if name.endswith(".pth") and name != keep:
-                continue
-            if name.startswith("events.out") or name.endswith(".lock"):
-                continue
-            files.append(os.path.join(cell, name))
-        size = sum(os.path.getsize(os.path.join(output_dir, p)) for p in files)
-        entries.append((cell, files, size))
-    bundles: List[List[str]] = []
-    sizes: List[int] = []
-    for _, files, size in entries:
-        for i, used in enumerate(sizes):
-            if used + size <= PACK_LIMIT:
-                bundles[i] += files
-                sizes[i] += size
-                break
-        else:
-            bundles.append(list(files))
-            sizes.append(size)
-    written = []
-    for i, files in enumerate(bundles[:budget]):
-        path = os.path.join(dest, f"cells_{i}.tar.gz")
-        with tarfile.open(path, "w:gz") as tar:
-            for rel in files:
-                tar.add(os.path.join(output_dir, rel), arcname=rel)
-        written.append(path)
-    return written
-
-
-def unpack_cells(folder: str, output_dir: str) -> List[str]:
-    """Unpack the ``cells_<i>.tar.gz`` of ``pack_cells`` in ``folder`` into
-    ``output_dir`` (refusing paths that leave it); returns the bundles unpacked."""
-    bundles = sorted(glob.glob(os.path.join(folder, "cells_*.tar.gz")))
-    for bundle in bundles:
-        with tarfile.open(bundle) as tar:
-            tar.extractall(output_dir, filter="data")
-    return bundles
 
 
 def main(argv=None) -> int:
@@ -174,11 +79,9 @@ def main(argv=None) -> int:
                                                  f"{args.grid}_gpu")  # fmt: skip
     os.makedirs(output_dir, exist_ok=True)
     log_file = open(os.path.join(output_dir, "study_cells_on_gpu.log"), "a")
-    env, info = gpu_check.set_up(argparse.Namespace(site=args.site, dry_run=False,
-                                                    wheels=args.wheels))  # fmt: skip
-    missing = sorted(set(info.get("missing", {})) - {"av", "largedet_video", "pytest"})
-    if missing:
-        log(f"not importable: {', '.join(missing)} ({info.get('missing')})", log_file)
+    env, info = prepare_machine(REPO, args.site, args.wheels)
+    if info["missing"]:
+        log(f"not importable: {', '.join(info['missing'])}", log_file)
         return 2
     device = info.get("device") or "?"
     log(f"set up in {time.monotonic() - start:.0f} s; {json.dumps(info)[:600]}", log_file)

@@ -29,6 +29,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 import torch
+from largedet.launch.loggers import all_loggers
 
 SIGNALS = tuple(
     getattr(signal, name)
@@ -38,17 +39,11 @@ SIGNALS = tuple(
 REGISTRY_OWNERS = ("detectron2", "fvcore", "largedet", "largedet_video")
 
 
-def _loggers() -> List[logging.Logger]:
-    return [logging.getLogger()] + [
-        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
-    ]
-
-
 def handlers_on_closed_streams():
     """(logger, handler) of every handler whose stream is closed."""
     return [
         (logger, handler)
-        for logger in _loggers()
+        for logger in all_loggers()
         for handler in list(logger.handlers)
         if getattr(getattr(handler, "stream", None), "closed", False)
     ]
@@ -87,7 +82,7 @@ class Snapshot:
         from detectron2.data import DatasetCatalog, MetadataCatalog
 
         return cls(
-            loggers={lg.name: (list(lg.handlers), lg.level, lg.propagate, lg.disabled) for lg in _loggers()},
+            loggers={lg.name: (list(lg.handlers), lg.level, lg.propagate, lg.disabled) for lg in all_loggers()},
             disable=logging.root.manager.disable,
             environ=dict(os.environ),
             cwd=os.getcwd(),
@@ -122,7 +117,7 @@ class Snapshot:
 
     def _restore_loggers(self) -> List[str]:
         changed = []
-        for logger in _loggers():
+        for logger in all_loggers():
             handlers, level, propagate, disabled = self.loggers.get(logger.name, ([], logging.NOTSET, True, False))
             if (logger.handlers, logger.level, logger.propagate, logger.disabled) == (
                 handlers, level, propagate, disabled

@@ -163,7 +163,7 @@ def run_check(kind: str, argv: list[str], world: int | None, monkeypatch) -> Non
         args = submit.argument_parser().parse_args(argv)
         script = "video" if args.video else "lazy" if args.config_file.endswith(".py") else "yacs"
         if script == "video":  # checked at job start, on the nodes: the same check here
-            from largedet_video.config.validate import check_video_args
+            from largedet_video.engine.checks import check_video_args
 
             check_video_args(_video_args(args.config_file, args.opts, args.gpus_per_node, args.nodes))
         else:
@@ -181,7 +181,7 @@ def run_check(kind: str, argv: list[str], world: int | None, monkeypatch) -> Non
         args.check_device = False
         check_lazy_args(args)
     else:
-        from largedet_video.config.validate import check_video_args
+        from largedet_video.engine.checks import check_video_args
 
         video = _video_args(args.config_file, args.opts, args.num_gpus, args.num_machines)
         video.eval_only, video.resume = args.eval_only, args.resume

@@ -161,6 +161,26 @@ def test_config_is_the_bottom_floor():
         assert not others, (module, sorted(others))
 
 
+def test_video_config_is_the_bottom_floor():
+    """``largedet_video.config`` imports no other room of largedet_video (largedet's config
+    it may): the video keys, their rules and defaults; the checks that need the data, the
+    model, multigrid or the engine live beside what they check
+    (:mod:`largedet_video.engine.checks` joins them)."""
+    graph = _graph()
+    config = [m for m in graph if m == "largedet_video.config" or m.startswith("largedet_video.config.")]
+    assert "largedet_video.config.defaults" in config
+    assert "largedet.config" in graph["largedet_video.config.defaults"]
+    for module in config:
+        others = {
+            m for m in graph[module]
+            if m.startswith("largedet_video") and not m.startswith("largedet_video.config")
+        }  # fmt: skip
+        assert not others, (module, sorted(others))
+    # the checks before launch see the rooms' checks (the test above would pass without edges)
+    assert "largedet_video.data.checks" in graph["largedet_video.engine.checks"]
+    assert "largedet_video.config" in graph["largedet_video.engine.checks"]
+
+
 def test_the_graph_sees_an_import_of_another_room():
     # the check above would pass on a graph without edges
     assert "largedet.solver.plan" in _graph()["largedet.solver.lr_scheduler"]

@@ -118,7 +118,7 @@ def test_the_video_default_config_passes_its_check_from_the_wheel(installed_whee
     venv, python, work, env = installed_wheel
     _run([python, "-c", (
         "import argparse\n"
-        "from largedet_video.config.validate import check_video_args\n"
+        "from largedet_video.engine.checks import check_video_args\n"
         "check_video_args(argparse.Namespace(config_file=None, opts=['MODEL.DEVICE', 'cpu'], "
         "eval_only=False, resume=False, num_gpus=1, num_machines=1))"
     )], cwd=work, env=env)  # fmt: skip

@@ -169,9 +169,11 @@ def _statements(module) -> Dict[str, Tuple[int, str]]:
     return found
 
 
-def declared_keys(add_config: Callable, base: Callable) -> List[KeyDoc]:
+def declared_keys(add_config: Callable, base: Callable, rules=()) -> List[KeyDoc]:
     """Every leaf key ``add_config`` sets on the config ``base()`` returns (a key it adds,
-    or one whose default it changes, or one its module assigns), in declaration order.
+    or one whose default it changes, or one its module assigns), in declaration order, each
+    with its declared rule or, for a key declared without one, its rule among ``rules``
+    (those of the rooms that own what a key names).
 
     Raises:
         ValueError: a key that ``add_config`` adds or changes is set outside its module's
@@ -208,7 +210,7 @@ def declared_keys(add_config: Callable, base: Callable) -> List[KeyDoc]:
     for key, (line, comment, path, _) in sorted(statements.items(), key=lambda kv: (kv[1][3], kv[1][0])):
         if key not in after:  # a CfgNode
             continue
-        rule = registry.rules.get(key)
+        rule = registry.rules.get(key) or next((r for r in rules if r.key == key), None)
         docs.append(KeyDoc(key, after[key], comment, path, line, rule.need if rule else None, lazy.get(key)))
     return docs
 
@@ -223,8 +225,9 @@ def _project_keys(project: str) -> List[KeyDoc]:
     if project == "largedet_video":
         from largedet.config import add_largedet_config
         from largedet_video.config import add_video_config
+        from largedet_video.engine.checks import VIDEO_RULES
 
-        return declared_keys(add_video_config, lambda: add_largedet_config(get_cfg()))
+        return declared_keys(add_video_config, lambda: add_largedet_config(get_cfg()), VIDEO_RULES)
     raise ValueError(f"no key registry for {project!r}")
 
 

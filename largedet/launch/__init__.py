@@ -13,6 +13,8 @@ folder, stopping on a signal, and recording how each invocation ended.
 - :mod:`.slurm`: describing and submitting a Slurm job (``tools/submit.py``);
   :mod:`.slurm_state`: whether Slurm's signal is a cancel (``scancel``) or a stop to come
   back from;
-- :mod:`.outcomes`: every exit status and what each signal does, as data (the docs' tables).
+- :mod:`.outcomes`: every exit status and what each signal does, as data (the docs' tables);
+- :mod:`.loggers`: the process's loggers, enumerated once, and the handlers that write a run's
+  log files (:mod:`.plain_logs`, :mod:`.full_disk`).
 
 The engine uses this room; this room imports nothing of the engine."""

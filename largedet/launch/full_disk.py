@@ -22,6 +22,7 @@ from detectron2.utils.events import JSONWriter, TensorboardXWriter
 from detectron2.utils.logger import setup_logger
 
 from ..checkpoint import DiskFullError, is_disk_full, last_checkpoint_state
+from .loggers import handlers_writing_under
 from .plain_logs import plain_log_files
 
 __all__ = [
@@ -188,21 +189,10 @@ def stop_log_files_on_full_disk(output_dir: str) -> None:
     logging's ``--- Logging error ---`` block at each record, the file is closed, its
     handlers write no more, and :func:`raise_if_a_log_found_no_space` raises its
     :class:`DiskFullError` (the trainer calls it after every step). Idempotent."""
-    root = os.path.abspath(output_dir) + os.sep
-    loggers = [logging.getLogger()] + [
-        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
-    ]
-    for lg in loggers:
-        for handler in lg.handlers:
-            name = getattr(getattr(handler, "stream", None), "name", None)
-            if (
-                isinstance(handler, logging.StreamHandler)
-                and isinstance(name, str)
-                and os.path.abspath(name).startswith(root)
-                and not getattr(handler, "_largedet_guarded", False)
-            ):
-                handler.handleError = functools.partial(_log_write_failed, handler, output_dir)
-                handler._largedet_guarded = True
+    for handler in handlers_writing_under(output_dir):
+        if isinstance(handler, logging.StreamHandler) and not getattr(handler, "_largedet_guarded", False):
+            handler.handleError = functools.partial(_log_write_failed, handler, output_dir)
+            handler._largedet_guarded = True
 
 
 def _log_write_failed(handler: logging.StreamHandler, output_dir: str, record) -> None:

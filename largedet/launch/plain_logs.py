@@ -6,8 +6,9 @@ folder a formatter that drops those codes; the console keeps its colours."""
 from __future__ import annotations
 
 import logging
-import os
 import re
+
+from .loggers import handlers_writing_under
 
 __all__ = ["ANSI_CODE", "PlainFormatter", "plain_log_files"]
 
@@ -29,16 +30,6 @@ class PlainFormatter(logging.Formatter):
 def plain_log_files(output_dir: str) -> None:
     """Give every logging handler that writes a file under ``output_dir`` a
     :class:`PlainFormatter` around its formatter. Idempotent."""
-    root = os.path.abspath(output_dir) + os.sep
-    loggers = [logging.getLogger()] + [
-        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
-    ]
-    for lg in loggers:
-        for handler in lg.handlers:
-            name = getattr(getattr(handler, "stream", None), "name", None)
-            if (
-                isinstance(name, str)
-                and os.path.abspath(name).startswith(root)
-                and not isinstance(handler.formatter, PlainFormatter)
-            ):
-                handler.setFormatter(PlainFormatter(handler.formatter or logging.Formatter()))
+    for handler in handlers_writing_under(output_dir):
+        if not isinstance(handler.formatter, PlainFormatter):
+            handler.setFormatter(PlainFormatter(handler.formatter or logging.Formatter()))

@@ -11,7 +11,7 @@
 Trailing ``KEY VALUE`` pairs override the config; ``--resume`` continues from the
 last checkpoint in OUTPUT_DIR. Without a GPU, ``--num-gpus N`` starts N CPU
 processes (gloo). The config is checked before any process starts
-(``largedet_video.config.validate``): a missing file, an unknown key, a bad value, an
+(``largedet_video.engine.checks``): a missing file, an unknown key, a bad value, an
 unregistered dataset or a global batch SOLVER.IMS_PER_BATCH that does not split into whole
 micro-batches over the processes (torchrun's or ``--num-gpus`` x ``--num-machines``) is one
 line on stderr, exit 2. Installed from the wheel, the same program is ``largedet-video-train``

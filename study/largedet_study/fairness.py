@@ -217,7 +217,8 @@ def _interval(d: Optional[Difference]) -> str:
 def verdict_text(fams: Dict[str, object]) -> str:
     """The generated verdict: one paragraph per machine class and epoch budget."""
     lines = []
-    for v in verdicts(fams):
+    found = verdicts(fams)
+    for v in found:
         what = "goal" if v.factor > 1.0 else "moonshot"
         head = f"- **{v.machine}, {v.factor:.1f}x** ({what}: Welch's one-sided 95% lower bound >= -{MARGIN:g} held-out):"
         if v.chosen is None or v.baseline is None:
@@ -237,7 +238,7 @@ def verdict_text(fams: Dict[str, object]) -> str:
         lines.append(f"{head}{body}. {status}.")
         lines.append(f"  - tuning, batch 16: {v.base_budget.text()}")
         lines.append(f"  - tuning, batch {LARGE_BATCH} at {v.factor:.1f}x: {v.large_budget.text()}")
-    settled = [v for v in verdicts(fams) if not v.missing]
+    settled = [v for v in found if not v.missing]
     goal = any(v.met for v in settled if v.factor > 1.0)
     moon = any(v.met for v in settled if v.factor == 1.0)
     lines.append(

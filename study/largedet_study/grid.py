@@ -36,6 +36,7 @@ from detectron2.config import CfgNode, get_cfg
 from largedet.config import add_largedet_config
 from largedet.solver.batch import per_device_batch
 from largedet.solver.plan import RunPlan, run_plan
+from .naming import cell_name, choice_tag, factor_tag, value_tag
 
 #: the checkout (study/largedet_study/ -> two levels up)
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -127,34 +128,27 @@ class Cell:
 
     @property
     def name(self) -> str:
-        parts = [self.optimizer, f"bs{self.batch}"]
-        if self.epochs_factor != 1.0:
-            parts.append(f"ep{self.epochs_factor:g}x")
-        if self.warmup_epochs is not None:
-            parts.append(f"wu{self.warmup_epochs:g}")
+        pmd = None
         if self.pmd_period is not None or self.pmd_decay != "cosine":
-            parts.append(f"T{self.pmd_period or 'auto'}-{self.pmd_decay}")
-        if self.lr_factor != 1.0:
-            parts.append(f"lrx{self.lr_factor:g}")
-        if self.lr_schedule != "step":
-            parts.append(f"lr{self.lr_schedule}")
-        if self.weight_decay is not None:
-            parts.append(f"wd{self.weight_decay:g}")
-        if self.beta2 is not None:
-            parts.append(f"b2{self.beta2:g}")
-        if self.ema is not None:
-            parts.append(f"ema{self.ema:g}")
-        if self.ramp:
-            parts.append("ramp" + "-".join(f"{b}e{e:g}" for b, e in self.ramp))
-        if self.clip is not None:
-            parts.append(f"clip{self.clip:g}")
-        if self.agvm:
-            parts.append("agvm")
-            if self.agvm_period is not None:
-                parts.append(f"p{self.agvm_period}m{self.agvm_momentum:g}")
-        if self.seed is not None:
-            parts.append(f"s{self.seed}")
-        return "-".join(parts)
+            pmd = f"T{self.pmd_period or 'auto'}-{self.pmd_decay}"
+        ramp = ("ramp" + "-".join(f"{b}e{e:g}" for b, e in self.ramp)) if self.ramp else None
+        agvm_estimates = None
+        if self.agvm and self.agvm_period is not None:
+            agvm_estimates = f"p{self.agvm_period}m{self.agvm_momentum:g}"
+        return cell_name([self.optimizer, f"bs{self.batch}"], [
+            factor_tag("ep", self.epochs_factor, "x"),
+            value_tag("wu", self.warmup_epochs),
+            pmd,
+            factor_tag("lrx", self.lr_factor),
+            choice_tag("lr", self.lr_schedule, "step"),
+            value_tag("wd", self.weight_decay),
+            value_tag("b2", self.beta2),
+            value_tag("ema", self.ema),
+            ramp,
+            value_tag("clip", self.clip),
+            "agvm" if self.agvm else None,
+            agvm_estimates,
+        ], self.seed)  # fmt: skip
 
 
 @dataclass(frozen=True)

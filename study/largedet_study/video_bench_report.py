@@ -16,7 +16,7 @@ import re
 import statistics
 from typing import Callable, Dict, List
 
-from .demo_report import ROOT, _column, _dates, _groups, _span
+from .tables import ROOT, column_span, csv_groups, csv_missing, group_by, markdown_table, run_dates, span
 
 DECODED_CACHE_CSV = "projects/video/benchmarks/results/decoded_cache.csv"
 MULTIGRID_DEMO_CSV = "projects/video/benchmarks/results/multigrid_demo.csv"
@@ -31,36 +31,22 @@ __all__ = [
 ]  # fmt: skip
 
 
-def _missing(path: str) -> bool:
-    """No CSV at ``path`` (relative to the repository) yet: its table says so."""
-    return not os.path.exists(os.path.join(ROOT, path))
-
-
-def _by(rows: List[dict], key) -> Dict[object, List[dict]]:
-    """``rows`` grouped by ``key(row)``, in the order the groups first appear."""
-    out: Dict[object, List[dict]] = {}
-    for r in rows:
-        out.setdefault(key(r), []).append(r)
-    return out
-
-
 def decoded_cache_table(path: str = DECODED_CACHE_CSV) -> str:
     """One line per machine class, torch and load: the fresh processes measured, and the ranges
     over them of ms per training clip without the cache, with it in its first pass and later,
     and the ratio uncached / cached-later."""
-    groups = _groups(path, ("cpu", "cpu_family_model", "torch", "load", "videos"))
-    lines = [
-        "| CPU (family/model) | torch | beside | videos | processes | uncached ms/clip "
-        "| cached, first pass | cached, later passes | uncached / cached | dates |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-    ]
-    for (cpu, fm, torch_version, load, videos), runs in groups.items():
-        lines.append(
-            f"| {cpu} ({fm}) | {torch_version} | {load or 'nothing'} | {videos} | {len(runs)} "
-            f"| {_column(runs, 'uncached_ms', '.2f')} | {_column(runs, 'cached_first_ms', '.2f')} "
-            f"| {_column(runs, 'cached_ms', '.3f')} | {_column(runs, 'ratio', '.1f')}x | {_dates(runs)} |"
-        )
-    return "\n".join(lines)
+    groups = csv_groups(path, ("cpu", "cpu_family_model", "torch", "load", "videos"))
+    rows = [
+        [f"{cpu} ({fm})", torch_version, load or "nothing", videos, len(runs),
+         column_span(runs, "uncached_ms", ".2f"), column_span(runs, "cached_first_ms", ".2f"),
+         column_span(runs, "cached_ms", ".3f"), column_span(runs, "ratio", ".1f") + "x", run_dates(runs)]
+        for (cpu, fm, torch_version, load, videos), runs in groups.items()
+    ]  # fmt: skip
+    return markdown_table(
+        ["CPU (family/model)", "torch", "beside", "videos", "processes", "uncached ms/clip",
+         "cached, first pass", "cached, later passes", "uncached / cached", "dates"],
+        "lllrrrrrrl", rows,
+    )  # fmt: skip
 
 
 def multigrid_demo_table(path: str = MULTIGRID_DEMO_CSV) -> str:
@@ -69,17 +55,13 @@ def multigrid_demo_table(path: str = MULTIGRID_DEMO_CSV) -> str:
     (ranges over the runs); for multigrid its speed-up (the base's training seconds over its
     own) and top-1 minus the base's, each within one invocation, and whether every run met
     the target (>= 2.5x at most 1 point lower)."""
-    if _missing(path):
+    if csv_missing(path):
         return "(not measured yet)"
-    groups = _groups(path, ("cpu", "cpu_family_model", "torch", "load", "config", "data"))
-    lines = [
-        "| CPU (family/model) | torch | beside | schedule | runs | epochs | optimizer steps | training s "
-        "| top-1 % | speed-up (per run) | top-1 minus base | >= 2.5x, within 1 point | dates |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: | --- |",
-    ]
+    groups = csv_groups(path, ("cpu", "cpu_family_model", "torch", "load", "config", "data"))
+    rows = []
     for (cpu, fm, torch_version, load, _config, _data), runs in groups.items():
         base = {r["invocation"]: r for r in runs if r["schedule"] == "base"}
-        for factor, rs in _by(runs, lambda r: r["epoch_factor"]).items():
+        for factor, rs in group_by(runs, lambda r: r["epoch_factor"]).items():
             label = "base shape" if not factor else f"multigrid, {factor}x epochs"
             speed = drop = target = "-"
             paired = [(base[r["invocation"]], r) for r in rs if factor and r["invocation"] in base]
@@ -90,13 +72,18 @@ def multigrid_demo_table(path: str = MULTIGRID_DEMO_CSV) -> str:
                 drop = ", ".join(f"{d:+.1f}" for d in diffs)
                 met = all(u >= MULTIGRID_SPEEDUP and d >= -MULTIGRID_TOP1_DROP for u, d in zip(ups, diffs))
                 target = "yes" if met else "no"
-            lines.append(
-                f"| {cpu} ({fm}) | {torch_version} | {load or 'nothing'} | {label} | {len(rs)} "
-                f"| {_span([float(r['epochs']) for r in rs], 'g')} | {_column(rs, 'steps', '.0f')} "
-                f"| {_column(rs, 'train_s', '.0f')} | {_column(rs, 'top1', '.1f')} | {speed} | {drop} "
-                f"| {target} | {_dates(rs)} |"
-            )
-    return "\n".join(lines)
+            rows.append([
+                f"{cpu} ({fm})", torch_version, load or "nothing", label, len(rs),
+                span([float(r["epochs"]) for r in rs], "g"), column_span(rs, "steps", ".0f"),
+                column_span(rs, "train_s", ".0f"), column_span(rs, "top1", ".1f"), speed, drop, target,
+                run_dates(rs),
+            ])  # fmt: skip
+    return markdown_table(
+        ["CPU (family/model)", "torch", "beside", "schedule", "runs", "epochs", "optimizer steps",
+         "training s", "top-1 %", "speed-up (per run)", "top-1 minus base", ">= 2.5x, within 1 point",
+         "dates"],
+        "llllrrrrrrrcl", rows,
+    )  # fmt: skip
 
 
 THROUGHPUT_CSV = "projects/video/benchmarks/results/throughput"
@@ -107,19 +94,20 @@ def video_demo_table(path: str = DEMO_RUNS_CSV) -> str:
     """One line per demo config, machine class, torch and load (rows of
     ``projects/video/benchmarks/demo_runs.py --csv``): runs, top-1, training seconds, seconds
     per step and the whole command's seconds, each the range over the runs."""
-    if _missing(path):
+    if csv_missing(path):
         return "(not measured yet)"
-    groups = _groups(path, ("config", "cpu", "cpu_family_model", "isa", "torch", "load"))
-    lines = ["| config | CPU (family/model) | instruction sets | torch | beside | runs | top-1 % | training s "
-             "| s/step | whole command, s | dates |",
-             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    for (config, cpu, fm, isa, torch_version, load), runs in groups.items():
-        lines.append(
-            f"| `{os.path.basename(config)}` | {cpu} ({fm}) | {isa} | {torch_version} | {load or 'nothing'} "
-            f"| {len(runs)} | {_column(runs, 'top1', '.1f')} | {_column(runs, 'training_s', '.0f')} "
-            f"| {_column(runs, 's_per_step', '.3f')} | {_column(runs, 'whole_s', '.0f')} | {_dates(runs)} |"
-        )
-    return "\n".join(lines)
+    groups = csv_groups(path, ("config", "cpu", "cpu_family_model", "isa", "torch", "load"))
+    rows = [
+        [f"`{os.path.basename(config)}`", f"{cpu} ({fm})", isa, torch_version, load or "nothing", len(runs),
+         column_span(runs, "top1", ".1f"), column_span(runs, "training_s", ".0f"),
+         column_span(runs, "s_per_step", ".3f"), column_span(runs, "whole_s", ".0f"), run_dates(runs)]
+        for (config, cpu, fm, isa, torch_version, load), runs in groups.items()
+    ]  # fmt: skip
+    return markdown_table(
+        ["config", "CPU (family/model)", "instruction sets", "torch", "beside", "runs", "top-1 %",
+         "training s", "s/step", "whole command, s", "dates"],
+        "lllllrrrrrl", rows,
+    )  # fmt: skip
 
 
 
@@ -139,7 +127,7 @@ def _median_range(values: List[float], fmt: str, unit: str = "") -> str:
 def _invocations(runs: List[dict]) -> Dict[str, Dict[str, dict]]:
     """{invocation: {model or decoder key: row}}."""
     return {inv: {r.get("model") or (r["video_set"], r["decoder"]): r for r in rs}
-            for inv, rs in _by(runs, lambda r: r["invocation"]).items()}  # fmt: skip
+            for inv, rs in group_by(runs, lambda r: r["invocation"]).items()}  # fmt: skip
 
 
 def throughput_training_table(prefix: str = THROUGHPUT_CSV) -> str:
@@ -149,28 +137,22 @@ def throughput_training_table(prefix: str = THROUGHPUT_CSV) -> str:
     taken within each invocation: TSM over each I3D baseline, and the shift's cost against
     TSN (1 - TSM / TSN, wall clock and CPU time)."""
     path = prefix + "_training.csv"
-    if _missing(path):
+    if csv_missing(path):
         return "(not measured yet)"
     key = ("cpu", "cpu_family_model", "torch", "device", "load", "depth", "width", "size", "frames", "batch")
-    groups = _groups(path, key)
-    head = ["| setting | CPU (family/model) | torch | beside | model | runs | clips/s | clips per CPU-s "
-            "| GFLOPs/clip | parameters (M) | dates |",
-            "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    ratios = ["| setting | CPU (family/model) | beside | runs | TSM / I3D 3x3x3 (paper 1.6x) "
-              "| TSM / I3D 3x1x1 (paper 2.9x) | shift cost, wall (goal <= 3%) | shift cost, CPU time "
-              "| naive shift cost, wall |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    groups = csv_groups(path, key)
+    head, ratios = [], []
     for (cpu, fm, torch_version, device, load, depth, width, size, frames, batch), runs in groups.items():
         setting = f"R{depth}{'' if width == '64' else f' w{width}'}, {batch} x {frames} x {size}^2"
         where = cpu if device == "cpu" else device
-        for model, rs in _by(runs, lambda r: r["model"]).items():
+        for model, rs in group_by(runs, lambda r: r["model"]).items():
             cpu_s = [float(r["clips_cpu_s"]) for r in rs if r["clips_cpu_s"]]
-            head.append(
-                f"| {setting} | {where} ({fm}) | {torch_version} | {load or 'nothing'} | {model} | {len(rs)} "
-                f"| {_median_range([float(r['clips_s']) for r in rs], '.2f')} "
-                f"| {_median_range(cpu_s, '.2f') if cpu_s else '-'} | {_column(rs, 'gflops', '.1f')} "
-                f"| {_column(rs, 'params_m', '.1f')} | {_dates(rs)} |"
-            )
+            head.append([
+                setting, f"{where} ({fm})", torch_version, load or "nothing", model, len(rs),
+                _median_range([float(r["clips_s"]) for r in rs], ".2f"),
+                _median_range(cpu_s, ".2f") if cpu_s else "-", column_span(rs, "gflops", ".1f"),
+                column_span(rs, "params_m", ".1f"), run_dates(rs),
+            ])  # fmt: skip
         inv = list(_invocations(runs).values())
 
         def ratio(a: str, b: str, field: str, cost: bool = False) -> str:
@@ -181,13 +163,24 @@ def throughput_training_table(prefix: str = THROUGHPUT_CSV) -> str:
                 return _median_range([100 * (1 - v) for v in vals], "+.1f", "%")
             return _median_range(vals, ".2f", "x")
 
-        ratios.append(
-            f"| {setting} | {where} ({fm}) | {load or 'nothing'} | {len(inv)} "
-            f"| {ratio('TSM', 'I3D 3x3x3', 'clips_s')} | {ratio('TSM', 'I3D 3x1x1', 'clips_s')} "
-            f"| {ratio('TSM', 'TSN', 'clips_s', True)} | {ratio('TSM', 'TSN', 'clips_cpu_s', True)} "
-            f"| {ratio('TSM (naive shift)', 'TSN', 'clips_s', True)} |"
-        )
-    return "\n".join(head) + "\n\n" + "\n".join(ratios)
+        ratios.append([
+            setting, f"{where} ({fm})", load or "nothing", len(inv),
+            ratio("TSM", "I3D 3x3x3", "clips_s"), ratio("TSM", "I3D 3x1x1", "clips_s"),
+            ratio("TSM", "TSN", "clips_s", True), ratio("TSM", "TSN", "clips_cpu_s", True),
+            ratio("TSM (naive shift)", "TSN", "clips_s", True),
+        ])  # fmt: skip
+    models = markdown_table(
+        ["setting", "CPU (family/model)", "torch", "beside", "model", "runs", "clips/s", "clips per CPU-s",
+         "GFLOPs/clip", "parameters (M)", "dates"],
+        "lllllrrrrrl", head,
+    )  # fmt: skip
+    within = markdown_table(
+        ["setting", "CPU (family/model)", "beside", "runs", "TSM / I3D 3x3x3 (paper 1.6x)",
+         "TSM / I3D 3x1x1 (paper 2.9x)", "shift cost, wall (goal <= 3%)", "shift cost, CPU time",
+         "naive shift cost, wall"],
+        "lllrrrrrr", ratios,
+    )  # fmt: skip
+    return models + "\n\n" + within
 
 
 def throughput_decoding_table(prefix: str = THROUGHPUT_CSV) -> str:
@@ -196,24 +189,26 @@ def throughput_decoding_table(prefix: str = THROUGHPUT_CSV) -> str:
     CPU-second (median and range over the invocations' medians), and per CPU-second the
     decoder over PyAV within each invocation."""
     path = prefix + "_decoding.csv"
-    if _missing(path):
+    if csv_missing(path):
         return "(not measured yet)"
-    groups = _groups(path, ("cpu", "cpu_family_model", "torch", "device", "load"))
-    lines = ["| CPU (family/model) | torch | beside | video set | decoder | runs | clips/s | clips per CPU-s "
-             "| / PyAV, per CPU-s | dates |",
-             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    groups = csv_groups(path, ("cpu", "cpu_family_model", "torch", "device", "load"))
+    rows = []
     for (cpu, fm, torch_version, _device, load), runs in groups.items():
         inv = list(_invocations(runs).values())
-        for (video_set, decoder), rs in _by(runs, lambda r: (r["video_set"], r["decoder"])).items():
+        for (video_set, decoder), rs in group_by(runs, lambda r: (r["video_set"], r["decoder"])).items():
             vs = [float(i[(video_set, decoder)]["clips_cpu_s"]) / float(i[(video_set, "pyav")]["clips_cpu_s"])
                   for i in inv if (video_set, decoder) in i and (video_set, "pyav") in i]  # fmt: skip
             rel = "-" if decoder == "pyav" or not vs else _median_range(vs, ".2f", "x")
-            lines.append(
-                f"| {cpu} ({fm}) | {torch_version} | {load or 'nothing'} | {video_set} | {decoder} | {len(rs)} "
-                f"| {_median_range([float(r['clips_s']) for r in rs], '.2f')} "
-                f"| {_median_range([float(r['clips_cpu_s']) for r in rs], '.1f')} | {rel} | {_dates(rs)} |"
-            )
-    return "\n".join(lines)
+            rows.append([
+                f"{cpu} ({fm})", torch_version, load or "nothing", video_set, decoder, len(rs),
+                _median_range([float(r["clips_s"]) for r in rs], ".2f"),
+                _median_range([float(r["clips_cpu_s"]) for r in rs], ".1f"), rel, run_dates(rs),
+            ])  # fmt: skip
+    return markdown_table(
+        ["CPU (family/model)", "torch", "beside", "video set", "decoder", "runs", "clips/s",
+         "clips per CPU-s", "/ PyAV, per CPU-s", "dates"],
+        "lllllrrrrl", rows,
+    )  # fmt: skip
 
 
 #: the GPU check's video-throughput step (2026-11-26), one run on each of two machines

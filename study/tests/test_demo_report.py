@@ -4,7 +4,8 @@ demo_levers.csv, against lines written out by hand from small CSVs."""
 import csv
 import os
 
-from largedet_study import demo_report
+from largedet_study import demo_report, tables
+from study_csv import write_csv
 
 DEMO_FIELDS = ["date", "cpu", "cpu_family_model", "isa", "cores", "precision", "torch", "iterations",
                "training_s", "s_per_step", "box_ap", "label", "config"]  # fmt: skip
@@ -13,11 +14,7 @@ LEVER_FIELDS = ["date", "cpu", "cpu_family_model", "isa", "cores", "torch", "lev
 
 
 def _write(path, fields, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(dict(zip(fields, row)))
+    write_csv(path, fields, [dict(zip(fields, row)) for row in rows])
 
 
 def test_one_line_per_config_and_class_with_ranges_and_the_target(tmp_path):
@@ -57,7 +54,7 @@ def test_one_line_per_lever_and_the_demo_it_was_measured_against(tmp_path):
 def _multigrid_benchmark():
     import importlib.util
 
-    path = os.path.join(demo_report.ROOT, "projects", "video", "benchmarks", "multigrid.py")
+    path = os.path.join(tables.ROOT, "projects", "video", "benchmarks", "multigrid.py")
     spec = importlib.util.spec_from_file_location("multigrid_benchmark", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -200,7 +197,7 @@ def test_video_demo_runs_read_the_run_and_make_one_line_per_config(tmp_path):
     from largedet_study import video_bench_report
 
     spec = importlib.util.spec_from_file_location(
-        "demo_runs", os.path.join(demo_report.ROOT, "projects", "video", "benchmarks", "demo_runs.py"))
+        "demo_runs", os.path.join(tables.ROOT, "projects", "video", "benchmarks", "demo_runs.py"))
     demo_runs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo_runs)
     run = tmp_path / "run"

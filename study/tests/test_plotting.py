@@ -1,7 +1,6 @@
 """largedet_study.plotting, study/plot_study.py and tools/plot_metrics.py (largedet.utils.run_curves):
 study CSV and metrics.json to figures."""
 
-import csv
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 import pytest
 
 from largedet_study.plotting import load_run, load_study, study_table
+from study_csv import write_csv
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 FIELDS = [
@@ -28,11 +28,7 @@ FIELDS = [
 
 
 def write_study(path, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: row.get(k, "") for k in FIELDS})
+    write_csv(path, FIELDS, rows)
 
 
 STUDY = [
@@ -171,11 +167,7 @@ def test_cells_at_batch_orders_by_the_held_out_split(tmp_path):
         {"cell": "pmd_lamb-bs1024-ep1.4x", "optimizer": "pmd_lamb", "batch": 1024, "box_ap": "73.5", "holdout_ap": "72.3", "diverged": "no"},
     ]  # fmt: skip
     path = str(tmp_path / "study.csv")
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: row.get(k, "") for k in fields})
+    write_csv(path, fields, rows)
     png = str(tmp_path / "cells.png")
     order = plot_cells_at_batch(load_study(path), 1024, png)
     assert order == [

@@ -9,16 +9,13 @@ import os
 import pytest
 
 from largedet_study import report
+from study_csv import write_csv
 
 FIELDS = ["cell", "batch", "iterations", "box_ap", "holdout_ap", "diverged", "final_loss", "device"]
 
 
 def _write(path, rows):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in FIELDS})
+    write_csv(path, FIELDS, rows)
 
 
 def _row(cell, batch, holdout, reported, device="2-core AMD EPYC VM"):
@@ -185,11 +182,7 @@ VIDEO_FIELDS = ["cell", "batch", "iterations", "top1", "holdout_top1", "diverged
 
 def _write_video(path, rows):
     """A tsm4k-shaped CSV of ``rows`` (missing columns empty)."""
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=VIDEO_FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in VIDEO_FIELDS})
+    write_csv(path, VIDEO_FIELDS, rows)
 
 
 def test_video_verdict_needs_three_seeds_and_4096_videos(tmp_path, monkeypatch):

@@ -1,24 +1,13 @@
-"""study/study_cells_on_gpu.py: what it packs for a machine that gives back few files,
-and the seconds per iteration it reads from a training log."""
+"""study/study_gpu_cells.py's cells (:mod:`largedet_study.gpu_cells`): what it packs for a
+machine that gives back few files, and the seconds per iteration it reads from a training
+log."""
 
 import os
-import sys
 import tarfile
 
 import pytest
 
-SCRIPT_DIR = os.path.join(os.path.dirname(__file__), "..")
-
-
-@pytest.fixture(scope="module")
-def cells_on_gpu():
-    sys.path.insert(0, SCRIPT_DIR)
-    try:
-        import study_cells_on_gpu
-
-        yield study_cells_on_gpu
-    finally:
-        sys.path.remove(SCRIPT_DIR)
+from largedet_study import gpu_cells
 
 
 def make_run(root, cell, checkpoints, last, size):
@@ -39,8 +28,8 @@ def members(path):
         return sorted(tar.getnames())
 
 
-def test_pack_keeps_only_the_last_checkpoint_and_bundles_under_the_limit(cells_on_gpu, tmp_path, monkeypatch):
-    monkeypatch.setattr(cells_on_gpu, "PACK_LIMIT", 2500)
+def test_pack_keeps_only_the_last_checkpoint_and_bundles_under_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_cells, "PACK_LIMIT", 2500)
     out, dest = tmp_path / "out", tmp_path / "dest"
     out.mkdir()
     dest.mkdir()
@@ -48,7 +37,7 @@ def test_pack_keeps_only_the_last_checkpoint_and_bundles_under_the_limit(cells_o
     make_run(out, "b", ["model_0000005.pth"], "model_0000005.pth", 1000)
     make_run(out, "c", ["model_0000007.pth"], "model_0000007.pth", 1000)
     make_run(out, "d", [], None, 1000)  # nothing saved yet: metadata only
-    written = cells_on_gpu.pack_cells(str(out), ["a", "b", "c", "d", "missing"], str(dest), 7)
+    written = gpu_cells.pack_cells(str(out), ["a", "b", "c", "d", "missing"], str(dest), 7)
     assert [os.path.basename(w) for w in written] == ["cells_0.tar.gz", "cells_1.tar.gz"]
     # a and b (1000 + 1000 bytes and metadata) fill the first bundle, c does not fit there;
     # d's few bytes still do (first fit)
@@ -59,18 +48,18 @@ def test_pack_keeps_only_the_last_checkpoint_and_bundles_under_the_limit(cells_o
     assert members(written[1]) == ["c/last_checkpoint", "c/metrics.json", "c/model_0000007.pth"]
 
 
-def test_pack_writes_no_more_files_than_its_budget(cells_on_gpu, tmp_path, monkeypatch):
-    monkeypatch.setattr(cells_on_gpu, "PACK_LIMIT", 1500)
+def test_pack_writes_no_more_files_than_its_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_cells, "PACK_LIMIT", 1500)
     out, dest = tmp_path / "out", tmp_path / "dest"
     out.mkdir()
     dest.mkdir()
     for cell in "abc":
         make_run(out, cell, ["model_final.pth"], "model_final.pth", 1000)
-    written = cells_on_gpu.pack_cells(str(out), list("abc"), str(dest), 2)
+    written = gpu_cells.pack_cells(str(out), list("abc"), str(dest), 2)
     assert len(written) == 2 and sorted(os.listdir(dest)) == ["cells_0.tar.gz", "cells_1.tar.gz"]
 
 
-def test_seconds_per_iteration_is_detectron2s_time_not_data_time(cells_on_gpu, tmp_path):
+def test_seconds_per_iteration_is_detectron2s_time_not_data_time(tmp_path):
     log = tmp_path / "log.txt"
     log.write_text(
         "[11/26 16:15:05] d2.utils.events INFO:  eta: 0:26:19  iter: 19  total_loss: 2.385"
@@ -79,18 +68,18 @@ def test_seconds_per_iteration_is_detectron2s_time_not_data_time(cells_on_gpu, t
         "  time: 1.4889  last_time: 1.6063\n"
         "[11/26 16:15:13] d2.engine.hooks INFO: Total training time: 0:00:07\n"
     )
-    assert cells_on_gpu.seconds_per_iteration(str(log)) == 1.4889
-    assert cells_on_gpu.seconds_per_iteration(str(tmp_path / "none.txt")) is None
+    assert gpu_cells.seconds_per_iteration(str(log)) == 1.4889
+    assert gpu_cells.seconds_per_iteration(str(tmp_path / "none.txt")) is None
 
 
-def test_unpack_restores_what_pack_kept_where_a_resumed_study_looks(cells_on_gpu, tmp_path):
+def test_unpack_restores_what_pack_kept_where_a_resumed_study_looks(tmp_path):
     out, dest, fresh = tmp_path / "out", tmp_path / "dest", tmp_path / "fresh"
     for d in (out, dest, fresh):
         d.mkdir()
     make_run(out, "a", ["model_0000010.pth", "model_0000020.pth"], "model_0000020.pth", 100)
     make_run(out, "b", ["model_0000005.pth"], "model_0000005.pth", 100)
-    cells_on_gpu.pack_cells(str(out), ["a", "b"], str(dest), 7)
-    unpacked = cells_on_gpu.unpack_cells(str(dest), str(fresh))
+    gpu_cells.pack_cells(str(out), ["a", "b"], str(dest), 7)
+    unpacked = gpu_cells.unpack_cells(str(dest), str(fresh))
     assert [os.path.basename(b) for b in unpacked] == ["cells_0.tar.gz"]
     assert sorted(os.listdir(fresh / "a")) == ["last_checkpoint", "metrics.json", "model_0000020.pth"]
     assert (fresh / "a" / "last_checkpoint").read_text() == "model_0000020.pth"
@@ -101,5 +90,5 @@ def test_unpack_restores_what_pack_kept_where_a_resumed_study_looks(cells_on_gpu
     with tarfile.open(bad / "cells_0.tar.gz", "w:gz") as tar:
         tar.add(str(out / "b" / "metrics.json"), arcname="../escaped.json")
     with pytest.raises(tarfile.TarError):
-        cells_on_gpu.unpack_cells(str(bad), str(fresh))
+        gpu_cells.unpack_cells(str(bad), str(fresh))
     assert not (tmp_path / "escaped.json").exists()

@@ -14,6 +14,7 @@ from largedet.solver.batch import batch_plan
 from largedet_video import add_video_config
 from video_study import grid as study
 from video_study import runner as study_runner
+from study_csv import write_csv
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -132,11 +133,8 @@ def test_table_and_figure_of_the_video_study(tmp_path):
     rows = [("sgd-bs16", 16, "80.0", "no"), ("sgd-bs16-s1", 16, "82.0", "no"), ("sgd-bs256", 256, "79.5", "no"),
             ("sgd-bs1024", 1024, "", "yes"), ("pmd_lamb-bs256", 256, "81.0", "no"),
             ("sgd-bs256-multigrid", 256, "78.0", "no"), ("tsn-sgd-bs16", 16, "12.6", "no")]  # fmt: skip
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=study.VIDEO_CSV_FIELDS)
-        w.writeheader()
-        for cell, batch, top1, div in rows:
-            w.writerow({"cell": cell, "batch": batch, "top1": top1, "diverged": div})
+    write_csv(path, study.VIDEO_CSV_FIELDS,
+              [{"cell": cell, "batch": batch, "top1": top1, "diverged": div} for cell, batch, top1, div in rows])
     data = load_video_study(path)
     lines, baseline, others = curves(data)
     assert baseline == [80.0, 82.0]

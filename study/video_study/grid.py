@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from largedet_study.grid import OptimizerRecipe, cell_config, cell_numbers, cell_run_plan, recipe_overrides
+from largedet_study.naming import cell_name, choice_tag, factor_tag, value_tag
 
 
 #: the checkout (study/video_study/ -> four levels up)
@@ -106,23 +107,19 @@ class VideoCell:
 
     @property
     def name(self) -> str:
-        parts = ([] if self.backbone == "TSMResNet" else [self.backbone[:3].lower()]) + [
-            self.optimizer, f"bs{self.batch}"]
+        backbone = [] if self.backbone == "TSMResNet" else [self.backbone[:3].lower()]
+        multigrid = None
         if self.multigrid and not self.multigrid_long_cycle:
-            parts.append("multigrid-short")
+            multigrid = "multigrid-short"
         elif self.multigrid:
-            parts.append("multigrid" if self.multigrid_scale_lr else "multigrid-lrheld")
-        if self.epochs_factor != 1.0:
-            parts.append(f"ep{self.epochs_factor:g}x")
-        if self.warmup_epochs is not None:
-            parts.append(f"wu{self.warmup_epochs:g}")
-        if self.lr_schedule != "cosine":
-            parts.append(f"lr{self.lr_schedule}")
-        if self.lr_factor != 1.0:
-            parts.append(f"lrx{self.lr_factor:g}")
-        if self.seed is not None:
-            parts.append(f"s{self.seed}")
-        return "-".join(parts)
+            multigrid = "multigrid" if self.multigrid_scale_lr else "multigrid-lrheld"
+        return cell_name([*backbone, self.optimizer, f"bs{self.batch}"], [
+            multigrid,
+            factor_tag("ep", self.epochs_factor, "x"),
+            value_tag("wu", self.warmup_epochs),
+            choice_tag("lr", self.lr_schedule, "cosine"),
+            factor_tag("lrx", self.lr_factor),
+        ], self.seed)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ def test_the_optimizer_profile_is_read_from_the_benchmark_output():
     """Two lines of the H100 run (2026-11-26, lease 3) and a kernel row, read exactly."""
     sys.path.insert(0, os.path.dirname(SCRIPT))
     try:
-        import gpu_check
+        from gpu_checks.optimizer_step import parse_optimizer_step
     finally:
         sys.path.pop(0)
     output = (
@@ -119,7 +119,7 @@ def test_the_optimizer_profile_is_read_from_the_benchmark_output():
         "profile AdamW(fused=True): 6 kernels per step, 0.45 ms of kernels in 0.63 ms wall "
         "(70%); at least 1.16 GB moved per step (2601 GB/s over the kernels' time)\n"
     )
-    assert gpu_check.parse_optimizer_step(output, "")["profile"] == {
+    assert parse_optimizer_step(output, "")["profile"] == {
         "PMD-LAMB (multi-tensor)": {"kernels_per_step": 40.0, "kernel_ms": 1.43,
                                     "wall_ms": 2.73, "least_gb": 1.16, "gb_per_s": 814.0},
         "AdamW(fused=True)": {"kernels_per_step": 6.0, "kernel_ms": 0.45, "wall_ms": 0.63,

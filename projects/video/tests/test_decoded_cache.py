@@ -9,7 +9,7 @@ from detectron2.config import get_cfg
 from largedet.config.validate import ConfigError, check_values, merge_checked
 
 from largedet_video import add_video_config
-from largedet_video.config.validate import VIDEO_RULES
+from largedet_video.engine.checks import VIDEO_RULES
 from largedet_video.data import ClipShape, TestViews, TrainAugmentation, VideoDataset, VideoDecodeError
 from largedet_video.data.dataset import DecodedVideoCache
 from largedet_video.data.moving_shapes import load_moving_shapes, write_mp4

@@ -10,7 +10,7 @@ from detectron2.config import get_cfg
 from largedet.config.validate import TRAINING_RULES, check_values, merge_checked
 
 from largedet_video import add_video_config
-from largedet_video.config.validate import VIDEO_RULES
+from largedet_video.engine.checks import VIDEO_RULES
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "train.py")
@@ -71,17 +71,18 @@ def test_every_video_config_passes_the_value_checks():
 
 def test_torchcodec_decoder_that_cannot_decode_here_is_a_config_error(monkeypatch):
     from largedet.config.validate import ConfigError
-    from largedet_video.config import validate
+    from largedet_video.data import checks, register_video_datasets
+    from largedet_video.engine.checks import check_video_config
 
     cfg = add_video_config(get_cfg())
     merge_checked(cfg, os.path.join(CONFIG_DIR, "tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml"),
                   ["INPUT.VIDEO.DECODER", "torchcodec"])  # fmt: skip
-    validate.register_video_datasets(cfg)
-    monkeypatch.setattr(validate, "torchcodec_unavailable", lambda: "no FFmpeg here")
+    register_video_datasets(cfg)
+    monkeypatch.setattr(checks, "torchcodec_unavailable", lambda: "no FFmpeg here")
     with pytest.raises(ConfigError, match=r"^INPUT.VIDEO.DECODER: 'torchcodec': no FFmpeg here$"):
-        validate.check_video_config(cfg, 1)
-    monkeypatch.setattr(validate, "torchcodec_unavailable", lambda: None)
-    validate.check_video_config(cfg, 1)  # decodes here: no error
+        check_video_config(cfg, 1)
+    monkeypatch.setattr(checks, "torchcodec_unavailable", lambda: None)
+    check_video_config(cfg, 1)  # decodes here: no error
 
 
 def test_no_config_file_outside_the_checkout_is_a_config_error(tmp_path):
@@ -90,7 +91,7 @@ def test_no_config_file_outside_the_checkout_is_a_config_error(tmp_path):
     import argparse
 
     from largedet.config.validate import ConfigError
-    from largedet_video.config.validate import check_video_args
+    from largedet_video.engine.checks import check_video_args
 
     missing = str(tmp_path / "configs" / "demo.yaml")
     args = argparse.Namespace(config_file=None, opts=[], eval_only=False, num_gpus=1,

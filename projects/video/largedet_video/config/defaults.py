@@ -9,18 +9,14 @@ epochs, scaled LR) are computed and logged at start, never stored here.
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg as _get_cfg
 from largedet.config import add_largedet_config
-from largedet.config.keys import KeyRegistry, Rule, declare, int_at_least, one_of
-
-from ..data.decoding import DECODERS
-from ..modeling.backbone import I3D_VARIANTS, RESNET_LAYERS
-from ..modeling.temporal_shift import SHIFT_IMPLS
-from ..multigrid.build import multigrid_enabled
+from largedet.config.keys import KeyRegistry, declare, int_at_least, one_of
 
 __all__ = ["VIDEO_KEYS", "add_video_config"]
 
 #: The video keys' value rules (each declared with its key below, by largedet's
 #: :func:`~largedet.config.keys.declare`), checked before launch for training and evaluation;
-#: largedet's own checks never see them.
+#: largedet's own checks never see them. A key that names a part of another room (a ResNet
+#: depth, a decoder) has its rule in that room (:mod:`largedet_video.engine.checks`).
 VIDEO_KEYS = KeyRegistry()
 
 
@@ -62,7 +58,7 @@ def _add_model_config(cfg: CN) -> None:
 
     cfg.MODEL.VIDEO.RESNET = CN()
     # ResNet depth: 10, 18, 34, 50, 101 or 152 (I3D: 50, 101 or 152).
-    declare(cfg, "MODEL.VIDEO.RESNET.DEPTH", 50, one_of(RESNET_LAYERS), registry=VIDEO_KEYS)
+    cfg.MODEL.VIDEO.RESNET.DEPTH = 50
     # Channels of the stem and first stage (64 in ResNet; smaller for tiny models).
     cfg.MODEL.VIDEO.RESNET.WIDTH = 64
     # Start every residual block as the identity (last BN's gamma = 0).
@@ -79,12 +75,12 @@ def _add_model_config(cfg: CN) -> None:
     # Triton kernel per direction on CUDA tensors; "slices" elsewhere or without Triton),
     # "slices" (eager slice copies, runs everywhere), "compiled" (torch.compile'd). Speed:
     # projects/video/benchmarks/shift_cost.py; on an H100 "triton" was the fastest.
-    declare(cfg, "MODEL.VIDEO.TSM.SHIFT_IMPL", "triton", one_of(SHIFT_IMPLS), registry=VIDEO_KEYS)
+    cfg.MODEL.VIDEO.TSM.SHIFT_IMPL = "triton"
 
     cfg.MODEL.VIDEO.I3D = CN()
     # I3D variant: "3x3x3" (inflated 3x3 convs, temporal pooling) or "3x1x1"
     # (3x1x1 convs in res4-res5, no temporal pooling).
-    declare(cfg, "MODEL.VIDEO.I3D.VARIANT", "3x3x3", one_of(I3D_VARIANTS), registry=VIDEO_KEYS)
+    cfg.MODEL.VIDEO.I3D.VARIANT = "3x3x3"
 
 
 def _add_input_config(cfg: CN) -> None:
@@ -125,7 +121,7 @@ def _add_input_config(cfg: CN) -> None:
     # workers). All give the same frames for the same indices (frame-exact) and
     # skip corrupt files alike. torchcodec needs `pip install torchcodec` and
     # FFmpeg 4-9's shared libraries. Folders of JPEG frames need no decoder.
-    declare(cfg, "INPUT.VIDEO.DECODER", "pyav", one_of(DECODERS), registry=VIDEO_KEYS)
+    cfg.INPUT.VIDEO.DECODER = "pyav"
     # MB of whole decoded videos each loader process keeps in memory (0: none). A video
     # is decoded whole on its first read and its later clips come from memory, until
     # the budget is spent; then the rest are decoded on every read as without it. The
@@ -244,14 +240,6 @@ def _add_multigrid_config(cfg: CN) -> None:
     # over enough devices where one holds fewer clips). 0 keeps MODEL.VIDEO.NORM
     # as it is. Used only when multigrid is on. 8 in the paper.
     declare(cfg, "MULTIGRID.BN_BASE_SIZE", 8, ("an integer >= 0", int_at_least(0)), registry=VIDEO_KEYS)
-    # Multigrid rescales a step schedule (its stages are the LR steps): Detectron2's key,
-    # restricted here.
-    VIDEO_KEYS.add_rule(Rule(
-        "SOLVER.LR_SCHEDULER_NAME",
-        "'WarmupMultiStepLR' with multigrid, which rescales a step schedule",
-        lambda v: v == "WarmupMultiStepLR",
-        multigrid_enabled,
-    ))  # fmt: skip
 
 
 # Declare the keys (and their rules in VIDEO_KEYS) once, when this module is imported.

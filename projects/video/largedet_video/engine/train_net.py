@@ -13,7 +13,7 @@ from largedet.engine import check_and_launch, largedet_argument_parser, train_or
 
 from .defaults import setup
 from .trainer import VideoTrainer
-from ..config.validate import check_video_args, video_output_dir, video_timeout_s
+from .checks import check_video_args, video_output_dir, video_timeout_s
 
 __all__ = ["main", "run"]
 
