@@ -4,6 +4,7 @@ the stages (logging, precise BN at the base shape at each stage end)."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, fields
 from typing import Iterable, Optional
 
@@ -67,7 +68,8 @@ class MultigridHook(HookBase):
     on ``precise_bn_iters`` batches of that loader), so that the evaluation and the
     checkpoint that follow see statistics of the shape the model is tested at. Place
     it where Detectron2 places ``PreciseBN``: after the LR scheduler, before the
-    checkpointer and the evaluation.
+    checkpointer and the evaluation. ``precise_bn_s`` and ``precise_bn_passes`` count the
+    seconds and passes of this process's precise BN.
     """
 
     def __init__(
@@ -82,6 +84,8 @@ class MultigridHook(HookBase):
         # always: the running statistics of a multigrid run average every shape it trained on
         self._precise_bn = PreciseBN(0, model, precise_bn_loader, precise_bn_iters)
         self._stage = -1
+        self.precise_bn_s = 0.0
+        self.precise_bn_passes = 0
 
     def before_step(self):
         stage = self.plan.stage_at_iteration(self.trainer.iter)
@@ -103,5 +107,8 @@ class MultigridHook(HookBase):
         stage = self._ends.get(self.trainer.iter + 1)
         if stage is not None:
             logger.info("Precise BN at the base shape after multigrid stage %d", stage.index)
+            start = time.perf_counter()
             self._precise_bn.update_stats()
             comm.synchronize()
+            self.precise_bn_s += time.perf_counter() - start
+            self.precise_bn_passes += 1
