@@ -32,7 +32,7 @@ class VideoTrainer(Trainer):
 
     With ``MULTIGRID.LONG_CYCLE`` or ``SHORT_CYCLE`` it trains on the multigrid plan
     (``self.multigrid``): its loader, its LR through the one LR scheduler, its length
-    in steps (:meth:`run_length`), precise BN at the base shape after each stage; a stage
+    in steps (:meth:`run_length`), precise BN at the base shape before each evaluation; a stage
     change is the sampler's next epoch and a regrouping of sub-batch BN, in place.
 
     The main process times each step by the shape of its batches, and precise BN and the
@@ -90,7 +90,7 @@ class VideoTrainer(Trainer):
         ret = super().build_hooks()
         ret.insert(1, SkippedVideosHook(self.data_loader))
         if self.multigrid is not None:
-            # Precise BN at stage ends, at the base shape, in place of Detectron2's.
+            # Precise BN at the base shape before each evaluation, in place of Detectron2's.
             ret = [h for h in ret if not isinstance(h, hooks.PreciseBN)]
             lr_hook = next(i for i, h in enumerate(ret) if isinstance(h, hooks.LRScheduler))
             ret.insert(lr_hook + 1, self._multigrid_hook())
@@ -136,11 +136,12 @@ class VideoTrainer(Trainer):
         return build_video_train_loader(cfg, self.batch.per_device)
 
     def _multigrid_hook(self):
-        # Precise BN at the base shape after every stage whatever TEST.PRECISE_BN.ENABLED
+        # Precise BN at the base shape before every evaluation whatever TEST.PRECISE_BN.ENABLED
         # says: the running statistics of a multigrid run average every shape it trained on
         # (crops of 16, 23 and 32 px in one short cycle), and a model tested with them sees
         # the base shape's activations through another shape's statistics.
         self.multigrid_hook = MultigridHook(
-            self.multigrid, self.model, self._base_shape_loader(), self.cfg.TEST.PRECISE_BN.NUM_ITER
+            self.multigrid, self.model, self._base_shape_loader(), self.cfg.TEST.PRECISE_BN.NUM_ITER,
+            self.cfg.TEST.EVAL_PERIOD,
         )
         return self.multigrid_hook
