@@ -41,6 +41,7 @@ __all__ = [
     "NUM_TRAIN",
     "VIDEO_CSV_FIELDS",
     "VIDEO_OPTIMIZERS",
+    "VIDEO_STAGE_CSV_FIELDS",
     "VideoCell",
     "VideoGrid",
     "VideoPlan",
@@ -144,6 +145,8 @@ class VideoGrid:
     holdout_set: Optional[str] = None
     # overrides every cell of the grid takes first (the evaluation's splits and sizes)
     extra_overrides: Tuple[str, ...] = ()
+    # True: the CSV also has the run's seconds by stage (VIDEO_STAGE_CSV_FIELDS)
+    stage_columns: bool = False
 
     def recipe(self, optimizer: str) -> OptimizerRecipe:
         if optimizer not in self.optimizers:
@@ -317,6 +320,8 @@ def build_video_grid(name: str = "tsm") -> VideoGrid:
                 "DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL", str(TSM4K_NUM_HOLDOUT),
             ),
         )  # fmt: skip
+    if name == "mg_time":
+        grid = replace(grid, stage_columns=True)
     return grid
 
 
@@ -402,6 +407,9 @@ VIDEO_CSV_FIELDS = [
 VIDEO_HOLDOUT_CSV_FIELDS = VIDEO_CSV_FIELDS + [
     "lr_schedule", "warmup_epochs", "holdout_top1", "val_videos", "holdout_videos", "train_s",
 ]  # fmt: skip
+#: a grid with stage columns also writes the training steps', their data wait's and precise
+#: BN's seconds, summed over the run's invocations (its stage_times.json)
+VIDEO_STAGE_CSV_FIELDS = VIDEO_HOLDOUT_CSV_FIELDS + ["step_s", "data_s", "precise_bn_s"]
 
 
 def final_top1(metrics: Sequence[dict], test_set: str, key: str = "top1") -> str:
