@@ -7,7 +7,8 @@ video study's cells on the built-in moving-shapes videos, stage by stage and sha
 
 Each schedule of ``--schedules`` is the study's cell (:func:`video_study.grid.plan_video_cell`
 of the ``mg_time`` grid, or ``mg_time64`` with ``--task 64px``) at base batch ``--batch`` with
-one batch per step (``SOLVER.IMS_PER_DEVICE`` = the batch: a step is one shape), on
+one batch per step (``SOLVER.IMS_PER_DEVICE`` = the batch: a step is one shape; the study's
+accumulation with ``--per-device 16 --batch 128``), on
 ``--num-train`` training videos for ``--epochs`` epochs, tested once at the end on
 ``--num-val`` videos (the study's 10 clips x 3 crops): ``plain`` (the step LR schedule without
 multigrid), ``multigrid`` (long and short cycles), ``long`` (the long cycle alone), ``short``
@@ -48,13 +49,14 @@ TASKS = {"32px": "mg_time", "64px": "mg_time64"}
 
 
 def profile_plan(task: str, schedule: str, batch: int, num_train: int, num_val: int, epochs: float,
-                 output_dir: str, precise_bn_iters: int):  # fmt: skip
+                 output_dir: str, precise_bn_iters: int, per_device: int = 0):  # fmt: skip
     """The overrides of ``schedule``'s study cell in miniature: ``num_train`` videos,
-    ``epochs`` epochs (warm-up a quarter of them), one batch per step, ``num_val`` test
-    videos, no held-out split, no checkpoint before the end."""
+    ``epochs`` epochs (warm-up a quarter of them), ``per_device`` clips a batch (0: the
+    whole batch, one batch per step), ``num_val`` test videos, no held-out split, no
+    checkpoint before the end."""
     grid = build_video_grid(TASKS[task])
     grid = dataclasses.replace(
-        grid, num_train=num_train, epochs=epochs, warmup_epochs=epochs / 4, ims_per_device=batch,
+        grid, num_train=num_train, epochs=epochs, warmup_epochs=epochs / 4, ims_per_device=per_device or batch,
         holdout_set=None,
         extra_overrides=(
             "DATASETS.MOVING_SHAPES.NUM_TRAIN", str(num_train),
@@ -89,7 +91,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--schedules", nargs="+", default=["plain", "short", "multigrid"], choices=sorted(SCHEDULES))
     parser.add_argument("--task", default="32px", choices=sorted(TASKS), help="the study's task size")
-    parser.add_argument("--batch", type=int, default=16, help="base clips per step (one batch)")
+    parser.add_argument("--batch", type=int, default=16, help="base clips per step")
+    parser.add_argument("--per-device", type=int, default=0,
+                        help="base clips per batch (0: the whole step; the study's cells take 16 of 128)")
     parser.add_argument("--num-train", type=int, default=256)
     parser.add_argument("--num-val", type=int, default=64)
     parser.add_argument("--epochs", type=float, default=12.0)
@@ -100,9 +104,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     results = {}
     for schedule in args.schedules:
-        out = os.path.join(args.output_dir, args.task, schedule)
+        out = os.path.join(args.output_dir, f"{args.task}_bs{args.batch}x{args.per_device or args.batch}", schedule)
         grid, plan = profile_plan(args.task, schedule, args.batch, args.num_train, args.num_val, args.epochs,
-                                  out, args.precise_bn_iters)  # fmt: skip
+                                  out, args.precise_bn_iters, args.per_device)  # fmt: skip
         print(f"== {schedule}: {plan.cell.name}, {plan.iterations} steps on {args.num_train} videos "
               f"x {args.epochs:g} epochs ({args.task})", flush=True)  # fmt: skip
         process_s = run(grid, plan, out, args.threads)
