@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -101,6 +102,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--output-dir", default=os.path.join(ROOT, "output", "multigrid_profile"))
     parser.add_argument("--json", default=None, help="write the summaries here")
+    parser.add_argument("--dry-run", action="store_true", help="print each run's steps and overrides, train nothing")
     args = parser.parse_args(argv)
     results = {}
     for schedule in args.schedules:
@@ -109,6 +111,9 @@ def main(argv=None) -> int:
                                   out, args.precise_bn_iters, args.per_device)  # fmt: skip
         print(f"== {schedule}: {plan.cell.name}, {plan.iterations} steps on {args.num_train} videos "
               f"x {args.epochs:g} epochs ({args.task})", flush=True)  # fmt: skip
+        if args.dry_run:
+            print("  " + " ".join(shlex.quote(o) for o in plan.overrides))
+            continue
         process_s = run(grid, plan, out, args.threads)
         summary = read_stage_times(out)[-1]
         results[schedule] = dict(summary, process_s=round(process_s, 1), iterations=plan.iterations)
