@@ -258,6 +258,14 @@ def test_mg_time_grid_three_seeds_of_four_schedules_at_two_budgets():
     assert long_only.iterations == mg.max_iter
     plain_half = study.plan_video_cell(grid, grid.cells[12], "/x")
     assert (plain_half.iterations, plain_half.steps) == (480, (360, 440))
+    # the 64-px task: the same cells on 2048 videos x 15 epochs, 240 steps at 128
+    big = study.build_video_grid("mg_time64")
+    assert [c.name for c in big.cells] == names and big.config.endswith("16f-64px.yaml")
+    plain = study.plan_video_cell(big, big.cells[0], "/x")
+    assert plain.iterations == 15 * 2048 // 128 == 240
+    cfg = cfg_of(plain)
+    cfg.merge_from_file(os.path.join(ROOT, big.config))
+    assert (cfg.INPUT.VIDEO.NUM_FRAMES, cfg.INPUT.VIDEO.TRAIN_CROP_SIZE, cfg.DATASETS.MOVING_SHAPES.NUM_TRAIN) == (16, 64, 2048)
 
 
 def test_stage_columns_sum_the_invocations(tmp_path):
