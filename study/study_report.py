@@ -5,7 +5,7 @@
     python study/study_report.py --check    # exit 1 naming each file that differs
     python study/study_report.py --goal     # the regime and video grids' checks (exit 1: goal not met)
     python study/study_report.py --block regime-comparison   # print one block
-    python study/study_report.py --figures  # the comparison tables as pictures (interval_plot)
+    python study/study_report.py --figures  # the comparison tables as pictures (interval_plot), mg_time's figure
 """
 
 import argparse
@@ -23,9 +23,9 @@ def main(argv=None) -> int:
     group.add_argument("--figures", action="store_true", help="draw the comparison tables' figures")
     args = parser.parse_args(argv)
     if args.figures:
-        from largedet_study import interval_plot
+        from largedet_study import interval_plot, mg_time_report
 
-        for path in interval_plot.draw():
+        for path in interval_plot.draw() + mg_time_report.draw():
             print(f"wrote {path}")
         return 0
     if args.block:

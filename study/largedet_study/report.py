@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from .demo_report import BLOCKS as DEMO_BLOCKS
 from .video_bench_report import BLOCKS as VIDEO_BENCH_BLOCKS
 from .gpu_report import BLOCKS as GPU_BLOCKS
+from .mg_time_report import BLOCKS as MG_TIME_BLOCKS
 from . import fairness
 from .fairness import machine_class, welch
 from .stats import Difference, Summary, claim, difference, fmt, summarize
@@ -121,6 +122,7 @@ _WORDS = [
     (r"^multigrid$", "multigrid"),
     (r"^lrheld$", "its LR held at the base shape's"),
     (r"^short$", "the short cycle alone"),
+    (r"^long$", "the long cycle alone"),
     (r"^lrstep$", "step LR"),
 ]
 
@@ -526,10 +528,10 @@ MULTIGRID_TRAINS = 0.8
 
 def multigrid_pairs(csv_name: str = "video4k") -> List[Tuple[Family, Optional[Family]]]:
     """Each multigrid family with its own row without multigrid at equal epochs: the family
-    named with ``multigrid`` (and ``-lrheld`` or ``-short``) replaced by ``lrstep`` (the step schedule multigrid runs on);
+    named with ``multigrid`` (and ``-lrheld``, ``-short`` or ``-long``) replaced by ``lrstep`` (the step schedule multigrid runs on);
     None where that row has not run."""
     fams = families(csv_name)
-    return [(f, fams.get(re.sub(r"-multigrid(-lrheld|-short)?", "", name) + "-lrstep"))
+    return [(f, fams.get(re.sub(r"-multigrid(-lrheld|-short|-long)?", "", name) + "-lrstep"))
             for name, f in fams.items() if "-multigrid" in name]  # fmt: skip
 
 
@@ -839,6 +841,7 @@ BLOCKS: Dict[str, Callable[[], str]] = {
 BLOCKS.update(GPU_BLOCKS)
 BLOCKS.update(DEMO_BLOCKS)
 BLOCKS.update(VIDEO_BENCH_BLOCKS)
+BLOCKS.update(MG_TIME_BLOCKS)
 
 
 def optimizer_batch_table(csv_name: str, grid: str) -> str:

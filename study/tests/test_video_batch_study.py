@@ -230,3 +230,58 @@ def test_train_seconds_leave_out_evaluation_over_every_invocation(tmp_path):
             {"status": "running"}]}, f)
     assert study_runner.train_seconds(str(run)) == "120.2"  # 70.25 + 50, to 0.1 s
     assert study.VIDEO_HOLDOUT_CSV_FIELDS[-1] == "train_s"
+
+
+def test_mg_time_grid_three_seeds_of_four_schedules_at_two_budgets():
+    """``mg_time``: the plain step schedule and the three multigrid schedules at base batch
+    128, three seeds each, at the base epochs, then at a second budget (half the epochs for
+    the plain schedule, twice for multigrid); every seed 0 before a seed 1; tsm4k's splits."""
+    from largedet_video.multigrid import build_multigrid_plan
+
+    grid = study.build_video_grid("mg_time")
+    names = [c.name for c in grid.cells]
+    assert len(names) == len(set(names)) == 24
+    assert names[:4] == ["sgd-bs128-lrstep", "sgd-bs128-multigrid", "sgd-bs128-multigrid-long",
+                         "sgd-bs128-multigrid-short"]  # fmt: skip
+    assert names[12:16] == ["sgd-bs128-ep0.5x-lrstep", "sgd-bs128-multigrid-ep2x",
+                            "sgd-bs128-multigrid-long-ep2x", "sgd-bs128-multigrid-short-ep2x"]  # fmt: skip
+    assert {n for n in names if n.endswith("-s2")} == {n + "-s2" for n in names[:4] + names[12:16]}
+    assert grid.holdout_set == study.build_video_grid("tsm4k").holdout_set and grid.stage_columns
+    long_only = study.plan_video_cell(grid, grid.cells[2], "/x")
+    cfg = cfg_of(long_only)
+    assert (cfg.MULTIGRID.LONG_CYCLE, cfg.MULTIGRID.SHORT_CYCLE) == (True, False)
+    mg = build_multigrid_plan(cfg, 4096, 1)
+    # the long cycle alone: one shape per stage
+    assert all(len(st.short_cycle_shapes) == 1 for st in mg.schedule.stages)
+    assert long_only.iterations == mg.max_iter
+    plain_half = study.plan_video_cell(grid, grid.cells[12], "/x")
+    assert (plain_half.iterations, plain_half.steps) == (480, (360, 440))
+    # the 64-px task: the same cells on 2048 videos x 15 epochs, 240 steps at 128
+    big = study.build_video_grid("mg_time64")
+    assert [c.name for c in big.cells] == names and big.config.endswith("16f-64px.yaml")
+    plain = study.plan_video_cell(big, big.cells[0], "/x")
+    assert plain.iterations == 15 * 2048 // 128 == 240
+    cfg = cfg_of(plain)
+    cfg.merge_from_file(os.path.join(ROOT, big.config))
+    assert (cfg.INPUT.VIDEO.NUM_FRAMES, cfg.INPUT.VIDEO.TRAIN_CROP_SIZE, cfg.DATASETS.MOVING_SHAPES.NUM_TRAIN) == (16, 64, 2048)
+
+
+def test_stage_columns_sum_the_invocations(tmp_path):
+    """An ``mg_time`` row carries the steps', data's and precise BN's seconds of every
+    invocation's stage_times.json."""
+    from largedet_video.engine.stage_times import append_stage_times
+
+    grid = study.build_video_grid("mg_time")
+    args = types.SimpleNamespace(grid_obj=grid, num_gpus=1, device_label="cpu", threads=1)
+    run = tmp_path / "mg"
+    _fake_run(str(run), top1=40.0)
+    with open(run / "metrics.json", "a") as f:
+        f.write(json.dumps({"iteration": 3, f"{grid.holdout_set}/classification/top1": 41.0}) + "\n")
+    plan = study.plan_video_cell(grid, grid.cells[3], str(tmp_path))
+    row = study_runner.summarize_video_cell(plan, str(run), 0, 60.0, args)
+    assert (row["step_s"], row["data_s"], row["precise_bn_s"]) == ("", "", "")
+    append_stage_times(str(run), {"step_s": 10.04, "data_s": 1.0, "precise_bn_s": 2.5})
+    append_stage_times(str(run), {"step_s": 5.0, "data_s": 0.52, "precise_bn_s": 0.0})
+    row = study_runner.summarize_video_cell(plan, str(run), 0, 60.0, args)
+    assert (row["step_s"], row["data_s"], row["precise_bn_s"]) == ("15.0", "1.5", "2.5")
+    assert list(study.VIDEO_STAGE_CSV_FIELDS[-3:]) == ["step_s", "data_s", "precise_bn_s"]

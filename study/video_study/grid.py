@@ -42,6 +42,7 @@ __all__ = [
     "NUM_TRAIN",
     "VIDEO_CSV_FIELDS",
     "VIDEO_OPTIMIZERS",
+    "VIDEO_STAGE_CSV_FIELDS",
     "VideoCell",
     "VideoGrid",
     "VideoPlan",
@@ -93,6 +94,9 @@ class VideoCell:
     # False: the short cycle alone (MULTIGRID.LONG_CYCLE False: the base shape's clips and
     # frames all run long, crops alternate every step, the LR is the base schedule's)
     multigrid_long_cycle: bool = True
+    # False: the long cycle alone (MULTIGRID.SHORT_CYCLE False: every step of a long-cycle
+    # stage has its one shape)
+    multigrid_short_cycle: bool = True
     lr_factor: float = 1.0
     # "TSMResNet", or "TSNResNet" (the same network without the shift: the task's
     # single-frame control, at chance by construction: every class renders the same
@@ -111,6 +115,8 @@ class VideoCell:
         multigrid = None
         if self.multigrid and not self.multigrid_long_cycle:
             multigrid = "multigrid-short"
+        elif self.multigrid and not self.multigrid_short_cycle:
+            multigrid = "multigrid-long"
         elif self.multigrid:
             multigrid = "multigrid" if self.multigrid_scale_lr else "multigrid-lrheld"
         return cell_name([*backbone, self.optimizer, f"bs{self.batch}"], [
@@ -136,6 +142,8 @@ class VideoGrid:
     holdout_set: Optional[str] = None
     # overrides every cell of the grid takes first (the evaluation's splits and sizes)
     extra_overrides: Tuple[str, ...] = ()
+    # True: the CSV also has the run's seconds by stage (VIDEO_STAGE_CSV_FIELDS)
+    stage_columns: bool = False
 
     def recipe(self, optimizer: str) -> OptimizerRecipe:
         if optimizer not in self.optimizers:
@@ -256,6 +264,24 @@ def _tsm4k_cells() -> List[VideoCell]:
     ]
 
 
+def _mg_time_cells(batch: int = 128) -> List[VideoCell]:
+    """Multigrid's time to accuracy at one base batch: the plain step schedule and the three
+    multigrid schedules (long and short cycle, the long cycle alone, the short cycle alone),
+    three seeds each, first at the base schedule's epochs, then at a second budget each
+    (half the epochs for the plain schedule, twice for multigrid: the two points of a
+    schedule's top-1 against its wall clock that bracket the plain schedule's top-1). In the
+    order two study processes take them: every schedule's seed 0 before any seed 1."""
+    schedules = [({"lr_schedule": "step"}, 0.5), ({"multigrid": True}, 2.0),
+                 ({"multigrid": True, "multigrid_short_cycle": False}, 2.0),
+                 ({"multigrid": True, "multigrid_long_cycle": False}, 2.0)]  # fmt: skip
+    cells = []
+    for budget in (False, True):
+        for seed in (None, 1, 2):
+            for axis, factor in schedules:
+                cells.append(VideoCell("sgd", batch, seed=seed, epochs_factor=factor if budget else 1.0, **axis))
+    return cells
+
+
 #: tsm4k's evaluation: 4096 reported videos (the first 1024 are tsm's), 2048 held-out
 #: videos of another seed to choose on; both 10 clips x 3 crops
 TSM4K_NUM_VAL = 4096
@@ -264,7 +290,11 @@ HOLDOUT_SET = "moving_shapes_holdout_val"
 
 #: "tsm": the first grid (1024 validation videos that chose and reported);
 #: "tsm4k": 4096 reported and 2048 held-out validation videos
-VIDEO_GRID_NAMES = ("tsm", "tsm4k")
+#: "mg_time": multigrid's time to accuracy on tsm4k's task and evaluation; "mg_time64": the
+#: same cells on the 64-px, 16-frame task (2048 training videos, 15 epochs: a step there
+#: costs about 8x the 32-px one)
+VIDEO_GRID_NAMES = ("tsm", "tsm4k", "mg_time", "mg_time64")
+MG_TIME64_CONFIG = "projects/video/configs/study/Base-Study-TSM-R18w16-16f-64px.yaml"
 
 
 def build_video_grid(name: str = "tsm") -> VideoGrid:
@@ -279,10 +309,10 @@ def build_video_grid(name: str = "tsm") -> VideoGrid:
         cells=tuple(_video_cells()),
         optimizers=VIDEO_OPTIMIZERS,
     )
-    if name == "tsm4k":
+    if name in ("tsm4k", "mg_time", "mg_time64"):
         grid = replace(
             grid,
-            cells=tuple(_tsm4k_cells()),
+            cells=tuple(_tsm4k_cells() if name == "tsm4k" else _mg_time_cells()),
             holdout_set=HOLDOUT_SET,
             extra_overrides=(
                 "DATASETS.TEST", f"('{HOLDOUT_SET}', 'moving_shapes_val')",
@@ -290,6 +320,10 @@ def build_video_grid(name: str = "tsm") -> VideoGrid:
                 "DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL", str(TSM4K_NUM_HOLDOUT),
             ),
         )  # fmt: skip
+    if name == "mg_time":
+        grid = replace(grid, stage_columns=True)
+    if name == "mg_time64":
+        grid = replace(grid, config=MG_TIME64_CONFIG, num_train=2048, epochs=15, stage_columns=True)
     return grid
 
 
@@ -328,6 +362,8 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
             overrides += ["MULTIGRID.SCALE_LR", "False"]
         if not cell.multigrid_long_cycle:
             overrides += ["MULTIGRID.LONG_CYCLE", "False"]
+        if not cell.multigrid_short_cycle:
+            overrides += ["MULTIGRID.SHORT_CYCLE", "False"]
         # the long cycle multiplies the clips per step, so the run has fewer steps than the
         # base schedule: its warm-up is the steps of its own first 5 epochs
         iterations, warmup = _multigrid_steps(grid, overrides, world)
@@ -373,6 +409,9 @@ VIDEO_CSV_FIELDS = [
 VIDEO_HOLDOUT_CSV_FIELDS = VIDEO_CSV_FIELDS + [
     "lr_schedule", "warmup_epochs", "holdout_top1", "val_videos", "holdout_videos", "train_s",
 ]  # fmt: skip
+#: a grid with stage columns also writes the training steps', their data wait's and precise
+#: BN's seconds, summed over the run's invocations (its stage_times.json)
+VIDEO_STAGE_CSV_FIELDS = VIDEO_HOLDOUT_CSV_FIELDS + ["step_s", "data_s", "precise_bn_s"]
 
 
 def final_top1(metrics: Sequence[dict], test_set: str, key: str = "top1") -> str:

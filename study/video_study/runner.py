@@ -15,6 +15,7 @@ import sys
 from typing import List, Optional
 
 from largedet.launch.run_summary import read_run_summary
+from largedet_video.engine.stage_times import read_stage_times
 from largedet_study.runner import CARRY_HELP, _interrupt_on_sigterm, finished_run, read_done, run_todo, train
 
 from .grid import (
@@ -22,13 +23,14 @@ from .grid import (
     VIDEO_CSV_FIELDS,
     VIDEO_GRID_NAMES,
     VIDEO_HOLDOUT_CSV_FIELDS,
+    VIDEO_STAGE_CSV_FIELDS,
     VideoPlan,
     build_video_grid,
     final_top1,
     plan_video_cell,
 )
 
-__all__ = ["main", "run_cell", "summarize_video_cell"]
+__all__ = ["main", "run_cell", "stage_seconds", "summarize_video_cell"]
 
 #: how a cell's training process is started
 VIDEO_TRAIN_COMMAND = (sys.executable, os.path.join(ROOT, "projects", "video", "train.py"))
@@ -47,6 +49,15 @@ def train_seconds(run_dir: str) -> str:
     if not timed:
         return ""
     return f"{sum(i['wall_clock_s'] - (i.get('evaluation_s') or 0.0) for i in timed):.1f}"
+
+
+def stage_seconds(run_dir: str) -> dict:
+    """The run's training-step, data and precise-BN seconds summed over its invocations'
+    ``stage_times.json`` entries (to 0.1 s); "" each where there is none."""
+    invocations = read_stage_times(run_dir)
+    if not invocations:
+        return {"step_s": "", "data_s": "", "precise_bn_s": ""}
+    return {k: f"{sum(i[k] for i in invocations):.1f}" for k in ("step_s", "data_s", "precise_bn_s")}
 
 
 def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: float, args) -> Optional[dict]:
@@ -98,6 +109,8 @@ def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: f
             holdout_videos=final_top1(run.metrics, grid.holdout_set, key="num_videos"),
             train_s=train_seconds(run_dir),
         )
+    if grid.stage_columns:
+        row.update(stage_seconds(run_dir))
     return row
 
 
@@ -145,5 +158,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         run=lambda plan, run_dir, args: run_cell(plan, run_dir, args),
         summarize=summarize_video_cell,
         describe=lambda row: "diverged" if row["diverged"] == "yes" else f"top-1 {row['top1']}%",
-        fields=VIDEO_CSV_FIELDS if grid.holdout_set is None else VIDEO_HOLDOUT_CSV_FIELDS,
+        fields=(VIDEO_STAGE_CSV_FIELDS if grid.stage_columns
+                else VIDEO_CSV_FIELDS if grid.holdout_set is None else VIDEO_HOLDOUT_CSV_FIELDS),
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """Multigrid in the video trainer: the plan in optimizer steps and its LR, stage
 changes in place (same model object, optimizer state kept, BN regrouped), precise
-BN at stage ends, resume mid-schedule, and two gloo processes."""
+BN before evaluations, resume mid-schedule, and two gloo processes."""
 
 import json
 import logging
@@ -17,6 +17,8 @@ from largedet.engine import largedet_argument_parser
 
 from largedet_video.data import MovingShapesSpec, prepare_moving_shapes
 from largedet_video.engine import VideoTrainer, build_multigrid_lr_scheduler, multigrid_run_plan, setup
+from largedet_video.engine.multigrid import precise_bn_steps
+from largedet_video.engine.stage_times import read_stage_times
 from largedet_video.layers import SubBatchNorm2d
 from largedet_video.multigrid import MultigridParamScheduler, MultigridPlan
 from largedet_video.multigrid import build_multigrid_schedule
@@ -46,6 +48,10 @@ def test_plan_in_optimizer_steps():
     assert plan2.max_iter == 14
     assert plan2.lr_milestones() == [(0, 8.0), (2, 4.0), (4, 2.0), (6, 1.0), (10, 0.1)]
     assert [end for _, end in plan2.stage_end_iterations()] == [2, 4, 6, 10, 14]
+    # step 1: batches 2 and 3, the only batches of epochs 2 and 3 (16x1x23); step 2: batches
+    # 4 and 5, epoch 4's two (8x2x23), the first starting it
+    assert [(str(s), first) for s, first in plan2.shapes_of_iteration(1)] == [("16x1x23", True)] * 2
+    assert [(str(s), first) for s, first in plan2.shapes_of_iteration(2)] == [("8x2x23", True), ("8x2x23", False)]
 
 
 def test_one_lr_scheduler_with_warmup(tmp_path):
@@ -255,10 +261,41 @@ def test_stage_changes_in_place(uninterrupted):
         expected = 0.9 * before["momentum_value"] + d_p
         assert torch.allclose(after["momentum_value"], expected, rtol=1e-5, atol=1e-7)
         assert not torch.allclose(d_p, expected, rtol=1e-3, atol=1e-6)  # the old buffer counts
-    # Precise BN after each non-empty stage (stage 3 rounds to zero epochs here), though
-    # TEST.PRECISE_BN.ENABLED is False: the shapes' mixed statistics never reach a test.
+    # Precise BN once, after the last step (no periodic evaluation), though
+    # TEST.PRECISE_BN.ENABLED is False: the shapes' mixed statistics never reach a test;
+    # not at the other stage ends, where nothing reads the statistics.
     assert [s.index for s, _ in plan.stage_end_iterations()] == [0, 1, 2, 4]
-    assert precise_bn_runs == 4
+    assert precise_bn_runs == 1
+    assert (trainer.multigrid_hook.precise_bn_passes, trainer.stage_times is not None) == (1, True)
+
+
+def test_stage_times_of_the_run(uninterrupted):
+    out, trainer, steps, _ = uninterrupted
+    (summary,) = read_stage_times(out)
+    plan = trainer.multigrid
+    by_shape = {}
+    for s in steps:
+        (shape, _), = plan.shapes_of_iteration(s["iter"])
+        by_shape[str(shape)] = by_shape.get(str(shape), 0) + 1
+    assert {k: v["steps"] for k, v in summary["steps"].items()} == by_shape
+    assert sum(by_shape.values()) == 59
+    # one batch per step: every epoch's first batch starts a step of its own
+    assert summary["epoch_starts"] == len(plan.epoch_batches) == 9
+    assert summary["precise_bn_passes"] == 1 and summary["precise_bn_s"] > 0
+    for key, v in summary["steps"].items():
+        b, t, crop = (int(x) for x in key.split("x"))
+        assert v["voxels"] == b * t * crop * crop
+    parts = summary["step_s"] + summary["precise_bn_s"] + summary["evaluation_s"] + summary["other_s"]
+    assert parts == pytest.approx(summary["wall_s"], abs=2e-3)
+
+
+def test_precise_bn_steps():
+    # Detectron2's EvalHook evaluates after steps 10 and 20 of 28 and at the end; 14
+    # divides 28: its last periodic evaluation is the final one
+    assert precise_bn_steps(28, 10) == [10, 20, 28]
+    assert precise_bn_steps(28, 14) == [14, 28]
+    assert precise_bn_steps(28, 0) == [28]
+    assert precise_bn_steps(28, 100) == [28]
 
 
 def test_resume_mid_schedule(uninterrupted, tmp_path):

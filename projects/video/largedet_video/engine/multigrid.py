@@ -1,11 +1,12 @@
 """Multigrid in the trainer: the LR schedule of the plan (through largedet's one builder), and the hook that follows
-the stages (logging, precise BN at the base shape at each stage end)."""
+the stages (logging, precise BN at the base shape before each evaluation)."""
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, fields
-from typing import Iterable, Optional
+from typing import Iterable, List, Optional
 
 import torch
 from detectron2.engine import HookBase
@@ -18,7 +19,7 @@ from torch import nn
 
 from ..multigrid import MultigridParamScheduler, MultigridPlan
 
-__all__ = ["MultigridHook", "VideoRunPlan", "build_multigrid_lr_scheduler", "multigrid_run_plan"]
+__all__ = ["MultigridHook", "VideoRunPlan", "build_multigrid_lr_scheduler", "multigrid_run_plan", "precise_bn_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +58,29 @@ def build_multigrid_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, plan: Vi
     return build_schedule(cfg, optimizer, shape, plan, multigrid.max_iter, rescale_interval=False)
 
 
+def precise_bn_steps(max_iter: int, eval_period: int) -> List[int]:
+    """The step counts after which :class:`MultigridHook` recomputes BN: each periodic
+    evaluation's (``eval_period`` > 0: every multiple below ``max_iter``, as Detectron2's
+    ``EvalHook``) and the last step's."""
+    periodic = range(eval_period, max_iter, eval_period) if eval_period > 0 else []
+    return [*periodic, max_iter]
+
+
 class MultigridHook(HookBase):
     """Follows the multigrid stages of :class:`MultigridPlan`.
 
     Before the first step of each stage it logs the stage (shapes, per-device batch
-    sizes, LR) and records ``multigrid/stage`` in the event storage. After the last
-    step of each stage it recomputes the BN statistics
-    at the base shape (fvcore's ``update_bn_stats`` through Detectron2's ``PreciseBN``,
-    on ``precise_bn_iters`` batches of that loader), so that the evaluation and the
-    checkpoint that follow see statistics of the shape the model is tested at. Place
-    it where Detectron2 places ``PreciseBN``: after the LR scheduler, before the
-    checkpointer and the evaluation.
+    sizes, LR) and records ``multigrid/stage`` in the event storage. Before each
+    evaluation (every ``eval_period`` steps, Detectron2's ``EvalHook`` rule; 0: none
+    but the last) and after the last step it recomputes the BN statistics at the base
+    shape (fvcore's ``update_bn_stats`` through Detectron2's ``PreciseBN``, on
+    ``precise_bn_iters`` batches of that loader), so that the evaluation and the
+    checkpoint that follow see statistics of the shape the model is tested at; only
+    those read them (training normalizes with each batch's own statistics, and the
+    running ones of a later stage replace them). Place it where Detectron2 places
+    ``PreciseBN``: after the LR scheduler, before the checkpointer and the evaluation.
+    ``precise_bn_s`` and ``precise_bn_passes`` count the seconds and passes of this
+    process's precise BN.
     """
 
     def __init__(
@@ -76,12 +89,15 @@ class MultigridHook(HookBase):
         model: nn.Module,
         precise_bn_loader: Iterable,
         precise_bn_iters: int = 200,
+        eval_period: int = 0,
     ):
         self.plan = plan
-        self._ends = {end: stage for stage, end in plan.stage_end_iterations()}
+        self._recompute_after = set(precise_bn_steps(plan.max_iter, eval_period))
         # always: the running statistics of a multigrid run average every shape it trained on
         self._precise_bn = PreciseBN(0, model, precise_bn_loader, precise_bn_iters)
         self._stage = -1
+        self.precise_bn_s = 0.0
+        self.precise_bn_passes = 0
 
     def before_step(self):
         stage = self.plan.stage_at_iteration(self.trainer.iter)
@@ -100,8 +116,10 @@ class MultigridHook(HookBase):
         self.trainer.storage.put_scalar("multigrid/stage", stage.index, smoothing_hint=False)
 
     def after_step(self):
-        stage = self._ends.get(self.trainer.iter + 1)
-        if stage is not None:
-            logger.info("Precise BN at the base shape after multigrid stage %d", stage.index)
+        if self.trainer.iter + 1 in self._recompute_after:
+            logger.info("Precise BN at the base shape after step %d", self.trainer.iter + 1)
+            start = time.perf_counter()
             self._precise_bn.update_stats()
             comm.synchronize()
+            self.precise_bn_s += time.perf_counter() - start
+            self.precise_bn_passes += 1

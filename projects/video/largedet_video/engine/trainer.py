@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
@@ -17,6 +18,7 @@ from ..evaluation import VideoClassificationEvaluator
 from ..multigrid import MultigridPlan, build_multigrid_plan, multigrid_enabled
 from .hooks import SkippedVideosHook
 from .multigrid import MultigridHook, VideoRunPlan, build_multigrid_lr_scheduler, multigrid_run_plan
+from .stage_times import StageTimes, StageTimesHook, StepShapes, append_stage_times, format_stage_times, step_shapes
 
 __all__ = ["VideoRunPlan", "VideoTrainer"]
 
@@ -30,10 +32,15 @@ class VideoTrainer(Trainer):
 
     With ``MULTIGRID.LONG_CYCLE`` or ``SHORT_CYCLE`` it trains on the multigrid plan
     (``self.multigrid``): its loader, its LR through the one LR scheduler, its length
-    in steps (:meth:`run_length`), precise BN at the base shape after each stage; a stage
-    change is the sampler's next epoch and a regrouping of sub-batch BN, in place."""
+    in steps (:meth:`run_length`), precise BN at the base shape before each evaluation; a stage
+    change is the sampler's next epoch and a regrouping of sub-batch BN, in place.
+
+    The main process times each step by the shape of its batches, and precise BN and the
+    evaluation, into ``stage_times.json`` (:mod:`largedet_video.engine.stage_times`)."""
 
     multigrid = None  # the multigrid plan, built once with the training loader
+    stage_times = None  # the main process's StageTimesHook
+    multigrid_hook = None  # the MultigridHook of a multigrid run
 
     def build_run_plan(self, cfg, data_loader) -> RunPlan:
         """largedet's run plan; with multigrid a :class:`VideoRunPlan` that carries the
@@ -83,11 +90,42 @@ class VideoTrainer(Trainer):
         ret = super().build_hooks()
         ret.insert(1, SkippedVideosHook(self.data_loader))
         if self.multigrid is not None:
-            # Precise BN at stage ends, at the base shape, in place of Detectron2's.
+            # Precise BN at the base shape before each evaluation, in place of Detectron2's.
             ret = [h for h in ret if not isinstance(h, hooks.PreciseBN)]
             lr_hook = next(i for i, h in enumerate(ret) if isinstance(h, hooks.LRScheduler))
             ret.insert(lr_hook + 1, self._multigrid_hook())
+        if comm.is_main_process():
+            # right after the timer: the other hooks' work after a step is not the step's
+            self.stage_times = StageTimesHook(StageTimes(), self.shapes_of_iteration)
+            ret.insert(1, self.stage_times)
         return ret
+
+    def shapes_of_iteration(self, iteration: int) -> StepShapes:
+        """The shapes of optimizer step ``iteration``'s batches: the multigrid plan's, or
+        ``IMS_PER_DEVICE`` clips of ``INPUT.VIDEO.NUM_FRAMES`` x ``TRAIN_CROP_SIZE`` each."""
+        if self.multigrid is None:
+            v = self.cfg.INPUT.VIDEO
+            return step_shapes([(self.batch.per_device, v.NUM_FRAMES, v.TRAIN_CROP_SIZE)] * self.batch.accumulation)
+        batches = self.multigrid.shapes_of_iteration(iteration)
+        return step_shapes([(s.batch_size, s.num_frames, s.crop_size) for s, _ in batches],
+                           any(first for _, first in batches))  # fmt: skip
+
+    def after_train(self):
+        """largedet's, then (main process) this invocation's stage times appended to
+        ``stage_times.json`` and logged."""
+        super().after_train()
+        if self.stage_times is None:
+            return
+        bn = self.multigrid_hook
+        summary = self.stage_times.times.summary(
+            self.stage_times.wall_s(),
+            precise_bn_s=bn.precise_bn_s if bn else 0.0,
+            precise_bn_passes=bn.precise_bn_passes if bn else 0,
+            evaluation_s=self.evaluation_s,
+        )
+        if os.path.isdir(self.cfg.OUTPUT_DIR):
+            append_stage_times(self.cfg.OUTPUT_DIR, summary)
+        logger.info("Wall clock by stage:\n%s", format_stage_times(summary))
 
     def _base_shape_loader(self):
         """Training batches at the base shape for precise BN, without loader workers
@@ -98,10 +136,12 @@ class VideoTrainer(Trainer):
         return build_video_train_loader(cfg, self.batch.per_device)
 
     def _multigrid_hook(self):
-        # Precise BN at the base shape after every stage whatever TEST.PRECISE_BN.ENABLED
+        # Precise BN at the base shape before every evaluation whatever TEST.PRECISE_BN.ENABLED
         # says: the running statistics of a multigrid run average every shape it trained on
         # (crops of 16, 23 and 32 px in one short cycle), and a model tested with them sees
         # the base shape's activations through another shape's statistics.
-        return MultigridHook(
-            self.multigrid, self.model, self._base_shape_loader(), self.cfg.TEST.PRECISE_BN.NUM_ITER
+        self.multigrid_hook = MultigridHook(
+            self.multigrid, self.model, self._base_shape_loader(), self.cfg.TEST.PRECISE_BN.NUM_ITER,
+            self.cfg.TEST.EVAL_PERIOD,
         )
+        return self.multigrid_hook

@@ -20,7 +20,7 @@ from fvcore.common.param_scheduler import ParamScheduler
 from tabulate import tabulate
 
 from .sampler import MultigridBatchSampler
-from .schedule import MultigridSchedule, MultigridStage
+from .schedule import ClipShape, MultigridSchedule, MultigridStage
 
 __all__ = ["MultigridPlan", "MultigridParamScheduler"]
 
@@ -109,6 +109,17 @@ class MultigridPlan:
         the batch within the epoch is also the short-cycle position counted from the
         epoch's first batch."""
         return self.locate(iteration * self.accumulation)
+
+    def shapes_of_iteration(self, iteration: int) -> List[Tuple[ClipShape, bool]]:
+        """The per-device batches of optimizer step ``iteration``, in order: each one's
+        shape (its short-cycle position in its epoch's stage) and whether it is the first
+        batch of an epoch (where the loader starts the epoch's pass)."""
+        out = []
+        for batch in range(iteration * self.accumulation, (iteration + 1) * self.accumulation):
+            epoch, position = self.locate(batch)
+            shapes = self.schedule.stage_at(epoch).short_cycle_shapes
+            out.append((shapes[position % len(shapes)], position == 0))
+        return out
 
     def stage_at_iteration(self, iteration: int) -> MultigridStage:
         return self.schedule.stage_at(self.position_of_iteration(iteration)[0])

@@ -1,0 +1,122 @@
+"""Multigrid's time to accuracy (largedet_study.mg_time_report) on a small synthetic CSV:
+the machine class kept, speed-ups seed by seed, the time to the plain schedule's top-1,
+Welch's bound, the held-out choice and the figure; every number computed here again."""
+
+import csv
+import statistics
+
+import pytest
+from scipy import stats as scipy_stats
+
+from largedet_study import mg_time_report as mt
+
+ICL = "2-core Intel Xeon Ice Lake VM (model 106)"
+EPYC = "2-core AMD EPYC VM"
+# cell: (train_s, held-out top-1, reported top-1) per seed 0, 1, 2
+DATA = {
+    "sgd-bs128-lrstep": [(1000, 84.0, 84.9), (1100, 84.2, 85.0), (900, 84.4, 85.1)],
+    "sgd-bs128-ep0.5x-lrstep": [(500, 80.0, 80.0), (550, 81.0, 81.0), (450, 82.0, 82.0)],
+    "sgd-bs128-multigrid-short": [(400, 84.0, 85.0), (500, 84.5, 85.1), (300, 85.0, 85.2)],
+    "sgd-bs128-multigrid-long": [(500, 82.0, 83.0), (550, 83.0, 84.0), (450, 83.5, 84.5)],
+    "sgd-bs128-multigrid-long-ep2x": [(1000, 85.0, 86.0), (1100, 85.0, 86.0), (900, 85.0, 85.5)],
+    "sgd-bs128-multigrid": [(250, 79.0, 80.0), (275, 80.0, 81.0)],
+}
+
+
+def rows():
+    out = []
+    for cell, seeds in DATA.items():
+        for seed, (t, ho, top1) in enumerate(seeds):
+            out.append({"cell": cell + (f"-s{seed}" if seed else ""), "train_s": str(t), "holdout_top1": str(ho),
+                        "top1": str(top1), "diverged": "no", "device": ICL})
+    # left out: a diverged seed and a row of another machine class
+    out.append({"cell": "sgd-bs128-multigrid-s2", "train_s": "260", "holdout_top1": "", "top1": "",
+                "diverged": "yes", "device": ICL})
+    out.append({"cell": "sgd-bs128-multigrid-long-s3", "train_s": "100", "holdout_top1": "99", "top1": "99",
+                "diverged": "no", "device": EPYC})
+    return out
+
+
+def welch_lower_bound(a, b):
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return statistics.mean(a) - statistics.mean(b) - scipy_stats.t.ppf(0.95, df) * (va + vb) ** 0.5
+
+
+def test_points_keep_the_references_machine_class_and_trained_rows():
+    pts, cls = mt.points(rows())
+    assert cls == "Xeon-ICL"
+    assert list(pts) == [("plain", 0.5), ("plain", 1.0), ("multigrid", 1.0), ("multigrid-long", 1.0),
+                         ("multigrid-long", 2.0), ("multigrid-short", 1.0)]  # fmt: skip
+    assert pts[("multigrid-long", 1.0)].by_seed("train_s") == {0: 500.0, 1: 550.0, 2: 450.0}
+    assert pts[("multigrid", 1.0)].by_seed("top1") == {0: 80.0, 1: 81.0}
+
+
+def test_speed_ups_seed_by_seed():
+    pts, _ = mt.points(rows())
+    ref = pts[("plain", 1.0)]
+    assert mt.speed_ups(pts[("multigrid-short", 1.0)], ref) == pytest.approx([1000 / 400, 1100 / 500, 900 / 300])
+    assert mt.speed_ups(pts[("multigrid", 1.0)], ref) == pytest.approx([4.0, 4.0])
+
+
+def test_time_to_reach():
+    assert mt.time_to_reach([(500, 83.0), (1000, 86.0)], 85.0) == (pytest.approx(500 + 2 / 3 * 500), False)
+    assert mt.time_to_reach([(400, 85.0), (800, 86.0)], 85.0) == (400, True)
+    assert mt.time_to_reach([(400, 80.0), (800, 84.0)], 85.0) is None
+    pts, _ = mt.points(rows())
+    # target 85.0: seed 0 83 -> 86 over 500 -> 1000 s; seed 1 84 -> 86 over 550 -> 1100; seed 2
+    # 84.5 -> 85.5 over 450 -> 900
+    reached = mt.reach_speed_ups("multigrid-long", pts, 85.0)
+    expected = {0: 1000 / (500 + 2 / 3 * 500), 1: 1100 / (550 + 0.5 * 550), 2: 900 / (450 + 0.5 * 450)}
+    assert {s: v[0] for s, v in reached.items()} == pytest.approx(expected)
+    assert not any(v[1] for v in reached.values())
+    assert mt.reach_speed_ups("multigrid", pts, 85.0) == {0: None, 1: None}
+
+
+def test_table_numbers():
+    text = mt.mg_time_table(rows())
+    line = next(x for x in text.splitlines() if x.startswith("| multigrid, short cycle alone, 1x"))
+    ratios = [2.5, 2.2, 3.0]
+    assert f"| 3 | 400 ± 100 | {statistics.mean(ratios):.2f} ± {statistics.stdev(ratios):.2f}x (2.50, 2.20, 3.00) |" in line
+    a, b = [85.0, 85.1, 85.2], [84.9, 85.0, 85.1]
+    bound = welch_lower_bound(a, b)
+    assert bound > mt.GOAL_LOWER_BOUND
+    assert f"| +0.10 [" in line and f"| {bound:+.2f} | goal |" in line
+    long_line = next(x for x in text.splitlines() if x.startswith("| multigrid, long cycle alone, 1x"))
+    assert long_line.endswith("| no |")  # 2.0x as fast, but its bound is below -1
+    # the time to the reference's top-1 (85.00): the long cycle seed by seed; the short cycle
+    # is above it at its first budget already
+    long_reach = [1000 / (500 + 2 / 3 * 500), 1100 / 825, 900 / 675]
+    assert (f"- multigrid, long cycle alone: {statistics.mean(long_reach):.2f} ± {statistics.stdev(long_reach):.2f}x "
+            f"(n=3); s0: {long_reach[0]:.2f}, s1: {long_reach[1]:.2f}, s2: {long_reach[2]:.2f}.") in text
+    assert "- multigrid, short cycle alone: 2.57 ± 0.40x (n=3); s0: ≥2.50, s1: ≥2.20, s2: ≥3.00." in text
+    assert "- multigrid, long + short cycle: not reached; s0: not reached, s1: not reached." in text
+
+
+def test_verdict_held_out_chooses_reported_reports():
+    text = mt.mg_time_verdict(rows()).splitlines()
+    assert text[0].startswith("- Reference: the plain step schedule at 1x, reported top-1 85.00 ± 0.10 (n=3)")
+    assert "4 multigrid points" in text[0]
+    # >= 2x with three seeds: the short cycle (2.57x, held-out 84.50) and the long cycle
+    # (2.00x, 82.83); the held-out split picks the short cycle
+    bound = welch_lower_bound([85.0, 85.1, 85.2], [84.9, 85.0, 85.1])
+    assert text[1].startswith("- Goal (>= 2x as fast, lower bound >= -1.0): the held-out split chooses "
+                              "multigrid, short cycle alone, 1x the epochs among 2")
+    assert text[1].endswith(f"lower bound {bound:+.2f}: **met**.")
+    # >= 3x: only the two-seed long + short cycle
+    assert text[2] == "- Moonshot: no multigrid point with three seeds is 3x as fast yet: not met."
+
+
+def test_empty_csv_and_figure(tmp_path):
+    assert mt.mg_time_table([]) == "(no plain-schedule row of the mg_time grid yet)"
+    assert mt.mg_time_verdict([]).endswith("goal not met.")
+    path = tmp_path / "mg.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows()[0]))
+        w.writeheader()
+        w.writerows(rows())
+    assert len(mt.load(str(path))) == len(rows())
+    assert mt.load(str(tmp_path / "none.csv")) == []
+    figure = mt.plot_top1_vs_time(mt.load(str(path)), str(tmp_path / "f" / "mg.png"))
+    assert figure and (tmp_path / "f" / "mg.png").stat().st_size > 10_000
+    assert mt.plot_top1_vs_time([], str(tmp_path / "none.png")) is None
