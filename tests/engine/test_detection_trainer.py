@@ -82,7 +82,7 @@ def test_lsr_and_warmup_reach_the_optimizer_through_the_lr_hook(tiny_shapes, tmp
     trainer.train()
     # peak 0.01 x 8 / 2 = 0.04; warmup 0.5 then 0.75 of it; x0.1 from iteration 4
     assert record.lrs == pytest.approx([0.02, 0.03, 0.04, 0.04, 0.004], rel=1e-12)
-    assert trainer.batch.accumulation == 4
+    assert trainer.plan.batch.accumulation == 4
     assert trainer.iter == 5 and trainer.data.position == 5 * 8
     block = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Large-batch run")]
     assert len(block) == 1

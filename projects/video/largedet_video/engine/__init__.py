@@ -5,12 +5,13 @@ stage hook. Processes are started by largedet's ``largedet.launch.processes``.""
 from .defaults import DEFAULT_CONFIG, build_cfg, setup
 from .hooks import SkippedVideosHook
 from .multigrid import MultigridHook, VideoRunPlan, build_multigrid_lr_scheduler, multigrid_run_plan
-from .trainer import VideoTrainer
+from .trainer import VideoParts, VideoTrainer
 
 __all__ = [
     "DEFAULT_CONFIG",
     "MultigridHook",
     "SkippedVideosHook",
+    "VideoParts",
     "VideoRunPlan",
     "VideoTrainer",
     "build_cfg",

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import fields
+from typing import Optional
 
 from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
+from largedet.engine.parts import TrainerParts
 from largedet.solver.batch import batch_plan
 from largedet.solver.plan import RunPlan
 
@@ -18,9 +21,23 @@ from ..multigrid import MultigridPlan, build_multigrid_plan, multigrid_enabled
 from .hooks import SkippedVideosHook
 from .multigrid import MultigridHook, VideoRunPlan, build_multigrid_lr_scheduler, multigrid_run_plan
 
-__all__ = ["VideoRunPlan", "VideoTrainer"]
+__all__ = ["VideoParts", "VideoRunPlan", "VideoTrainer"]
 
 logger = logging.getLogger(__name__)
+
+
+class VideoParts(TrainerParts):
+    """largedet's parts of a yacs config (the trainer class's builders), whose run plan
+    is a :class:`VideoRunPlan`: with multigrid it carries the multigrid plan of the training
+    loader, built once with it (:func:`~largedet_video.data.build_multigrid_train_loader`),
+    and its run length is the multigrid plan's steps; read by the LR schedule, the training
+    loop and the hooks."""
+
+    def build_run_plan(self, cfg, data_loader) -> VideoRunPlan:
+        plan = super().build_run_plan(cfg, data_loader)
+        if not isinstance(data_loader, MultigridTrainLoader):
+            return VideoRunPlan(**{f.name: getattr(plan, f.name) for f in fields(plan)})
+        return multigrid_run_plan(plan, cfg, data_loader.plan)
 
 
 class VideoTrainer(Trainer):
@@ -29,28 +46,17 @@ class VideoTrainer(Trainer):
     video data and evaluation.
 
     With ``MULTIGRID.LONG_CYCLE`` or ``SHORT_CYCLE`` it trains on the multigrid plan
-    (``self.multigrid``): its loader, its LR through the one LR scheduler, its length
-    in steps (:meth:`run_length`), precise BN at the base shape after each stage; a stage
-    change is the sampler's next epoch and a regrouping of sub-batch BN, in place."""
+    (``self.multigrid``, the run plan's): its loader, its LR through the one LR scheduler,
+    its length in steps, precise BN at the base shape after each stage; a stage change is
+    the sampler's next epoch and a regrouping of sub-batch BN, in place."""
 
-    multigrid = None  # the multigrid plan, built once with the training loader
+    def __init__(self, cfg, parts: Optional[TrainerParts] = None):
+        super().__init__(cfg, VideoParts(type(self)) if parts is None else parts)
 
-    def build_run_plan(self, cfg, data_loader) -> RunPlan:
-        """largedet's run plan; with multigrid a :class:`VideoRunPlan` that carries the
-        multigrid plan of the training loader, built once with it
-        (:func:`~largedet_video.data.build_multigrid_train_loader`) and read by the LR
-        schedule, the run length and the hooks."""
-        plan = super().build_run_plan(cfg, data_loader)
-        if not isinstance(data_loader, MultigridTrainLoader):
-            return plan
-        self.multigrid = data_loader.plan
-        return multigrid_run_plan(plan, cfg, self.multigrid)
-
-    def run_length(self, cfg) -> int:
-        """The multigrid plan's optimizer steps, or ``SOLVER.MAX_ITER``."""
-        if self.multigrid is None:
-            return super().run_length(cfg)
-        return self.multigrid.max_iter
+    @property
+    def multigrid(self) -> Optional[MultigridPlan]:
+        """The multigrid plan the run trains on (None: no multigrid)."""
+        return self.plan.multigrid
 
     @classmethod
     def build_train_loader(cls, cfg):
@@ -60,12 +66,12 @@ class VideoTrainer(Trainer):
 
     @classmethod
     def build_lr_scheduler(cls, cfg, optimizer, plan: RunPlan, max_iter=None):
-        """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps:
+        """largedet's schedule, or the multigrid plan's over its steps (the plan's run length):
         the one ``plan`` carries (a :class:`VideoRunPlan`), else, for a caller with a plain
         run plan, one built from ``cfg`` and the training sets' sizes."""
         if not multigrid_enabled(cfg):
             return super().build_lr_scheduler(cfg, optimizer, plan, max_iter)
-        if getattr(plan, "multigrid", None) is None:
+        if not isinstance(plan, VideoRunPlan) or plan.multigrid is None:
             num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
             multigrid = build_multigrid_plan(cfg, num_samples, comm.get_world_size())
             plan = multigrid_run_plan(plan, cfg, multigrid)
@@ -95,7 +101,7 @@ class VideoTrainer(Trainer):
         cfg = self.cfg.clone()
         cfg.defrost()
         cfg.DATALOADER.NUM_WORKERS = 0
-        return build_video_train_loader(cfg, self.batch.per_device)
+        return build_video_train_loader(cfg, self.plan.batch.per_device)
 
     def _multigrid_hook(self):
         # Precise BN at the base shape after every stage whatever TEST.PRECISE_BN.ENABLED
