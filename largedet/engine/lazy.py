@@ -30,12 +30,12 @@ A largedet LazyConfig has Detectron2's parts, ``model``, ``dataloader``, ``optim
 - ``datasets`` (optional): registrations, each a ``LazyCall`` instantiated once in every
   process before any loader is built (``L(register_shapes)(spec=L(ShapesSpec)(...))``).
 
-:class:`LazyParts` are the parts (:mod:`largedet.engine.parts`) that instantiate them, for
-largedet's one :class:`~largedet.engine.Trainer` (:func:`lazy_trainer`). Everything else
-(gradient accumulation, the LSR, the
-warm-up, checkpoints and exact resume, hooks, the start-of-run log block) is the yacs
-path's, driven by :func:`~largedet.config.lazy.run_config`: the yacs config of ``train`` and of the loaders'
-numbers, computed at the edge and never written back into the LazyConfig.
+:class:`LazyParts` instantiate them (:mod:`largedet.solver.lazy`, :mod:`largedet.evaluation.lazy`)
+as the parts (:mod:`largedet.engine.parts`) of largedet's one :class:`~largedet.engine.Trainer`
+(:func:`lazy_trainer`). Everything else (gradient accumulation, the LSR, the warm-up,
+checkpoints and exact resume, hooks, the start-of-run log block) is the yacs path's, driven
+by :func:`~largedet.config.lazy.run_config`: the yacs config of ``train`` and of the
+loaders' numbers, computed at the edge and never written back into the LazyConfig.
 """
 
 from __future__ import annotations
