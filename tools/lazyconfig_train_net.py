@@ -16,16 +16,16 @@ The batch arithmetic is checked here, before any process starts. Several machine
 """
 
 from largedet.config.lazy import lazy_output_dir, lazy_timeout_s, run_config, setup_lazy_config
-from largedet.engine import check_and_launch, largedet_argument_parser, print_box_ap, train_or_evaluate
-from largedet.engine.lazy import LazyTrainer, check_lazy_args
+from largedet.engine import Trainer, check_and_launch, largedet_argument_parser, print_box_ap, train_or_evaluate
+from largedet.engine.lazy import LazyParts, check_lazy_args
 
 
 def main(args):
-    """One process's work, as ``tools/train_net.py``'s: ``train_or_evaluate`` with the
-    trainer class of the LazyConfig (``--eval-only`` reads ``train.init_checkpoint`` with
+    """One process's work, as ``tools/train_net.py``'s: ``train_or_evaluate`` with largedet's
+    trainer and the LazyConfig's parts (``--eval-only`` reads ``train.init_checkpoint`` with
     largedet's checkpointer: ``.pkl`` weights without running code)."""
     cfg = setup_lazy_config(args)
-    results = train_or_evaluate(LazyTrainer.for_config(cfg), run_config(cfg), args)
+    results = train_or_evaluate(Trainer, run_config(cfg), args, parts=LazyParts(cfg))
     print_box_ap(results)
     return results
 

@@ -105,8 +105,8 @@ class LowestLoss(HookBase):
         self.lowest, self.step = float("inf"), -1
 
     def after_step(self):
-        if self.trainer.last_total_loss < self.lowest:
-            self.lowest, self.step = self.trainer.last_total_loss, self.trainer.iter
+        if self.trainer.loop.last_total_loss < self.lowest:
+            self.lowest, self.step = self.trainer.loop.last_total_loss, self.trainer.iter
 
     def after_train(self):
         logger.info("LowestLoss: %.4f at step %d (rank %d)", self.lowest, self.step, comm.get_rank())

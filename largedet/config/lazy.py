@@ -1,7 +1,8 @@
 """A Detectron2 LazyConfig (a Python config file) read as largedet's yacs config.
 
 The parts of a largedet LazyConfig and what each may hold are described in
-:mod:`largedet.engine.lazy`, whose :class:`~largedet.engine.lazy.LazyTrainer` trains one.
+:mod:`largedet.engine.lazy`, whose :class:`~largedet.engine.lazy.LazyParts` are what
+largedet's trainer builds one's run from.
 Here: :data:`TRAIN_KEYS` (``train.<key>`` -> the yacs key it is), :func:`train_defaults`,
 :func:`run_config` (the frozen yacs config of the run, computed at the edge and never
 written back into the LazyConfig) and :func:`setup_lazy_config` (load, override, register

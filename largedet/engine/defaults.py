@@ -38,6 +38,7 @@ from ..solver import check_optimizer_name
 from ..solver.batch import BatchPlan, batch_plan, check_agvm_estimates
 from .ema import ModelEMA, evaluate_with_ema
 from .hooks import check_hook_names
+from .parts import TrainerParts
 from ..launch.preemption import parse_signals
 from ..launch.run_summary import write_eval_results
 from ..launch.processes import planned_world_size
@@ -288,11 +289,14 @@ def check_engine_keys(cfg: CfgNode) -> None:
     check_hook_names(cfg)
 
 
-def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> dict:
+def train_or_evaluate(
+    trainer_cls, cfg: CfgNode, args: argparse.Namespace, parts: Optional[TrainerParts] = None
+) -> dict:
     """What a training script's ``main`` does with its config, in each process: with
-    ``--eval-only``, build ``trainer_cls``'s model, load ``MODEL.WEIGHTS`` (with
+    ``--eval-only``, build the model of ``parts`` (:mod:`largedet.engine.parts`; default
+    ``trainer_cls``'s builders), load ``MODEL.WEIGHTS`` (with
     ``--resume``, the last checkpoint of ``OUTPUT_DIR`` where there is one) and test it;
-    otherwise train a ``trainer_cls`` (``DefaultTrainer``'s interface), from the last
+    otherwise train a ``trainer_cls`` (``DefaultTrainer``'s interface) with ``parts``, from the last
     checkpoint with ``--resume``. Returns the evaluation results (``{}`` when none ran);
     ``--eval-only`` also writes them to ``OUTPUT_DIR/eval_results.json``
     (:func:`~largedet.launch.run_summary.write_eval_results`).
@@ -300,17 +304,18 @@ def train_or_evaluate(trainer_cls, cfg: CfgNode, args: argparse.Namespace) -> di
     the average being the one the checkpoint holds (a warning, and the trained weights,
     where it holds none)."""
     if args.eval_only:
-        model = trainer_cls.build_model(cfg)
+        parts = TrainerParts(trainer_cls) if parts is None else parts
+        model = parts.build_model(cfg)
         # largedet's checkpointer: .pkl weights are read without running code
         extra = AtomicCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
             cfg.MODEL.WEIGHTS, resume=args.resume
         )
         ema = _checkpoint_ema(cfg, model, extra)
-        results = evaluate_with_ema(trainer_cls.test, cfg, model, ema, cfg.MODEL_EMA.EVAL)
+        results = evaluate_with_ema(parts.test, cfg, model, ema, cfg.MODEL_EMA.EVAL)
         write_eval_results(cfg.OUTPUT_DIR, results)
         raise_if_a_log_found_no_space()  # log.txt on a full disk: one line, as in training
         return results
-    trainer = trainer_cls(cfg)
+    trainer = trainer_cls(cfg) if parts is None else trainer_cls(cfg, parts=parts)
     trainer.resume_or_load(resume=args.resume)
     return trainer.train()
 

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import math
 import os
+import time
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -33,7 +34,7 @@ from torch import Tensor, nn
 
 from ..config import BUFFER_MODES, EMA_EVAL_MODES
 
-__all__ = ["TRAINED_WEIGHTS_DIR", "EMAHook", "ModelEMA", "evaluate_with_ema", "per_step_decay"]
+__all__ = ["TRAINED_WEIGHTS_DIR", "EMAHook", "Evaluation", "ModelEMA", "evaluate_with_ema", "per_step_decay"]
 
 logger = logging.getLogger(__name__)
 
@@ -238,3 +239,26 @@ def _trained_weights_cfg(cfg):
     out.OUTPUT_DIR = os.path.join(cfg.OUTPUT_DIR, TRAINED_WEIGHTS_DIR)
     out.freeze()
     return out
+
+
+class Evaluation:
+    """The evaluation of a run's model by ``test`` (``test(cfg, model)``, the parts'): the
+    weights ``MODEL_EMA.EVAL`` names (the trained ones without a model EMA), its
+    wall-clock summed in :attr:`seconds` (left out of the images per second) and its last
+    results in :attr:`last_results` (None until one ran)."""
+
+    def __init__(self, test, cfg, model, ema: Optional[ModelEMA]):
+        self._test, self._cfg, self._model, self._ema = test, cfg, model, ema
+        #: seconds this process spent evaluating (periodic and final evaluations)
+        self.seconds = 0.0
+        self.last_results: Optional[dict] = None
+
+    def __call__(self) -> dict:
+        start = time.perf_counter()
+        try:
+            self.last_results = evaluate_with_ema(
+                self._test, self._cfg, self._model, self._ema, self._cfg.MODEL_EMA.EVAL
+            )
+        finally:
+            self.seconds += time.perf_counter() - start
+        return self.last_results

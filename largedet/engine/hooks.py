@@ -100,7 +100,8 @@ MIN_SPIKE_HISTORY = 5
 class DivergenceGuard(HookBase):
     """Stops (or rolls back) a run whose loss or gradient is not finite, or whose loss spikes.
 
-    After each step it reads, from the trainer, the step's total loss averaged over
+    After each step it reads, from the trainer's loop (``trainer.loop``, an
+    :class:`~largedet.engine.train_loop.AccumulationTrainer`), the step's total loss averaged over
     micro-batches and ranks (``last_total_loss``) and the norm of its gradient
     (``last_grad_norm``): the same numbers on every rank, so all ranks decide alike. The
     step diverged when the loss is not finite; when the gradient is not finite while the
@@ -183,10 +184,10 @@ class DivergenceGuard(HookBase):
         return ""
 
     def after_step(self):
-        trainer = self.trainer
-        loss = trainer.last_total_loss
+        trainer, loop = self.trainer, self.trainer.loop
+        loss = loop.last_total_loss
         # with a gradient scaler, steps with non-finite gradients are part of fp16 training
-        grad_norm = trainer.last_grad_norm if trainer.grad_scaler is None else 0.0
+        grad_norm = loop.last_grad_norm if loop.grad_scaler is None else 0.0
         reason = self.check(loss, grad_norm)
         if not reason:
             self.history.append(loss)
@@ -195,7 +196,7 @@ class DivergenceGuard(HookBase):
         last_good = checkpointer.get_checkpoint_file() if checkpointer.has_checkpoint() else ""
         message = (
             f"Training diverged at iteration {trainer.iter}: {reason}; "
-            f"loss_dict = {trainer.last_losses}. "
+            f"loss_dict = {loop.last_losses}. "
             f"Last good checkpoint: {last_good or 'none'}"
         )
         if not self.rollback:

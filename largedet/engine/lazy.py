@@ -30,52 +30,54 @@ A largedet LazyConfig has Detectron2's parts, ``model``, ``dataloader``, ``optim
 - ``datasets`` (optional): registrations, each a ``LazyCall`` instantiated once in every
   process before any loader is built (``L(register_shapes)(spec=L(ShapesSpec)(...))``).
 
-:class:`LazyTrainer` is largedet's :class:`~largedet.engine.Trainer` whose ``build_*``
-methods instantiate these parts. Everything else (gradient accumulation, the LSR, the
-warm-up, checkpoints and exact resume, hooks, the start-of-run log block) is the yacs
-path's, driven by :func:`~largedet.config.lazy.run_config`: the yacs config of ``train`` and of the loaders'
-numbers, computed at the edge and never written back into the LazyConfig.
+:class:`LazyParts` instantiate them (:mod:`largedet.solver.lazy`, :mod:`largedet.evaluation.lazy`)
+as the parts (:mod:`largedet.engine.parts`) of largedet's one :class:`~largedet.engine.Trainer`
+(:func:`lazy_trainer`). Everything else (gradient accumulation, the LSR, the warm-up,
+checkpoints and exact resume, hooks, the start-of-run log block) is the yacs path's, driven
+by :func:`~largedet.config.lazy.run_config`: the yacs config of ``train`` and of the
+loaders' numbers, computed at the edge and never written back into the LazyConfig.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 import torch
 from detectron2.config import CfgNode, instantiate
-from detectron2.evaluation import inference_on_dataset, print_csv_format
-from detectron2.solver import LRMultiplier
 from detectron2.utils import comm
 from omegaconf import DictConfig, OmegaConf
 
-from ..config.lazy import TRAIN_KEYS, call_target, lr_schedule_within_run, run_config, setup_lazy_config
+from ..config.lazy import TRAIN_KEYS, run_config, setup_lazy_config
 from ..config.errors import ErrorCollector, error_lines
 from ..config.lazy_checks import call_argument_errors, with_train_names
-from ..config.validate import check_values
-from ..data.build import build_test_loader, build_train_loader
+from ..config.validate import TRAINING_RULES, check_values
+from ..data.build import build_train_loader
 from ..data.checks import check_datasets, check_image_files, check_num_classes
+from ..evaluation.lazy import lazy_test
 from ..evaluation.registry import check_evaluator_types
 from ..launch.processes import planned_world_size
-from ..layers import resolve_sync_batchnorm
-from ..solver import build_schedule, log_param_groups, optimizer_param_groups
+from ..modeling.lazy import build_lazy_model
 from ..solver.batch import BatchPlan, batch_plan
+from ..solver.lazy import build_lazy_lr_scheduler, build_lazy_optimizer
 from ..solver.plan import RunPlan
 from .hooks import check_hook_names
+from .parts import TrainerParts
 from .trainer import Trainer
 
 __all__ = [
-    "LazyTrainer",
-    "build_lazy_lr_scheduler",
-    "build_lazy_model",
-    "build_lazy_optimizer",
+    "LAZY_RULES",
+    "LazyParts",
     "check_lazy_args",
-    "lazy_test",
+    "lazy_trainer",
 ]
 
 logger = logging.getLogger(__name__)
+
+#: the rules a LazyConfig's run config is checked against: every declared key's but
+#: ``SOLVER.LR_SCHEDULER_NAME``'s (its schedule is ``lr_multiplier``)
+LAZY_RULES = tuple(r for r in TRAINING_RULES if r.key != "SOLVER.LR_SCHEDULER_NAME")
 
 
 def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
@@ -113,7 +115,7 @@ def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     for line in call_argument_errors(cfg):  # optimizer.perod: ... did you mean period?
         errors.add(line)
     try:
-        check_values(run, LazyTrainer.value_rules())
+        check_values(run, LAZY_RULES)
     except ValueError as e:  # each line names the yacs key: train.<name> (KEY): ...
         for line in error_lines(e):
             errors.add(with_train_names(line, TRAIN_KEYS))
@@ -139,154 +141,53 @@ def check_lazy_args(args: argparse.Namespace) -> BatchPlan:
     return plan
 
 
-def build_lazy_model(cfg: DictConfig, device: str) -> torch.nn.Module:
-    """``cfg.model`` instantiated on ``device``, its "SyncBN" layers made runnable there."""
-    model = instantiate(cfg.model)
-    model.to(torch.device(device))
-    model = resolve_sync_batchnorm(model, device)
-    logger.info("Model:\n%s", model)
-    return model
+class LazyParts(TrainerParts):
+    """The parts of a run of the LazyConfig ``cfg`` (:mod:`largedet.engine.parts`): the
+    model, optimizer, LR schedule and loaders come from its ``model``, ``optimizer``,
+    ``lr_multiplier`` and ``dataloader``; the run plan is built from the run config
+    (:func:`~largedet.config.lazy.run_config`) as a yacs config's. The trainer is
+    :class:`~largedet.engine.Trainer` itself::
 
+        trainer = Trainer(run_config(cfg), parts=LazyParts(cfg))
+        results = train_or_evaluate(Trainer, run_config(cfg), args, parts=LazyParts(cfg))
 
-def build_lazy_optimizer(
-    cfg: DictConfig, model: torch.nn.Module, run: CfgNode, plan: RunPlan
-) -> torch.optim.Optimizer:
-    """``cfg.optimizer`` for ``model`` at the peak LR of the run plan ``plan`` (of ``run``,
-    :func:`run_config`): ``optimizer.lr``, or the LSR's when ``train.lsr.enabled``. ``params.model`` is set to ``model``; with ``train.agvm.enabled``
-    the param groups (which must come from :func:`~largedet.solver.optimizer_param_groups`)
-    are split by the AGVM parts. The gradients are clipped by the training loop
-    (``train.clip_gradients`` is the run plan's). ``cfg`` is not modified."""
-    root = copy.deepcopy(cfg)
-    optimizer_cfg = root.optimizer
-    optimizer_cfg.lr = plan.lr.lr
-    params = optimizer_cfg.get("params")
-    if isinstance(params, DictConfig) and "_target_" in params:
-        params.model = model
-    if run.SOLVER.AGVM.ENABLED:
-        if not isinstance(params, DictConfig) or call_target(params) is not optimizer_param_groups:
-            raise ValueError(
-                "train.agvm.enabled needs optimizer.params = L(optimizer_param_groups)(...), "
-                "whose groups it splits by model part"
-            )
-        params.parts = [list(pair) for pair in run.SOLVER.AGVM.GROUPS]
-    optimizer = instantiate(optimizer_cfg)
-    log_param_groups(run.SOLVER.OPTIMIZER, optimizer)
-    return optimizer
+    Each method takes the run config where :class:`~largedet.engine.parts.TrainerParts`
+    takes the yacs config; ``cfg`` is not modified."""
 
+    #: the declared rules but ``SOLVER.LR_SCHEDULER_NAME``'s: a LazyConfig's schedule is its
+    #: ``lr_multiplier`` (whose class name the run config carries)
+    value_rules = LAZY_RULES
 
-def build_lazy_lr_scheduler(
-    cfg: DictConfig,
-    run: CfgNode,
-    optimizer: torch.optim.Optimizer,
-    plan: RunPlan,
-) -> LRMultiplier:
-    """``cfg.lr_multiplier``'s schedule (:func:`~largedet.config.lazy.lr_schedule_within_run`:
-    milestones past ``train.max_iter`` dropped, as the yacs path drops ``SOLVER.STEPS``)
-    through the yacs path's one builder (:func:`~largedet.solver.build_schedule`): after the
-    run plan's warm-up (``train.warmup``, or a Detectron2 ``WarmupParamScheduler``'s, read
-    into ``run``), as one Detectron2 ``LRMultiplier`` over ``train.max_iter`` steps; with a
-    batch ramp (``train.batch_ramp``) followed in images, times the LSR rule's factor at each
-    step's batch."""
-    return build_schedule(run, optimizer, lr_schedule_within_run(cfg), plan)
+    def __init__(self, cfg: DictConfig):
+        super().__init__(Trainer)
+        self.lazy = cfg
 
+    def build_model(self, cfg: CfgNode) -> torch.nn.Module:
+        return build_lazy_model(self.lazy, cfg.MODEL.DEVICE)
 
-def lazy_test(cfg: DictConfig, model: torch.nn.Module, run: Optional[CfgNode] = None) -> Dict[str, Any]:
-    """Evaluate ``model`` on ``dataloader.test`` (``{}`` when the config has none), as
-    :meth:`~largedet.engine.Trainer.test` does for one dataset: largedet's test loader of
-    the dataset with the config's mapper, scored by ``dataloader.evaluator`` or, without
-    one, by the evaluator the yacs path picks for the dataset."""
-    if "test" not in cfg.dataloader:
-        return {}
-    run = run_config(cfg) if run is None else run
-    results: Dict[str, Any] = {}
-    for name in run.DATASETS.TEST:
-        loader = build_test_loader(run, name, mapper=instantiate(cfg.dataloader.test.mapper))
-        if "evaluator" in cfg.dataloader:
-            evaluator = instantiate(cfg.dataloader.evaluator)
-        else:
-            evaluator = Trainer.build_evaluator(run, name)
-        results[name] = inference_on_dataset(model, loader, evaluator)
-        if comm.is_main_process():
-            logger.info("Evaluation results for %s in csv format:", name)
-            print_csv_format(results[name])
-    return results[name] if len(results) == 1 else results
-
-
-class LazyTrainer(Trainer):
-    """largedet's :class:`~largedet.engine.Trainer` on a LazyConfig: the model, optimizer,
-    LR schedule and loaders come from the LazyConfig's parts; the rest from its
-    :func:`run_config`. Its builders keep ``DefaultTrainer``'s signatures (classmethods of
-    the run's yacs config), so :func:`~largedet.engine.train_or_evaluate` serves it as it
-    serves :class:`~largedet.engine.Trainer`: the class of one LazyConfig is
-    ``LazyTrainer.for_config(cfg)``, whose builders read that config::
-
-        trainer_cls = LazyTrainer.for_config(cfg)
-        results = train_or_evaluate(trainer_cls, run_config(cfg), args)
-
-    ``LazyTrainer(cfg)`` with a LazyConfig is ``LazyTrainer.for_config(cfg)(run_config(cfg))``.
-    """
-
-    #: the LazyConfig whose parts the builders instantiate (set by :meth:`for_config`)
-    lazy: Optional[DictConfig] = None
-
-    @classmethod
-    def for_config(cls, cfg: DictConfig) -> type:
-        """The trainer class of the LazyConfig ``cfg``: a subclass whose :attr:`lazy` it is."""
-        return type(cls.__name__, (cls,), {"lazy": cfg, "__module__": cls.__module__})
-
-    def __new__(cls, cfg, *args, **kwargs):
-        if isinstance(cfg, DictConfig):  # LazyTrainer(lazy_cfg)
-            cls = cls.for_config(cfg)
-        return super().__new__(cls)
-
-    def __init__(self, cfg):
-        if isinstance(cfg, DictConfig):
-            cfg = run_config(cfg)
-        super().__init__(cfg)
-
-    @classmethod
-    def value_rules(cls) -> tuple:
-        """The declared rules but ``SOLVER.LR_SCHEDULER_NAME``'s: a LazyConfig's schedule is
-        its ``lr_multiplier`` (whose class name the run config carries)."""
-        return tuple(r for r in super().value_rules() if r.key != "SOLVER.LR_SCHEDULER_NAME")
-
-    @classmethod
-    def _lazy(cls) -> DictConfig:
-        if cls.lazy is None:
-            raise TypeError(
-                "LazyTrainer has no LazyConfig: use LazyTrainer.for_config(cfg) or LazyTrainer(cfg)"
-            )
-        return cls.lazy
-
-    @classmethod
-    def build_model(cls, cfg: CfgNode) -> torch.nn.Module:
-        return build_lazy_model(cls._lazy(), cfg.MODEL.DEVICE)
-
-    @classmethod
-    def build_optimizer(cls, cfg: CfgNode, model: torch.nn.Module, plan: RunPlan) -> torch.optim.Optimizer:
-        return build_lazy_optimizer(cls._lazy(), model, cfg, plan)
-
-    @classmethod
-    def build_lr_scheduler(
-        cls, cfg: CfgNode, optimizer: torch.optim.Optimizer, plan: RunPlan, max_iter=None
-    ):
-        """``lr_multiplier`` after ``train.warmup`` over ``train.max_iter`` steps of the full
-        batch, followed in images with a batch ramp (``train.batch_ramp``, in the run plan
-        the trainer passes): :func:`build_lazy_lr_scheduler`."""
-        return build_lazy_lr_scheduler(cls._lazy(), cfg, optimizer, plan)
-
-    @classmethod
-    def build_train_loader(cls, cfg: CfgNode):
+    def build_train_loader(self, cfg: CfgNode):
         """largedet's resumable training loader (:func:`~largedet.data.build_train_loader`)
         with ``train.ims_per_device`` images per batch and ``dataloader.train.mapper``."""
         per_device = batch_plan(cfg, comm.get_world_size()).per_device
-        return build_train_loader(
-            cfg, per_device, mapper=instantiate(cls._lazy().dataloader.train.mapper)
-        )
+        return build_train_loader(cfg, per_device, mapper=instantiate(self.lazy.dataloader.train.mapper))
 
-    @classmethod
-    def test(cls, cfg: CfgNode, model: torch.nn.Module, evaluators: Optional[List] = None):
+    def build_optimizer(self, cfg: CfgNode, model: torch.nn.Module, plan: RunPlan) -> torch.optim.Optimizer:
+        return build_lazy_optimizer(self.lazy, model, cfg, plan)
+
+    def build_lr_scheduler(self, cfg: CfgNode, optimizer: torch.optim.Optimizer, plan: RunPlan, max_iter=None):
+        """``lr_multiplier`` after ``train.warmup`` over ``train.max_iter`` steps of the full
+        batch, followed in images with a batch ramp (``train.batch_ramp``, in the run plan
+        the trainer passes): :func:`build_lazy_lr_scheduler`."""
+        return build_lazy_lr_scheduler(self.lazy, cfg, optimizer, plan)
+
+    def test(self, cfg: CfgNode, model: torch.nn.Module, evaluators: Optional[List] = None):
         """:func:`lazy_test` (``evaluators`` are not supported: use ``dataloader.evaluator``)."""
         if evaluators is not None:
-            raise ValueError("LazyTrainer.test takes its evaluator from dataloader.evaluator")
-        return lazy_test(cls._lazy(), model, cfg)
+            raise ValueError("LazyParts.test takes its evaluator from dataloader.evaluator")
+        return lazy_test(self.lazy, model, cfg)
+
+
+def lazy_trainer(cfg: DictConfig) -> Trainer:
+    """The :class:`~largedet.engine.Trainer` of the LazyConfig ``cfg``: of its run config,
+    with its parts (:class:`LazyParts`)."""
+    return Trainer(run_config(cfg), parts=LazyParts(cfg))

@@ -2,6 +2,9 @@
 
 The trainer builds and connects; each part it connects lives in its own room:
 
+- what the run is built from (:mod:`largedet.engine.parts`): the model, the training
+  loader, the run plan, the optimizer, the LR schedule and the evaluation, from a yacs
+  config or a LazyConfig (:mod:`largedet.engine.lazy`), into the same trainer;
 - the run plan (:class:`~largedet.solver.plan.RunPlan`): every derived number (global
   batch, devices, micro-batch, K, the batch ramp, the scaled LR, the warm-up, the
   clipping), built once and handed to the builders, the loop, the hooks and the log block
@@ -12,7 +15,8 @@ The trainer builds and connects; each part it connects lives in its own room:
   (:mod:`largedet.layers`), the resumable data stream and its position
   (:mod:`largedet.data`, :class:`~largedet.data.position.DataPosition`), atomic checkpoints
   (:mod:`largedet.checkpoint`);
-- the hooks: the divergence guard and its rollback, per-step seeding, model EMA
+- the hooks in their order (:mod:`largedet.engine.hook_list`, with the evaluation they
+  run): the divergence guard and its rollback, per-step seeding, model EMA
   (:mod:`largedet.engine.hooks`, :mod:`largedet.engine.ema`), pre-emption and the run
   summary with how each invocation ended (:mod:`largedet.launch`).
 
@@ -24,43 +28,32 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import weakref
 from typing import Optional
 
-import torch
 from detectron2.engine import DefaultTrainer, TrainerBase, create_ddp_model
-from detectron2.engine import hooks as d2_hooks
-from detectron2.engine.hooks import EvalHook, PeriodicWriter
 from detectron2.evaluation import verify_results
 from detectron2.modeling import build_model
 from detectron2.utils import comm
 from detectron2.utils.events import CommonMetricPrinter, EventStorage
 from detectron2.utils.logger import setup_logger
-from fvcore.nn.precise_bn import get_bn_modules
 
 from ..checkpoint import AtomicCheckpointer, FoundCheckpoint, warn_if_low_space
 from ..config import amp_dtype
-from ..config.validate import TRAINING_RULES, check_values, warn_unused_lsr_keys
-from ..data.build import DetectionTrainLoader, ResumableLoader, build_test_loader, build_train_loader
+from ..config.validate import check_values, warn_unused_lsr_keys
+from ..data.build import ResumableLoader, build_test_loader, build_train_loader
 from ..data.position import DataPosition
 from ..evaluation.registry import build_evaluator
-from ..launch.preemption import PreemptionHook
 from ..launch.processes import shut_down_distributed_at_exit
-from ..launch.run_summary import RunEnd, RunSummaryHook, run_after_train_hooks
+from ..launch.run_summary import RunEnd, run_after_train_hooks
 from ..layers import resolve_sync_batchnorm
 from ..solver import build_agvm, build_lr_scheduler, build_optimizer, describe_agvm_parts, with_scaled_lr
-from ..solver.batch import BatchPlan, BatchSchedule, batch_plan
-from ..solver.plan import RunPlan, run_plan, with_run_length
-from .ema import EMAHook, ModelEMA, evaluate_with_ema
-from .hooks import (
-    DivergenceGuard,
-    PruningPeriodicCheckpointer,
-    ReseedEveryIter,
-    SkippedImagesHook,
-    StepRolledBack,
-    build_config_hooks,
-)
+from ..solver.batch import batch_plan
+from ..solver.plan import RunPlan
+from .ema import Evaluation, ModelEMA
+from .hook_list import default_hooks
+from .hooks import StepRolledBack
+from .parts import TrainerParts
 from .train_loop import AccumulationTrainer
 from .writers import (
     ImageClockPrinter,
@@ -84,60 +77,70 @@ class Trainer(TrainerBase):
         trainer.resume_or_load(resume=args.resume)
         results = trainer.train()
 
+    ``parts`` (:mod:`largedet.engine.parts`) builds the model, the training loader, the run
+    plan, the optimizer, the LR schedule and the evaluation: by default this class's
+    builder classmethods (:class:`~largedet.engine.parts.TrainerParts`: a subclass's
+    ``build_model`` is used), a LazyConfig's :class:`~largedet.engine.lazy.LazyParts`.
+
     The contract: a Detectron2 ``TrainerBase`` (hooks, ``iter``, ``storage``) with
     ``DefaultTrainer``'s interface, not its subclass (``DefaultTrainer`` fixes its inner
     trainer, checkpointer, length and loop, which largedet changes). Kept: the builder
     classmethods with Detectron2's parameters (``build_optimizer`` and ``build_lr_scheduler``
     also take the run plan), ``test``, ``resume_or_load``, ``build_hooks``,
     ``build_writers``, ``model``, ``optimizer``, ``data_loader`` and the state dict's
-    ``_trainer`` entry. Added: the run plan (:attr:`plan`), the inner
+    ``_trainer`` entry. Added, as attributes: the parts (:attr:`parts`), the run plan
+    (:attr:`plan`), the inner loop (:attr:`loop`, an
     :class:`~largedet.engine.train_loop.AccumulationTrainer` driven one
-    :class:`~largedet.solver.plan.StepPlan` per step, the data position (:attr:`data`),
-    the rollback (:meth:`roll_back`) and the hooks' stop request (:meth:`request_stop`).
+    :class:`~largedet.solver.plan.StepPlan` per step: the last step's losses, gradient norm,
+    gradient scaler, AGVM and stop request are its), the data position (:attr:`data`), the
+    evaluation (:attr:`evaluation`), how the run ended (:attr:`run_end`); and the rollback
+    (:meth:`roll_back`).
     """
 
-    # the inner trainer's, as DefaultTrainer exposes them
-    model = property(lambda self: self._trainer.model)
-    optimizer = property(lambda self: self._trainer.optimizer)
-    data_loader = property(lambda self: self._trainer.data_loader)
+    # the inner loop's, as DefaultTrainer exposes them
+    model = property(lambda self: self.loop.model)
+    optimizer = property(lambda self: self.loop.optimizer)
+    data_loader = property(lambda self: self.loop.data_loader)
 
-    def __init__(self, cfg):
-        # DefaultTrainer's attributes, built by the same overridable builders
+    def __init__(self, cfg, parts: Optional[TrainerParts] = None):
         super().__init__()
         for name in ("detectron2", "largedet"):
             if not logging.getLogger(name).isEnabledFor(logging.INFO):
                 setup_logger(name=name)
+        #: what the run is built from (:mod:`largedet.engine.parts`)
+        self.parts = TrainerParts(type(self)) if parts is None else parts
         # each key's declared rule (largedet.config.keys), as checked before launch, for a
         # config that did not come through a training script
-        check_values(cfg, self.value_rules())
+        check_values(cfg, self.parts.value_rules)
 
-        model = self.build_model(cfg)
-        data_loader = self.build_train_loader(cfg)
+        model = self.parts.build_model(cfg)
+        data_loader = self.parts.build_train_loader(cfg)
         if not isinstance(data_loader, ResumableLoader):
             logger.warning(
                 "The training loader is not a ResumableLoader: its position is not restored on resume"
             )
         #: the run's derived numbers, computed once (:func:`~largedet.solver.plan.run_plan`)
-        self.plan: RunPlan = self.build_run_plan(cfg, data_loader)
-        optimizer = self.build_optimizer(cfg, model, self.plan)
+        self.plan: RunPlan = self.parts.build_run_plan(cfg, data_loader)
+        optimizer = self.parts.build_optimizer(cfg, model, self.plan)
         agvm = build_agvm(cfg, optimizer)
 
         cpu = next(model.parameters()).device.type != "cuda"
         model = create_ddp_model(
             model, broadcast_buffers=False, **({"device_ids": None} if cpu else {})
         )
-        self._trainer = AccumulationTrainer(
+        #: the loop of one optimizer step: K micro-batches, AMP, clipping, AGVM, the stop request
+        self.loop = AccumulationTrainer(
             model,
             data_loader,
             optimizer,
-            self.batch.accumulation,
-            amp_dtype=self.amp_dtype(cfg),
+            self.plan.batch.accumulation,
+            amp_dtype=amp_dtype(cfg),
             agvm=agvm,
             parameter_clip=self.plan.parameter_clip,
         )
-        self.max_iter = self.run_length(cfg)
-        self.plan = with_run_length(self.plan, cfg, self.max_iter)  # its warm-up within the run
-        self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.plan, self.max_iter)
+        #: where the training loop stops: the plan's run length
+        self.max_iter = self.plan.run_length
+        self.scheduler = self.parts.build_lr_scheduler(cfg, optimizer, self.plan, self.max_iter)
         self.ema: Optional[ModelEMA] = ModelEMA.from_config(cfg, model)
         extra = {} if self.ema is None else {"model_ema": self.ema}
         self.checkpointer = AtomicCheckpointer(
@@ -146,9 +149,9 @@ class Trainer(TrainerBase):
         self.start_iter = 0
         self.cfg = cfg
         #: the images of the global stream trained on, and the stream's seed
-        self.data = DataPosition(data_loader, self.batch)
-        # seconds this process spent in the evaluation hook (periodic and final evaluations)
-        self.evaluation_s = 0.0
+        self.data = DataPosition(data_loader, self.plan.batch)
+        #: the evaluation hook's test, its wall-clock and last results
+        self.evaluation = Evaluation(self.parts.test, cfg, model, self.ema)
         #: how this invocation ended (:class:`~largedet.launch.run_summary.RunEnd`), for the run summary
         self.run_end = RunEnd()
         self.register_hooks(self.build_hooks())
@@ -158,42 +161,11 @@ class Trainer(TrainerBase):
                 weights_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
                 warn_if_low_space(cfg.OUTPUT_DIR, 3 * weights_bytes, "a checkpoint")
             if self.ema is not None:
-                block += f"\n  {self.ema.describe(self.batch.global_batch)}; evaluation on {cfg.MODEL_EMA.EVAL!r}"
+                block += f"\n  {self.ema.describe(self.plan.batch.global_batch)}; evaluation on {cfg.MODEL_EMA.EVAL!r}"
             logger.info(block)
             warn_unused_lsr_keys(cfg)
 
-    # the plan's, as the hooks and the video trainer read them
-    batch: BatchPlan = property(lambda self: self.plan.batch)  # global batch, devices, K
-    schedule: BatchSchedule = property(lambda self: self.plan.schedule)  # the batch ramp
-
-    @classmethod
-    def value_rules(cls) -> tuple:
-        """The rules the trainer's config is checked against when it is built: every
-        declared key's (:data:`largedet.config.validate.TRAINING_RULES`)."""
-        return TRAINING_RULES
-
-    @staticmethod
-    def amp_dtype(cfg) -> Optional[torch.dtype]:
-        """The autocast dtype of ``SOLVER.AMP`` (None: full precision):
-        :func:`largedet.config.amp_dtype`."""
-        return amp_dtype(cfg)
-
-    def run_length(self, cfg) -> int:
-        """The run's length in optimizer steps, ``self.max_iter``: where the training loop
-        stops, what the writers' ETA counts down and the steps the LR schedule of
-        :meth:`build_lr_scheduler` spans. The plan's steps (``SOLVER.MAX_ITER``, or the
-        batch ramp's); a trainer whose schedule sets its own length (the video project's
-        multigrid plan) overrides it. Called in ``__init__`` before the scheduler and the
-        hooks are built."""
-        return self.plan.total_steps
-
-    def build_run_plan(self, cfg, data_loader) -> RunPlan:
-        """The run plan (:func:`~largedet.solver.plan.run_plan`) on this job's processes, for
-        the training loader's dataset (whose size a batch ramp's epochs need)."""
-        size = data_loader.dataset_size if isinstance(data_loader, ResumableLoader) else None
-        return run_plan(cfg, comm.get_world_size(), size)
-
-    # --- builders -----------------------------------------------------------------------
+    # --- builders (a yacs config's: TrainerParts calls them) ----------------------------
 
     @classmethod
     def build_model(cls, cfg):
@@ -212,7 +184,8 @@ class Trainer(TrainerBase):
     def build_lr_scheduler(cls, cfg, optimizer, plan: RunPlan, max_iter: Optional[int] = None):
         """Detectron2's warmup + schedule around the run plan's peak LR
         (``largedet.solver.build_lr_scheduler``) over ``max_iter`` steps (default the plan's
-        ``SOLVER.MAX_ITER``; the trainer passes :meth:`run_length`'s). With a batch ramp
+        ``SOLVER.MAX_ITER``; the trainer passes the plan's
+        :attr:`~largedet.solver.plan.RunPlan.run_length`). With a batch ramp
         (``SOLVER.BATCH_RAMP``) the LR follows the plan's images and batches."""
         return build_lr_scheduler(cfg, optimizer, plan, max_iter)
 
@@ -241,100 +214,25 @@ class Trainer(TrainerBase):
         return build_evaluator(cfg, dataset_name, output_folder)
 
     def build_hooks(self):
-        """Detectron2's hooks, with per-step seeding (``RESEED_EVERY_ITER``) and the divergence
-        guard after the timer: before the LR scheduler and the checkpointer; metrics are
-        written every ``LOG_PERIOD`` steps, ``data/skipped_images`` among them; then the hooks
-        ``HOOKS`` names (:data:`~largedet.engine.hooks.HOOK_REGISTRY`) and the run summary."""
-        hooks = self._detectron2_hooks()
-        ours = [DivergenceGuard.from_config(self.cfg)]
-        if self.ema is not None:  # after the guard: a rolled-back step is not averaged
-            ours.append(EMAHook(self.ema, self.plan.batch_at))
-        # pre-emption: after the LR step and the periodic checkpoint, before evaluating
-        evaluation = next(i for i, h in enumerate(hooks) if isinstance(h, EvalHook))
-        hooks.insert(evaluation, PreemptionHook(self.cfg.PREEMPTION.SIGNALS))
-        if self.cfg.RESEED_EVERY_ITER:
-            ours.insert(0, ReseedEveryIter(self.cfg.SEED))
-        if isinstance(self._trainer.data_loader, DetectionTrainLoader):
-            ours.append(SkippedImagesHook(self._trainer.data_loader, self.cfg.LOG_PERIOD))
-        hooks[1:1] = ours
-        hooks += [*build_config_hooks(self.cfg), RunSummaryHook(self.run_end)]  # HOOKS: a user's, registered
-        return hooks
-
-    def _detectron2_hooks(self) -> list:
-        """The hooks of ``DefaultTrainer.build_hooks``, in its order, with the writers'
-        period ``LOG_PERIOD`` (Detectron2's is fixed at 20)."""
-        cfg = self.cfg.clone()
-        cfg.defrost()
-        cfg.DATALOADER.NUM_WORKERS = 0  # PreciseBN's own loader, as Detectron2 builds it
-        precise_bn = cfg.TEST.PRECISE_BN.ENABLED and get_bn_modules(self.model)
-        # The order is Detectron2's and matters: the timer first (it times the other hooks
-        # out of the step); the LR steps before anything reads it; precise BN before the
-        # checkpointer, so that checkpoints hold the recomputed statistics; the checkpointer
-        # before the evaluation, so that a failed evaluation loses no trained step; the
-        # writers last, so that they write the evaluation's results of the same step.
-        hooks = [
-            d2_hooks.IterationTimer(),
-            d2_hooks.LRScheduler(),
-            d2_hooks.PreciseBN(
-                cfg.TEST.EVAL_PERIOD, self.model, self.build_train_loader(cfg),
-                cfg.TEST.PRECISE_BN.NUM_ITER,
-            ) if precise_bn else None,
-        ]  # fmt: skip
-        if comm.is_main_process():
-            hooks.append(PruningPeriodicCheckpointer(
-                self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD, cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP
-            ))  # fmt: skip
-        hooks.append(EvalHook(cfg.TEST.EVAL_PERIOD, self._evaluate))
-        if comm.is_main_process():
-            hooks.append(PeriodicWriter(self.build_writers(), period=self.cfg.LOG_PERIOD))
-        return hooks
-
-    def _evaluate(self) -> dict:
-        """The evaluation hook's test: the weights ``MODEL_EMA.EVAL`` names (the trained ones
-        without a model EMA), its wall-clock added to :attr:`evaluation_s` (left out of the
-        images per second)."""
-        start = time.perf_counter()
-        try:
-            self._last_eval_results = evaluate_with_ema(
-                self.test, self.cfg, self.model, self.ema, self.cfg.MODEL_EMA.EVAL
-            )
-        finally:
-            self.evaluation_s += time.perf_counter() - start
-        return self._last_eval_results
+        """The run's hooks in their order: :func:`~largedet.engine.hook_list.default_hooks`
+        (Detectron2's, the divergence guard, seeding, model EMA, pre-emption, ``HOOKS``, the
+        run summary)."""
+        return default_hooks(self)
 
     def build_writers(self):
         """Detectron2's writers (console with the ETA, ``metrics.json``, TensorBoard) over
-        :meth:`run_length` steps, and W&B's with ``WANDB.ENABLED``. With a batch ramp the
+        the run's ``max_iter`` steps, and W&B's with ``WANDB.ENABLED``. With a batch ramp the
         console's ETA counts images, not steps (:class:`~largedet.engine.writers.ImageClockPrinter`).
         The file writers stop the run with one :class:`~largedet.checkpoint.DiskFullError` on
         a full disk (:func:`~largedet.engine.writers.default_writers_stopping_on_full_disk`)."""
         writers = default_writers_stopping_on_full_disk(self.cfg.OUTPUT_DIR, self.max_iter)
-        if self.schedule.ramped and self.schedule.total_steps == self.max_iter:
-            writers = [ImageClockPrinter(self.schedule) if isinstance(w, CommonMetricPrinter) else w
+        schedule = self.plan.schedule
+        if schedule.ramped and schedule.total_steps == self.max_iter:
+            writers = [ImageClockPrinter(schedule) if isinstance(w, CommonMetricPrinter) else w
                        for w in writers]  # fmt: skip
         return writers + build_wandb_writers(self.cfg)
 
-    # --- the inner loop's, as the hooks read them --------------------------------------
-
-    #: the last step's losses, averaged over micro-batches and ranks
-    last_losses = property(lambda self: self._trainer.last_losses)
-    last_total_loss = property(lambda self: self._trainer.last_total_loss)
-    #: the last step's gradient norm (NaN or inf when the step was skipped)
-    last_grad_norm = property(lambda self: self._trainer.last_grad_norm)
-    #: the fp16 gradient scaler (None in full precision and bfloat16)
-    grad_scaler = property(lambda self: self._trainer.grad_scaler)
-    #: the signal this rank was asked to stop by (0: none)
-    stop_requested = property(lambda self: self._trainer.stop_requested)
-    #: whether some rank's stop request was seen at the last step, by every rank
-    stop_agreed = property(lambda self: self._trainer.stop_agreed)
-    #: each rank's stop request at the last step (0: none), as the all-gather saw them
-    stop_signals = property(lambda self: self._trainer.stop_signals)
-
-    def request_stop(self, signum: int) -> None:
-        """Ask every rank to stop: the request travels with the next step's metrics
-        all-gather, after which :attr:`stop_agreed` is true on every rank. Safe to call
-        from a signal handler (:class:`~largedet.launch.preemption.PreemptionHook` does)."""
-        self._trainer.request_stop(signum)
+    # --- the run -------------------------------------------------------------------------
 
     def resume_or_load(self, resume=True):
         """``DefaultTrainer.resume_or_load`` with :class:`AtomicCheckpointer`'s resume: from
@@ -347,19 +245,14 @@ class Trainer(TrainerBase):
         if resume:  # the steps trained after the checkpoint are trained again: logged once
             drop_logged_steps(self._hooks, self.start_iter)
 
-    def before_train(self):
-        self._trainer.start_data_stream()
-        super().before_train()
-
     def run_step(self):
         """One optimizer step of the plan's (:meth:`~largedet.solver.plan.RunPlan.step_at`: its
         K, total-norm clip and, with a batch ramp, PMD's clock): the backward passes, the
         hooks' ``after_backward``, the optimizer step; then the data position moves on."""
-        loop = self._trainer
-        loop.set_step(self.iter, self.plan.step_at(self.iter))
-        gradients = loop.backward()
+        self.loop.set_step(self.iter, self.plan.step_at(self.iter))
+        gradients = self.loop.backward()
         self.after_backward()
-        loop.step_optimizer(gradients)
+        self.loop.step_optimizer(gradients)
         self.data.advance(self.plan.batch_at(self.iter))
 
     def train(self):
@@ -367,8 +260,10 @@ class Trainer(TrainerBase):
 
         The loop of Detectron2's ``TrainerBase.train``, except that it follows
         :attr:`iter` when a rollback (:meth:`roll_back`) sends it back: training goes on
-        from the iteration after the restored one, until ``max_iter``. How the loop ended
-        is :attr:`run_end`'s (:class:`~largedet.launch.run_summary.RunEnd`). A
+        from the iteration after the restored one, until ``max_iter``. The data loader's
+        iterator is made before the hooks' ``before_train``
+        (:meth:`~largedet.engine.train_loop.AccumulationTrainer.start_data_stream`). How the
+        loop ended is :attr:`run_end`'s (:class:`~largedet.launch.run_summary.RunEnd`). A
         distributed run that ended without an error shuts the process group down at exit.
         """
         loop_logger = logging.getLogger("detectron2.engine.train_loop")  # its messages as before
@@ -377,6 +272,7 @@ class Trainer(TrainerBase):
         self.run_end.start()
         with EventStorage(self.start_iter) as self.storage:
             try:
+                self.loop.start_data_stream()
                 self.before_train()
                 while self.iter < self.max_iter:
                     self.before_step()
@@ -394,10 +290,11 @@ class Trainer(TrainerBase):
                 self.after_train()
         if comm.get_world_size() > 1:
             shut_down_distributed_at_exit()
+        results = self.evaluation.last_results
         if len(self.cfg.TEST.EXPECTED_RESULTS) and comm.is_main_process():
-            assert hasattr(self, "_last_eval_results"), "No evaluation results during training!"
-            verify_results(self.cfg, self._last_eval_results)
-        return getattr(self, "_last_eval_results", None) or {}
+            assert results is not None, "No evaluation results during training!"
+            verify_results(self.cfg, results)
+        return results or {}
 
     def after_step(self):
         """Every hook's ``after_step`` in order, until one rolls the step back
@@ -429,6 +326,8 @@ class Trainer(TrainerBase):
         self.storage.iter = self.iter
         run_after_train_hooks(self.run_end, self._hooks)
 
+    # --- the state a checkpoint holds ------------------------------------------------------
+
     def roll_back(self, found: FoundCheckpoint) -> None:
         """Restore everything the checkpoint ``found`` holds but the data position: the
         weights, :attr:`iter`, the hooks' state (LR scheduler, divergence guard), the
@@ -440,26 +339,20 @@ class Trainer(TrainerBase):
         extra = self.checkpointer.load_found(
             found, checkpointables=[] if self.ema is None else ["model_ema"]
         )
-        self._load_loop_state(extra["trainer"])  # not the data position
-
-    @property
-    def agvm(self):
-        """The run's :class:`~largedet.optim.AGVM` (None when ``SOLVER.AGVM.ENABLED`` is false)."""
-        return self._trainer.agvm
+        # the iteration, the hooks' state and the inner loop's; not the data position
+        super().load_state_dict(extra["trainer"])
+        self.loop.load_state_dict(extra["trainer"]["_trainer"])
 
     def state_dict(self):
         ret = super().state_dict()  # the hooks'
-        ret["_trainer"] = self._trainer.state_dict()  # the optimizer, gradient scaler, AGVM
+        ret["_trainer"] = self.loop.state_dict()  # the optimizer, gradient scaler, AGVM
         ret["data"] = self.data.state_dict()
         return ret
 
-    def _load_loop_state(self, state_dict) -> None:
-        # the iteration, the hooks' state and the inner trainer's (DefaultTrainer's entries)
-        super().load_state_dict(state_dict)
-        self._trainer.load_state_dict(state_dict["_trainer"])
-
     def load_state_dict(self, state_dict):
-        self._load_loop_state(state_dict)
+        # the iteration, the hooks' state and the inner loop's (DefaultTrainer's entries)
+        super().load_state_dict(state_dict)
+        self.loop.load_state_dict(state_dict["_trainer"])
         if self.data.load_state_dict(state_dict.get("data")):
-            loader = self._trainer.data_loader
-            self._trainer.reset_data_loader(lambda: loader)
+            loader = self.loop.data_loader
+            self.loop.reset_data_loader(lambda: loader)

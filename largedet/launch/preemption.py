@@ -94,7 +94,7 @@ class PreemptionHook(HookBase):
         self._training_done = False  # after the last step: a signal stops at once
 
     def _handle(self, signum, frame) -> None:
-        self.trainer.request_stop(signum)
+        self.trainer.loop.request_stop(signum)
         if self._training_done:
             self._stop_after_training([signum])
 
@@ -118,7 +118,7 @@ class PreemptionHook(HookBase):
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def after_step(self):
-        if not self.trainer.stop_agreed:
+        if not self.trainer.loop.stop_agreed:
             return
         iteration = self.trainer.iter
         checkpointer = self.trainer.checkpointer
@@ -128,7 +128,7 @@ class PreemptionHook(HookBase):
         if comm.is_main_process():
             checkpointer.save(name, iteration=iteration)
             cancelled = slurm_job_cancelled()
-            signals = ", ".join(sorted({signal.Signals(s).name for s in self.trainer.stop_signals if s}))
+            signals = ", ".join(sorted({signal.Signals(s).name for s in self.trainer.loop.stop_signals if s}))
             logger.warning(
                 "%s at iteration %d (%s): checkpoint %s; --resume continues at iteration %d",
                 _stopped(cancelled), iteration, signals, path, iteration + 1,
@@ -142,7 +142,7 @@ class PreemptionHook(HookBase):
             return  # no handlers, or training did not finish
         # before the evaluation hook's after_train: from here a signal abandons it
         self._training_done = True
-        signum = self.trainer.stop_requested
+        signum = self.trainer.loop.stop_requested
         if signum:  # it came after the last step's all-gather
             self._stop_after_training([signum])
 

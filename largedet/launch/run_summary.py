@@ -209,7 +209,7 @@ class RunSummaryHook(HookBase):
         summary = read_run_summary(output_dir) or {}
         invocations = summary.get("invocations", [])
         wall = time.perf_counter() - self._start
-        evaluation = self.trainer.evaluation_s - self._start_evaluation
+        evaluation = self.trainer.evaluation.seconds - self._start_evaluation
         training = wall - evaluation
         images = self.trainer.data.position - self._start_position
         current = {
@@ -253,7 +253,7 @@ class RunSummaryHook(HookBase):
         self._start = time.perf_counter()
         self._start_iter = self.trainer.start_iter
         self._start_position = self.trainer.data.position
-        self._start_evaluation = self.trainer.evaluation_s
+        self._start_evaluation = self.trainer.evaluation.seconds
         self._close_killed()
         self._write("running")
 

@@ -169,6 +169,16 @@ class RunPlan:
     # SOLVER.LSR.RULE: how a batch ramp's smaller batches scale the LR (also with the
     # LSR disabled, where it scales SOLVER.BASE_LR)
     ramp_rule: str = "linear"
+    # the run's length in optimizer steps where an LR schedule of its own sets it (the video
+    # project's multigrid plan: with_run_length); None: total_steps
+    run_steps: Optional[int] = None
+
+    @property
+    def run_length(self) -> int:
+        """The run's length in optimizer steps: where the training loop stops, what the
+        writers' ETA counts down and the steps the LR schedule spans. :attr:`total_steps`,
+        or the steps :func:`with_run_length` gave."""
+        return self.total_steps if self.run_steps is None else self.run_steps
 
     @property
     def total_images(self) -> int:
@@ -431,10 +441,12 @@ def run_plan(cfg: CfgNode, world_size: int, dataset_size: Optional[int] = None) 
 
 def with_run_length(plan: RunPlan, cfg: CfgNode, steps: int) -> RunPlan:
     """``plan`` for a run whose LR schedule spans ``steps`` optimizer steps rather than
-    ``SOLVER.MAX_ITER`` (a trainer's own ``run_length``, as the video project's multigrid
-    plan): the same plan with the warm-up of that run (:func:`warmup_steps` of ``steps``).
-    ``plan`` itself when it ramps the batch (its schedule follows ``SOLVER.MAX_ITER`` in
-    images) or when ``steps`` is its own length."""
-    if plan.schedule.ramped or steps == plan.max_iter:
+    ``SOLVER.MAX_ITER`` (the video project's multigrid plan): its
+    :attr:`~RunPlan.run_length` is ``steps``, and its warm-up that run's
+    (:func:`warmup_steps` of ``steps``) unless it ramps the batch (its schedule then follows
+    ``SOLVER.MAX_ITER`` in images). ``plan`` itself when ``steps`` is its own length."""
+    if steps == plan.run_length:
         return plan
-    return replace(plan, warmup_iters=warmup_steps(cfg, steps))
+    if plan.schedule.ramped or steps == plan.max_iter:
+        return replace(plan, run_steps=steps)
+    return replace(plan, run_steps=steps, warmup_iters=warmup_steps(cfg, steps))

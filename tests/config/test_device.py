@@ -11,7 +11,8 @@ from detectron2.config import get_cfg
 from largedet.config import add_largedet_config, amp_dtype
 from largedet.config import device as device_module
 from largedet.config.device import native_precision
-from largedet.engine import Trainer, check_args, largedet_argument_parser, setup_cfg
+from largedet.engine import check_args, largedet_argument_parser, setup_cfg
+from largedet.engine import trainer as trainer_module
 from largedet.solver import run_plan
 from largedet.solver.batch import BatchPlan
 
@@ -58,7 +59,8 @@ def test_native_only_autocasts_where_the_cpu_has_the_dtype(monkeypatch, flags, e
     monkeypatch.setattr(device_module, "cpu_flags", lambda: flags)
     cfg = amp_cfg(native_only=True)
     assert amp_dtype(cfg) is expected
-    assert Trainer.amp_dtype(cfg) is expected  # what the trainer's loop autocasts to
+    # what the trainer's loop autocasts to: the trainer builds its loop with this function's
+    assert trainer_module.amp_dtype is amp_dtype and trainer_module.amp_dtype(cfg) is expected
     block = run_plan(cfg, 1).describe(cfg, "SGD")
     if expected is None:
         assert "full precision: cpu has no native bfloat16 (SOLVER.AMP.NATIVE_ONLY)" in block

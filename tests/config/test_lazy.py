@@ -18,7 +18,8 @@ from detectron2.utils.env import seed_all_rng
 from largedet.config import DeviceUnavailableError, add_largedet_config
 from largedet.config.lazy import TRAIN_KEYS, run_config, train_defaults
 from largedet.engine import Trainer
-from largedet.engine.lazy import LazyTrainer, build_lazy_lr_scheduler, build_lazy_optimizer
+from largedet.engine.lazy import lazy_trainer
+from largedet.solver.lazy import build_lazy_lr_scheduler, build_lazy_optimizer
 from largedet.optim import PART_KEY
 from largedet.solver import build_lr_scheduler, build_optimizer, run_plan, with_scaled_lr
 
@@ -134,11 +135,11 @@ def test_lazy_trainer_trains_like_the_yacs_trainer(tiny_shapes, tmp_path):
     results = {}
     for name, make in [
         ("yacs", lambda: Trainer(load_yaml(*YACS_TINY, "OUTPUT_DIR", str(tmp_path / "yacs")))),
-        ("lazy", lambda: LazyTrainer(load_lazy(*LAZY_TINY, f"train.output_dir={tmp_path}/lazy", test=False))),
+        ("lazy", lambda: lazy_trainer(load_lazy(*LAZY_TINY, f"train.output_dir={tmp_path}/lazy", test=False))),
     ]:  # fmt: skip
         seed_all_rng(0)
         trainer = make()
-        assert (trainer.batch.accumulation, trainer.batch.per_device) == (2, 2)
+        assert (trainer.plan.batch.accumulation, trainer.plan.batch.per_device) == (2, 2)
         initial = weights(trainer.model)
         lr = RecordLR()
         trainer.register_hooks([lr])

@@ -18,7 +18,8 @@ from detectron2.config import LazyCall as L
 from detectron2.config import LazyConfig, instantiate
 from detectron2.solver import LRMultiplier
 from largedet.config.lazy import IGNORED_DETECTRON2_KEYS, ignored_keys, run_config, setup_lazy_config
-from largedet.engine.lazy import LazyTrainer, build_lazy_lr_scheduler
+from largedet.engine.lazy import lazy_trainer
+from largedet.solver.lazy import build_lazy_lr_scheduler
 from largedet.solver import run_plan
 
 MASK_RCNN = "COCO-InstanceSegmentation/mask_rcnn_R_50_FPN_1x.py"
@@ -119,9 +120,9 @@ def test_a_detectron2_config_trains_with_ema_and_a_batch_ramp(tiny_shapes, tmp_p
         "+train.model_ema.enabled=True", "+train.model_ema.decay=0.5",
         "+train.model_ema.reference_batch=0", "optimizer.lr=0.0001",
     )  # fmt: skip
-    trainer = LazyTrainer(cfg)
-    assert trainer.schedule.ramped and trainer.max_iter == 4
-    assert [trainer.schedule.batch_at(i) for i in range(4)] == [1, 2, 2, 2]
+    trainer = lazy_trainer(cfg)
+    assert trainer.plan.schedule.ramped and trainer.max_iter == 4
+    assert [trainer.plan.schedule.batch_at(i) for i in range(4)] == [1, 2, 2, 2]
     assert trainer.ema is not None
     trainer.train()
     model, ema = trainer.model.state_dict(), trainer.ema.state_dict()["weights"]
@@ -137,11 +138,11 @@ def test_a_detectron2_config_trains_with_ema_and_a_batch_ramp(tiny_shapes, tmp_p
 
 def test_wandb_is_a_writer_of_the_lazy_path(tiny_shapes, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # the W&B writer's import fails, naming the key
-    trainer = LazyTrainer(tiny_zoo_config(tmp_path, "train.max_iter=1",
+    trainer = lazy_trainer(tiny_zoo_config(tmp_path, "train.max_iter=1",
                                           "dataloader.train.total_batch_size=1"))  # fmt: skip
     assert trainer.build_writers()  # without W&B: Detectron2's writers
     cfg = tiny_zoo_config(tmp_path, "train.max_iter=1", "dataloader.train.total_batch_size=1",
                           "+train.wandb.enabled=True", "+train.wandb.mode=offline")  # fmt: skip
     assert run_config(cfg).WANDB.ENABLED and run_config(cfg).WANDB.MODE == "offline"
     with pytest.raises(ImportError, match="WANDB.ENABLED"):
-        LazyTrainer(cfg).build_writers()
+        lazy_trainer(cfg).build_writers()

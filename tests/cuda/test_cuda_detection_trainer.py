@@ -38,7 +38,7 @@ class RecordLosses(HookBase):
         self.losses = []
 
     def after_step(self):
-        self.losses.append(dict(self.trainer.last_losses))
+        self.losses.append(dict(self.trainer.loop.last_losses))
 
 
 def shrunk_cfg(config, amp, output_dir):
@@ -72,7 +72,7 @@ def test_rcnn_r50_fpn_trains_through_the_trainer(
     nccl_group, tiny_shapes, tmp_path, config, mask, amp
 ):
     trainer = Trainer(shrunk_cfg(config, amp, tmp_path))
-    assert trainer.batch.accumulation == 2
+    assert trainer.plan.batch.accumulation == 2
     assert type(trainer.optimizer).__name__ == "PMDLAMB"
     assert any(type(m) is nn.SyncBatchNorm for m in trainer.model.modules())
     assert next(trainer.model.parameters()).is_cuda
@@ -95,7 +95,7 @@ def test_rcnn_r50_fpn_trains_through_the_trainer(
     assert any(k.startswith("roi_heads.") for k in changed)
     if mask:
         assert any(k.startswith("roi_heads.mask_head.") for k in changed)
-    scaler = trainer._trainer.grad_scaler
+    scaler = trainer.loop.grad_scaler
     if amp == "float16":
         # a step whose gradients overflowed is skipped and halves the scale (from 2^16):
         # at least one of the MAX_ITER steps was applied

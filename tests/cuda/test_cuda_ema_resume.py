@@ -67,7 +67,7 @@ def test_tiny_detector_resumes_bit_exactly_with_the_ema_on_cuda(tiny_shapes, tmp
         make_cfg, tmp_path, stop_at=3, last_checkpoint="model_0000002.pth"
     )
     assert type(straight.optimizer).__name__ == "PMDLAMB"
-    assert straight.batch.accumulation == 2
+    assert straight.plan.batch.accumulation == 2
     assert resumed.start_iter == 3 and resumed.ema.updates == 3
     assert next(resumed.model.parameters()).is_cuda
     assert all(v.is_cuda for v in resumed.ema.weights.values())

@@ -58,13 +58,13 @@ def test_syncbn_config_trains_with_torch_sync_batchnorm_in_an_nccl_group(
     assert sync, "no nn.SyncBatchNorm: the CUDA choice was not made"
     assert not any(isinstance(m, NaiveSyncBatchNorm) for m in model.modules())
     assert all(m.weight.is_cuda and m.running_mean.is_cuda for m in sync.values())
-    assert trainer.batch.accumulation == 2
+    assert trainer.plan.batch.accumulation == 2
     before = {n: (m.running_mean.clone(), m.weight.detach().clone()) for n, m in sync.items()}
 
     trainer.resume_or_load(resume=False)
     trainer.train()
 
-    assert trainer.iter == 3 and math.isfinite(trainer.last_total_loss)
+    assert trainer.iter == 3 and math.isfinite(trainer.loop.last_total_loss)
     # batch statistics were computed (running means left 0) and the affine weights trained
     moved_stats = [n for n, m in sync.items() if not torch.equal(m.running_mean, before[n][0])]
     moved_weights = [n for n, m in sync.items() if not torch.equal(m.weight, before[n][1])]

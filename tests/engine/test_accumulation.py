@@ -160,7 +160,7 @@ def test_warmup_clip_bounds_the_gradient_norm_in_its_window_only(tiny_shapes, tm
             after = weights(self.trainer.model)
             step = torch.sqrt(sum(((after[k] - self._before[k]) ** 2).sum() for k in after
                                   if k.endswith(("weight", "bias")) and "norm2" not in k))  # fmt: skip
-            self.rows.append((self.trainer.iter, float(step) / self._lr, self.trainer.last_grad_norm))
+            self.rows.append((self.trainer.iter, float(step) / self._lr, self.trainer.loop.last_grad_norm))
 
     cfg = tiny_cfg(str(tmp_path), "SOLVER.MOMENTUM", 0.0, "SOLVER.WEIGHT_DECAY", 0.0, "SOLVER.MAX_ITER", 4,
                    "SOLVER.WARMUP_ITERS", 2, "SOLVER.WARMUP_CLIP.MAX_NORM", 0.05, "SOLVER.WARMUP_CLIP.ITERS", (1, 1))  # fmt: skip

@@ -92,7 +92,7 @@ class RecordUsedLR(HookBase):
 
         def recording_step(*args, **kwargs):
             self.used.append([g["lr"] for g in optimizer.param_groups])
-            self.mu.append([self.trainer.agvm.mu[g["agvm_part"]] for g in optimizer.param_groups])
+            self.mu.append([self.trainer.loop.agvm.mu[g["agvm_part"]] for g in optimizer.param_groups])
             return step(*args, **kwargs)
 
         optimizer.step = recording_step
@@ -161,7 +161,7 @@ def test_every_optimizer_trains_with_agvm_from_the_config_and_logs_phi_and_mu(
     )  # fmt: skip
     trainer = Trainer(cfg)
     trainer.train()
-    assert trainer.agvm.num_estimates == 2
+    assert trainer.loop.agvm.num_estimates == 2
     history = trainer.storage.histories()
     for part in ("backbone", "head"):
         phis = [v for v, _ in history[f"agvm/phi/{part}"].values()]
@@ -169,7 +169,7 @@ def test_every_optimizer_trains_with_agvm_from_the_config_and_logs_phi_and_mu(
         assert len(phis) == len(mus) == 2
         assert all(0 <= v <= 2 for v in phis) and all(math.isfinite(v) for v in mus)
     assert [v for v, _ in history["agvm/mu/backbone"].values()] == [1.0, 1.0]
-    assert trainer.agvm.mu["head"] != 1.0
+    assert trainer.loop.agvm.mu["head"] != 1.0
     assert all(torch.isfinite(v).all() for v in weights(trainer.model).values())
 
 
@@ -202,9 +202,9 @@ def test_resume_restores_mu_and_reaches_the_same_weights(tiny_shapes, tmp_path):
     seed_all_rng(1)
     resumed = Trainer(tiny_cfg(str(out), *opts))
     resumed.resume_or_load(resume=True)
-    assert resumed.start_iter == 4 and resumed.agvm.mu == saved["mu"]
+    assert resumed.start_iter == 4 and resumed.loop.agvm.mu == saved["mu"]
     resumed.train()
-    assert resumed.agvm.state_dict() == straight.agvm.state_dict()
+    assert resumed.loop.agvm.state_dict() == straight.loop.agvm.state_dict()
     final, reference = weights(resumed.model), weights(straight.model)
     assert [k for k in reference if not torch.equal(final[k], reference[k])] == []
 

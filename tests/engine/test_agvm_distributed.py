@@ -31,7 +31,7 @@ def _max_diff(xs, ys):
 def _run_k1(output_dir):
     """K = 1: check each estimate against the ranks' local gradients."""
     trainer = Trainer(tiny_cfg(output_dir, *AGVM_OPTS, "SOLVER.IMS_PER_BATCH", 4))
-    inner, diffs = trainer._trainer, []
+    inner, diffs = trainer.loop, []
     rank_halves = inner._rank_halves
 
     def checked():
@@ -57,7 +57,7 @@ def _run_k1(output_dir):
 def _run_k2(output_dir):
     """K = 2: g_A is the ranks' mean first micro-batch gradient, g_A + g_B the step's gradient."""
     trainer = Trainer(tiny_cfg(output_dir, *AGVM_OPTS, "SOLVER.IMS_PER_BATCH", 8))
-    inner, diffs = trainer._trainer, []
+    inner, diffs = trainer.loop, []
     halves, update = inner._micro_batch_halves, inner.agvm.update
 
     def checked_halves(first_half):
@@ -84,10 +84,10 @@ def _two_process_run(spec, output_dir, result_file):
         seed_all_rng(0)
         trainer, diffs = run(f"{output_dir}/{name}")
         results[name] = {
-            "accumulation": trainer.batch.accumulation,
+            "accumulation": trainer.plan.batch.accumulation,
             "diffs": diffs,
-            "mu_per_rank": comm.all_gather(trainer.agvm.mu),
-            "phi": trainer.agvm.phi,
+            "mu_per_rank": comm.all_gather(trainer.loop.agvm.mu),
+            "phi": trainer.loop.agvm.phi,
         }
     # the rank-halves path (no_sync, then this trainer's all-reduce) averages as DDP does
     for name, extra in (

@@ -80,7 +80,7 @@ def test_largedets_trainer_builds_the_optimizer_unwrapped_and_logs_the_clip(tiny
     cfg = tiny_cfg(str(tmp_path), "SOLVER.CLIP_GRADIENTS.ENABLED", True, "SOLVER.MAX_ITER", 1)
     trainer = Trainer(cfg)
     assert type(trainer.optimizer) is torch.optim.SGD  # not Detectron2's clipping subclass
-    assert trainer._trainer.parameter_clip == trainer.plan.parameter_clip
+    assert trainer.loop.parameter_clip == trainer.plan.parameter_clip
     assert trainer.plan.describe_clipping() == (
         "gradient clipping: each element to [-1, 1] (SOLVER.CLIP_GRADIENTS)"
     )

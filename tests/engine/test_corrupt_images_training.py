@@ -28,7 +28,7 @@ def test_training_goes_on_and_counts_every_unreadable_draw(tiny_shapes, tmp_path
     trainer.resume_or_load(resume=False)
     trainer.train()
 
-    loader = trainer._trainer.data_loader
+    loader = trainer.loop.data_loader
     assert isinstance(loader, DetectionTrainLoader) and loader.num_skipped == 8
     with open(tmp_path / "run" / "metrics.json") as f:
         rows = [json.loads(line) for line in f]

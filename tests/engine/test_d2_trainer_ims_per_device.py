@@ -53,4 +53,4 @@ def test_plain_default_trainer_is_told_that_ims_per_device_is_not_applied(tiny_s
 def test_largedet_trainer_applies_it_without_a_warning(tiny_shapes, tmp_path, warnings):
     trainer = Trainer(tiny_cfg(str(tmp_path / "ld"), "SOLVER.IMS_PER_DEVICE", 2))
     assert warnings == []
-    assert trainer.batch.per_device == 2 and trainer.batch.accumulation == 2
+    assert trainer.plan.batch.per_device == 2 and trainer.plan.batch.accumulation == 2

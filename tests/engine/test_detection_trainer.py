@@ -14,6 +14,8 @@ from detectron2.engine import DefaultTrainer, HookBase
 from detectron2.utils.env import seed_all_rng
 from largedet.config import add_largedet_config
 from largedet.engine import Trainer
+from largedet.engine.parts import TrainerParts
+from largedet.solver.plan import with_run_length
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "configs")
 
@@ -82,7 +84,7 @@ def test_lsr_and_warmup_reach_the_optimizer_through_the_lr_hook(tiny_shapes, tmp
     trainer.train()
     # peak 0.01 x 8 / 2 = 0.04; warmup 0.5 then 0.75 of it; x0.1 from iteration 4
     assert record.lrs == pytest.approx([0.02, 0.03, 0.04, 0.04, 0.004], rel=1e-12)
-    assert trainer.batch.accumulation == 4
+    assert trainer.plan.batch.accumulation == 4
     assert trainer.iter == 5 and trainer.data.position == 5 * 8
     block = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Large-batch run")]
     assert len(block) == 1
@@ -174,11 +176,11 @@ def test_reference_world_size_is_refused_by_the_trainer(tiny_shapes, tmp_path):
         Trainer(tiny_cfg(str(tmp_path), "SOLVER.REFERENCE_WORLD_SIZE", 8))
 
 
-class ThreeStepTrainer(Trainer):
+class ThreeStepParts(TrainerParts):
     """A run whose length is not SOLVER.MAX_ITER (as the video project's multigrid plan)."""
 
-    def run_length(self, cfg):
-        return 3
+    def build_run_plan(self, cfg, data_loader):
+        return with_run_length(super().build_run_plan(cfg, data_loader), cfg, 3)
 
 
 def test_run_length_sets_the_loop_the_schedule_and_the_writers(tiny_shapes, tmp_path, monkeypatch):
@@ -196,7 +198,7 @@ def test_run_length_sets_the_loop_the_schedule_and_the_writers(tiny_shapes, tmp_
         str(tmp_path), "SOLVER.MAX_ITER", 10, "SOLVER.WARMUP_ITERS", 0,
         "SOLVER.LR_SCHEDULER_NAME", "WarmupCosineLR", "WANDB.ENABLED", True, "WANDB.MODE", "offline",
     )  # fmt: skip
-    trainer = ThreeStepTrainer(cfg)
+    trainer = Trainer(cfg, parts=ThreeStepParts(Trainer))
     (writer_hook,) = [h for h in trainer._hooks if isinstance(h, PeriodicWriter)]
     writers = writer_hook._writers
     assert [type(w) for w in writers] == [

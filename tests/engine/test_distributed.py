@@ -55,10 +55,10 @@ def _two_process_run(spec, output_dir, result_file):
             {
                 "weights": weights(trainer.model),
                 "all_reduces_per_step": per_rank,
-                "accumulation": trainer.batch.accumulation,
-                "world_size": trainer.batch.world_size,
+                "accumulation": trainer.plan.batch.accumulation,
+                "world_size": trainer.plan.batch.world_size,
                 "data_seed": trainer.data.seed,
-                "losses": trainer.last_losses,
+                "losses": trainer.loop.last_losses,
             },
             result_file,
         )
@@ -81,7 +81,7 @@ def test_one_all_reduce_per_optimizer_step(two_process_result):
 def test_two_processes_equal_one_process_with_the_same_global_batch(two_process_result, tmp_path):
     seed_all_rng(0)
     single = Trainer(tiny_cfg(str(tmp_path), *OPTS))
-    assert (single.batch.world_size, single.batch.accumulation, single.batch.per_device) == (
+    assert (single.plan.batch.world_size, single.plan.batch.accumulation, single.plan.batch.per_device) == (
         1,
         1,
         12,
@@ -92,7 +92,7 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(two_process_
     seed_all_rng(0)
     initial = weights(Trainer.build_model(tiny_cfg(str(tmp_path))))  # the weights before training
     assert max_abs_diff(reference, distributed) < 1e-6 < max_abs_diff(reference, initial)
-    for name, value in single.last_losses.items():
+    for name, value in single.loop.last_losses.items():
         assert two_process_result["losses"][name] == pytest.approx(value, abs=1e-6)
 
 
@@ -112,7 +112,7 @@ def _train_then_exit(spec, output_dir, result_file):
     register_shapes(spec, prefix="tiny_shapes")
     trainer = Trainer(tiny_cfg(output_dir, "SOLVER.IMS_PER_DEVICE", 2, "SOLVER.MAX_ITER", 2))
     trainer.train()
-    losses = comm.all_gather(trainer.last_losses)  # a collective just before the exit
+    losses = comm.all_gather(trainer.loop.last_losses)  # a collective just before the exit
     if comm.is_main_process():
         torch.save({"losses": losses, "iter": trainer.iter}, result_file)
 

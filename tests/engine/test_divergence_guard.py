@@ -32,13 +32,14 @@ def test_check_non_finite_and_spikes():
 
 def test_a_non_finite_gradient_diverges_unless_a_gradient_scaler_handles_it():
     guard = DivergenceGuard()
-    guard.trainer = SimpleNamespace(
-        last_total_loss=1.0, last_grad_norm=math.inf, last_losses={"loss": 1.0}, iter=7,
-        grad_scaler=torch.amp.GradScaler("cpu"), checkpointer=None,
+    loop = SimpleNamespace(
+        last_total_loss=1.0, last_grad_norm=math.inf, last_losses={"loss": 1.0},
+        grad_scaler=torch.amp.GradScaler("cpu"),
     )  # fmt: skip
+    guard.trainer = SimpleNamespace(loop=loop, iter=7, checkpointer=None)
     guard.after_step()  # fp16: the scaler skipped the step and lowered its scale
     assert list(guard.history) == [1.0]
-    guard.trainer.grad_scaler = None
+    guard.trainer.loop.grad_scaler = None
     guard.trainer.checkpointer = SimpleNamespace(has_checkpoint=lambda: False)
     with pytest.raises(FloatingPointError, match=r"iteration 7: non-finite gradient \(norm inf\)"):
         guard.after_step()
@@ -106,7 +107,7 @@ class Record(HookBase):
                 "lr": t.optimizer.param_groups[0]["lr"],
                 "optimizer": copy.deepcopy(t.optimizer.state_dict()),
                 "scheduler": copy.deepcopy(t.scheduler.state_dict()),
-                "mu": dict(t.agvm.mu) if t.agvm is not None else None,
+                "mu": dict(t.loop.agvm.mu) if t.loop.agvm is not None else None,
                 "data_position": t.data.position,
             }
         )
@@ -235,7 +236,7 @@ def test_rollback_after_an_infinite_gradient_restores_the_whole_training_state(
     # AGVM's mu: moved by iteration 2's estimate before the divergence, restored after it
     assert after["mu"] == state["_trainer"]["agvm"]["mu"] != record.steps[3]["mu"]
     # 2 in the checkpoint (iterations 0, 1), then 2 ... 5; without the restore it would be 7
-    assert trainer.agvm.num_estimates == 6
+    assert trainer.loop.agvm.num_estimates == 6
 
 
 def test_rollback_without_a_checkpoint_stops(tiny_shapes, tmp_path):
@@ -280,7 +281,7 @@ class RecordLosses(HookBase):
         self.losses = []
 
     def after_step(self):
-        self.losses.append((self.trainer.iter, float(self.trainer.last_total_loss)))
+        self.losses.append((self.trainer.iter, float(self.trainer.loop.last_total_loss)))
 
 
 class NanLossAt(HookBase):

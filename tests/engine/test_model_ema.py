@@ -153,7 +153,7 @@ def test_trainer_averages_once_per_optimizer_step(tiny_shapes, tmp_path, amp):
     if amp:
         opts += ["SOLVER.AMP.ENABLED", "True", "SOLVER.AMP.PRECISION", "bfloat16"]
     trainer = Trainer(tiny_cfg(str(tmp_path), *opts))
-    assert trainer.batch.accumulation == 2
+    assert trainer.plan.batch.accumulation == 2
     record = RecordWeights()
     trainer.register_hooks([record])
     trainer.resume_or_load(resume=False)

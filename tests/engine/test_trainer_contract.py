@@ -1,7 +1,10 @@
 """The trainers keep Detectron2's ``DefaultTrainer`` contract: the builders and ``test`` are
 classmethods of the config with ``DefaultTrainer``'s parameters (largedet's extra ones come
 after, with defaults), so a ``DefaultTrainer`` subclass's habits carry over and one
-``train_or_evaluate`` serves every trainer; the peak LR is computed once per trainer."""
+``train_or_evaluate`` serves every trainer; the parts a trainer is built from (a yacs
+config's, a LazyConfig's) have the same methods with the same parameters, and a LazyConfig
+is trained by the same class; the peak LR is computed once per trainer; the trainer is
+wiring, with few members."""
 
 import inspect
 import math
@@ -16,7 +19,8 @@ import largedet  # noqa: F401
 from detectron2.config import LazyConfig
 from detectron2.engine import DefaultTrainer
 from largedet.engine import Trainer
-from largedet.engine.lazy import LazyTrainer
+from largedet.engine.lazy import LazyParts
+from largedet.engine.parts import TrainerParts
 from largedet.solver import run_plan
 
 BUILDERS = (
@@ -38,7 +42,11 @@ LAZY = os.path.join(
 def trainer_classes():
     from largedet_video.engine import VideoTrainer
 
-    return [Trainer, LazyTrainer.for_config(LazyConfig.load(LAZY)), VideoTrainer]
+    return [Trainer, VideoTrainer]
+
+
+#: the builders a trainer's parts have, with the parameters of DefaultTrainer's (but ``cls``)
+PARTS = ("build_model", "build_optimizer", "build_lr_scheduler", "build_train_loader", "test")
 
 
 @pytest.mark.parametrize("name", BUILDERS)
@@ -94,12 +102,54 @@ def test_build_lr_scheduler_of_a_batch_ramp_needs_the_run_plan(tmp_path):
         Trainer.build_lr_scheduler(cfg, optimizer)
 
 
-def test_lazy_trainer_of_a_config_and_without_one():
+@pytest.mark.parametrize("name", PARTS)
+def test_each_forms_parts_have_the_builders_parameters(name):
+    d2 = [p.name for p in inspect.signature(getattr(DefaultTrainer, name)).parameters.values()]
+    planned = [p.name for p in inspect.signature(getattr(Trainer, name)).parameters.values()]
+    for parts in (TrainerParts(Trainer), LazyParts(LazyConfig.load(LAZY))):
+        ours = [p.name for p in inspect.signature(getattr(parts, name)).parameters.values()]
+        assert ours[: len(d2)] == d2 and ours == planned, (type(parts).__name__, name)
+
+
+def test_a_yacs_config_and_a_lazyconfig_are_trained_by_one_class_made_before_the_run():
+    """No trainer class is made at run time: the LazyConfig's parts are an argument."""
+    import largedet.engine.lazy as lazy
+
+    trainer_classes = [v for v in vars(lazy).values() if isinstance(v, type) and issubclass(v, Trainer)]
+    assert trainer_classes == [Trainer]
+    assert "parts" in inspect.signature(Trainer).parameters
     cfg = LazyConfig.load(LAZY)
-    cls = LazyTrainer.for_config(cfg)
-    assert issubclass(cls, LazyTrainer) and cls.lazy is cfg and LazyTrainer.lazy is None
-    with pytest.raises(TypeError, match="LazyTrainer has no LazyConfig"):
-        LazyTrainer.build_model(None)
+    parts = LazyParts(cfg)
+    assert parts.lazy is cfg and parts.value_rules == lazy.LAZY_RULES
+    assert {r.key for r in TrainerParts(Trainer).value_rules} - {r.key for r in parts.value_rules} == {
+        "SOLVER.LR_SCHEDULER_NAME"
+    }
+
+
+class OwnModel(Trainer):
+    built = []
+
+    @classmethod
+    def build_model(cls, cfg):
+        cls.built.append(cfg.OUTPUT_DIR)
+        return super().build_model(cfg)
+
+
+def test_a_subclass_that_overrides_a_builder_is_served_by_it(tiny_shapes, tmp_path):
+    """As with Detectron2's DefaultTrainer: a subclass's ``build_model`` builds its model."""
+    trainer = OwnModel(tiny_cfg(str(tmp_path), "SOLVER.MAX_ITER", 1))
+    assert OwnModel.built == [str(tmp_path)] and type(trainer.parts) is TrainerParts
+    assert trainer.parts.trainer_cls is OwnModel
+
+
+#: Trainer's own members: Detectron2's DefaultTrainer interface (its builders, hooks,
+#: writers, resume, loop and state) and the rollback; the rest lives in named collaborators
+MAX_TRAINER_MEMBERS = 20
+
+
+def test_the_trainer_is_wiring_with_few_members():
+    members = [m for m in vars(Trainer) if not m.startswith("__")]
+    assert len(members) <= MAX_TRAINER_MEMBERS, members
 
 
 def test_the_trainer_computes_the_peak_lr_once_and_the_optimizer_and_schedule_hold_it(tiny_shapes, tmp_path, monkeypatch):

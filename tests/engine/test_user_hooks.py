@@ -35,7 +35,7 @@ def test_every_hook_method_of_a_users_hook_runs(tiny_shapes, tmp_path):
     # 3 optimizer steps of 4 images, each accumulated over K = 2 passes of 2 images
     cfg = tiny_cfg(str(tmp_path), "SOLVER.MAX_ITER", "3", "SOLVER.IMS_PER_DEVICE", "2")
     trainer = Trainer(cfg)
-    assert trainer._trainer.accumulation_steps == 2
+    assert trainer.loop.accumulation_steps == 2
     hook = Recorder()
     trainer.register_hooks([hook])
     trainer.resume_or_load(resume=False)

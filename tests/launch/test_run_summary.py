@@ -31,7 +31,7 @@ def test_images_per_second_leave_out_the_evaluations(tiny_shapes, tmp_path):
     assert invocation["status"] == "finished"
     wall, evaluation = invocation["wall_clock_s"], invocation["evaluation_s"]
     assert evaluation >= 2 * EVALUATION_S
-    assert evaluation == pytest.approx(trainer.evaluation_s, abs=1e-3)
+    assert evaluation == pytest.approx(trainer.evaluation.seconds, abs=1e-3)
     assert wall > evaluation
     # 16 images over the wall-clock less the evaluations; both are rounded to the nearest
     # 1 ms, so their difference is off by at most 1 ms from the training time (about 70 ms

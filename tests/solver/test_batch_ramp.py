@@ -63,7 +63,7 @@ class Record(HookBase):
         self._lr = self.trainer.optimizer.param_groups[0]["lr"]  # the LR hook sets it after a step
 
     def after_step(self):
-        k = self.trainer._trainer.accumulation_steps
+        k = self.trainer.loop.accumulation_steps
         self.rows.append((k, self._lr, self.trainer.optimizer.clock, self.trainer.data.position))
 
 

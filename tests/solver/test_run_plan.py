@@ -109,7 +109,7 @@ def test_changing_the_batch_in_the_config_changes_every_number_that_derives_from
     for batch in (4, 8):
         trainer, block, summary = _trainer_numbers(tmp_path, caplog, batch)
         k, lr = batch // 2, 0.01 * batch / 2
-        assert trainer.plan.batch.accumulation == trainer._trainer.accumulation_steps == k
+        assert trainer.plan.batch.accumulation == trainer.loop.accumulation_steps == k
         assert trainer.plan.lr.lr == pytest.approx(lr, rel=1e-12)
         assert trainer.scheduler.base_lrs[0] == pytest.approx(lr, rel=1e-12)
         assert f"{k} accumulation step(s)" in block and f"LR {lr:g} = linear scaling rule" in block

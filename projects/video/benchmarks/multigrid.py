@@ -148,7 +148,7 @@ def _train_and_test(cfg):
         if plan
         else cfg.SOLVER.MAX_ITER
         * cfg.SOLVER.IMS_PER_BATCH
-        / trainer._trainer.data_loader.dataset_size
+        / trainer.loop.data_loader.dataset_size
     )
     return {
         "epochs": epochs,

@@ -15,7 +15,7 @@ from .stage_times import (
     read_stage_times,
     step_shapes,
 )
-from .trainer import VideoTrainer
+from .trainer import VideoParts, VideoTrainer
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -25,6 +25,7 @@ __all__ = [
     "StageTimes",
     "StageTimesHook",
     "StepShapes",
+    "VideoParts",
     "VideoRunPlan",
     "VideoTrainer",
     "build_cfg",

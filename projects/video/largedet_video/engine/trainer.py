@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import fields
+from typing import Optional
 
 from detectron2.data import DatasetCatalog
 from detectron2.engine import hooks
 from detectron2.utils import comm
 from largedet.engine import Trainer
+from largedet.engine.parts import TrainerParts
 from largedet.solver.batch import batch_plan
 from largedet.solver.plan import RunPlan
 
@@ -20,9 +23,23 @@ from .hooks import SkippedVideosHook
 from .multigrid import MultigridHook, VideoRunPlan, build_multigrid_lr_scheduler, multigrid_run_plan
 from .stage_times import StageTimes, StageTimesHook, StepShapes, append_stage_times, format_stage_times, step_shapes
 
-__all__ = ["VideoRunPlan", "VideoTrainer"]
+__all__ = ["VideoParts", "VideoRunPlan", "VideoTrainer"]
 
 logger = logging.getLogger(__name__)
+
+
+class VideoParts(TrainerParts):
+    """largedet's parts of a yacs config (the trainer class's builders), whose run plan
+    is a :class:`VideoRunPlan`: with multigrid it carries the multigrid plan of the training
+    loader, built once with it (:func:`~largedet_video.data.build_multigrid_train_loader`),
+    and its run length is the multigrid plan's steps; read by the LR schedule, the training
+    loop and the hooks."""
+
+    def build_run_plan(self, cfg, data_loader) -> VideoRunPlan:
+        plan = super().build_run_plan(cfg, data_loader)
+        if not isinstance(data_loader, MultigridTrainLoader):
+            return VideoRunPlan(**{f.name: getattr(plan, f.name) for f in fields(plan)})
+        return multigrid_run_plan(plan, cfg, data_loader.plan)
 
 
 class VideoTrainer(Trainer):
@@ -31,33 +48,23 @@ class VideoTrainer(Trainer):
     video data and evaluation.
 
     With ``MULTIGRID.LONG_CYCLE`` or ``SHORT_CYCLE`` it trains on the multigrid plan
-    (``self.multigrid``): its loader, its LR through the one LR scheduler, its length
-    in steps (:meth:`run_length`), precise BN at the base shape before each evaluation; a stage
-    change is the sampler's next epoch and a regrouping of sub-batch BN, in place.
+    (``self.multigrid``, the run plan's): its loader, its LR through the one LR scheduler,
+    its length in steps, precise BN at the base shape before each evaluation; a stage change
+    is the sampler's next epoch and a regrouping of sub-batch BN, in place.
 
     The main process times each step by the shape of its batches, and precise BN and the
     evaluation, into ``stage_times.json`` (:mod:`largedet_video.engine.stage_times`)."""
 
-    multigrid = None  # the multigrid plan, built once with the training loader
     stage_times = None  # the main process's StageTimesHook
     multigrid_hook = None  # the MultigridHook of a multigrid run
 
-    def build_run_plan(self, cfg, data_loader) -> RunPlan:
-        """largedet's run plan; with multigrid a :class:`VideoRunPlan` that carries the
-        multigrid plan of the training loader, built once with it
-        (:func:`~largedet_video.data.build_multigrid_train_loader`) and read by the LR
-        schedule, the run length and the hooks."""
-        plan = super().build_run_plan(cfg, data_loader)
-        if not isinstance(data_loader, MultigridTrainLoader):
-            return plan
-        self.multigrid = data_loader.plan
-        return multigrid_run_plan(plan, cfg, self.multigrid)
+    def __init__(self, cfg, parts: Optional[TrainerParts] = None):
+        super().__init__(cfg, VideoParts(type(self)) if parts is None else parts)
 
-    def run_length(self, cfg) -> int:
-        """The multigrid plan's optimizer steps, or ``SOLVER.MAX_ITER``."""
-        if self.multigrid is None:
-            return super().run_length(cfg)
-        return self.multigrid.max_iter
+    @property
+    def multigrid(self) -> Optional[MultigridPlan]:
+        """The multigrid plan the run trains on (None: no multigrid)."""
+        return self.plan.multigrid
 
     @classmethod
     def build_train_loader(cls, cfg):
@@ -67,12 +74,12 @@ class VideoTrainer(Trainer):
 
     @classmethod
     def build_lr_scheduler(cls, cfg, optimizer, plan: RunPlan, max_iter=None):
-        """largedet's schedule, or the multigrid plan's over its :meth:`run_length` steps:
+        """largedet's schedule, or the multigrid plan's over its steps (the plan's run length):
         the one ``plan`` carries (a :class:`VideoRunPlan`), else, for a caller with a plain
         run plan, one built from ``cfg`` and the training sets' sizes."""
         if not multigrid_enabled(cfg):
             return super().build_lr_scheduler(cfg, optimizer, plan, max_iter)
-        if getattr(plan, "multigrid", None) is None:
+        if not isinstance(plan, VideoRunPlan) or plan.multigrid is None:
             num_samples = sum(len(DatasetCatalog.get(n)) for n in cfg.DATASETS.TRAIN)
             multigrid = build_multigrid_plan(cfg, num_samples, comm.get_world_size())
             plan = multigrid_run_plan(plan, cfg, multigrid)
@@ -105,7 +112,8 @@ class VideoTrainer(Trainer):
         ``IMS_PER_DEVICE`` clips of ``INPUT.VIDEO.NUM_FRAMES`` x ``TRAIN_CROP_SIZE`` each."""
         if self.multigrid is None:
             v = self.cfg.INPUT.VIDEO
-            return step_shapes([(self.batch.per_device, v.NUM_FRAMES, v.TRAIN_CROP_SIZE)] * self.batch.accumulation)
+            batch = self.plan.batch
+            return step_shapes([(batch.per_device, v.NUM_FRAMES, v.TRAIN_CROP_SIZE)] * batch.accumulation)
         batches = self.multigrid.shapes_of_iteration(iteration)
         return step_shapes([(s.batch_size, s.num_frames, s.crop_size) for s, _ in batches],
                            any(first for _, first in batches))  # fmt: skip
@@ -121,7 +129,7 @@ class VideoTrainer(Trainer):
             self.stage_times.wall_s(),
             precise_bn_s=bn.precise_bn_s if bn else 0.0,
             precise_bn_passes=bn.precise_bn_passes if bn else 0,
-            evaluation_s=self.evaluation_s,
+            evaluation_s=self.evaluation.seconds,
         )
         if os.path.isdir(self.cfg.OUTPUT_DIR):
             append_stage_times(self.cfg.OUTPUT_DIR, summary)
@@ -133,7 +141,7 @@ class VideoTrainer(Trainer):
         cfg = self.cfg.clone()
         cfg.defrost()
         cfg.DATALOADER.NUM_WORKERS = 0
-        return build_video_train_loader(cfg, self.batch.per_device)
+        return build_video_train_loader(cfg, self.plan.batch.per_device)
 
     def _multigrid_hook(self):
         # Precise BN at the base shape before every evaluation whatever TEST.PRECISE_BN.ENABLED
