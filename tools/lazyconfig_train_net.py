@@ -18,13 +18,14 @@ The batch arithmetic is checked here, before any process starts. Several machine
 from largedet.config.lazy import lazy_output_dir, lazy_timeout_s, run_config, setup_lazy_config
 from largedet.engine import Trainer, check_and_launch, largedet_argument_parser, print_box_ap, train_or_evaluate
 from largedet.engine.lazy import LazyParts, check_lazy_args
+from largedet.launch.full_disk import set_up_log_files
 
 
 def main(args):
     """One process's work, as ``tools/train_net.py``'s: ``train_or_evaluate`` with largedet's
     trainer and the LazyConfig's parts (``--eval-only`` reads ``train.init_checkpoint`` with
     largedet's checkpointer: ``.pkl`` weights without running code)."""
-    cfg = setup_lazy_config(args)
+    cfg = setup_lazy_config(args, log_files=set_up_log_files)  # log.txt: plain text, stops on a full disk
     results = train_or_evaluate(Trainer, run_config(cfg), args, parts=LazyParts(cfg))
     print_box_ap(results)
     return results

@@ -16,7 +16,7 @@ import copy
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from detectron2.config import CfgNode, LazyConfig, get_cfg, instantiate
 from detectron2.data import (
@@ -431,14 +431,19 @@ def lazy_timeout_s(args: argparse.Namespace) -> float:
     return float(run_config(cfg).DISTRIBUTED.TIMEOUT_S)
 
 
-def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConfig:
+def setup_lazy_config(
+    args: argparse.Namespace, *, log: bool = True, log_files: Optional[Callable[[str], None]] = None
+) -> DictConfig:
     """Load ``args.config_file`` (once per process, a yaml file with the safe loader:
     :func:`load_lazy_config`; the modules of ``--import`` imported before, so that the file
     may name what they define), apply the trailing ``key=value`` overrides (``args.opts``),
     import the modules of ``train.imports`` (which then lists those of ``--import`` too:
     :mod:`largedet.config.imports`), register ``datasets``, and with ``log`` run
     Detectron2's ``default_setup`` (loggers, config dump to ``train.output_dir``, seeding
-    with ``train.seed``) and set up the ``largedet`` logger as the yacs path does."""
+    with ``train.seed``) and set up the ``largedet`` logger as the yacs path does;
+    ``log_files``, called with ``train.output_dir`` before, makes the log files of the run's
+    folder first (as the yacs path's set-up: plain text, stopping on a full disk:
+    :func:`largedet.launch.full_disk.set_up_log_files`)."""
     import_modules(getattr(args, "imports", None) or (), IMPORT_FLAG)
     cfg = load_lazy_config(args.config_file, getattr(args, "allow_python_yaml", False))
     cfg = LazyConfig.apply_overrides(cfg, args.opts or [])
@@ -446,6 +451,8 @@ def setup_lazy_config(args: argparse.Namespace, *, log: bool = True) -> DictConf
     cfg.train.imports = list(import_run_modules(configured, args, "train.imports"))
     register_datasets(cfg)
     if log:
+        if log_files is not None:
+            log_files(cfg.train.output_dir)
         default_setup(cfg, args)
         setup_logger(cfg.train.output_dir, distributed_rank=comm.get_rank(), name="largedet")
         device, note = device_for(cfg.train.get("device", "cuda"), "train.device")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from detectron2.engine import hooks as d2_hooks
-from detectron2.engine.hooks import EvalHook, PeriodicWriter
+from detectron2.engine.hooks import EvalHook
 from detectron2.utils import comm
 from fvcore.nn.precise_bn import get_bn_modules
 
@@ -12,6 +12,7 @@ from ..launch.preemption import PreemptionHook
 from ..launch.run_summary import RunSummaryHook
 from .ema import EMAHook
 from .hooks import DivergenceGuard, PruningPeriodicCheckpointer, ReseedEveryIter, SkippedImagesHook, build_config_hooks
+from .writers import EarlyPeriodicWriter
 
 __all__ = ["default_hooks"]
 
@@ -65,5 +66,5 @@ def _detectron2_hooks(trainer) -> list:
         ))  # fmt: skip
     hooks.append(EvalHook(cfg.TEST.EVAL_PERIOD, trainer.evaluation))
     if comm.is_main_process():
-        hooks.append(PeriodicWriter(trainer.build_writers(), period=trainer.cfg.LOG_PERIOD))
+        hooks.append(EarlyPeriodicWriter(trainer.build_writers(), period=trainer.cfg.LOG_PERIOD))
     return hooks

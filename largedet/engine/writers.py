@@ -33,6 +33,7 @@ from collections import defaultdict
 from typing import Dict, List, Optional
 
 import yaml
+from detectron2.engine.hooks import PeriodicWriter
 from detectron2.utils.events import CommonMetricPrinter, EventWriter, get_event_storage
 from detectron2.utils.file_io import PathManager
 
@@ -46,6 +47,7 @@ from ..launch.full_disk import (
 from ..solver.batch import BatchSchedule
 
 __all__ = [
+    "EarlyPeriodicWriter",
     "ImageClockPrinter",
     "WandbWriter",
     "build_wandb_writers",
@@ -91,12 +93,7 @@ class ImageClockPrinter(CommonMetricPrinter):
         return str(datetime.timedelta(seconds=int(eta)))
 
 
-# --- a full disk at a log write ---------------------------------------------------------------
-#
-# Each file writer of a run (metrics.json, TensorBoard's events, log.txt) that finds no space
-# ends the run the way a checkpoint does: one DiskFullError naming the file (its line printed
-# by the launcher, exit status 74), instead of one traceback or "--- Logging error ---" block
-# per write. The writer that failed is closed (its buffered bytes dropped) and writes no more.
+# a file writer that finds no space ends the run in one line: largedet.launch.full_disk
 
 
 def default_writers_stopping_on_full_disk(output_dir: str, max_iter: int) -> list:
@@ -149,26 +146,15 @@ def drop_logged_steps(hooks, iteration: int) -> None:
             if isinstance(writer, (StopOnFullDiskJSONWriter, StopOnFullDiskTensorboardXWriter)):
                 dropped = writer.drop_records_from(iteration)
                 if dropped:
-                    logger.info(
-                        "metrics.json: dropped %d record(s) of the steps from %d on, which "
-                        "this run trains again", dropped, iteration,
-                    )  # fmt: skip
+                    logger.info("metrics.json: dropped %d record(s) of the steps from %d on, which "
+                                "this run trains again", dropped, iteration)  # fmt: skip
 
 
 class WandbWriter(EventWriter):
     """Logs the event storage's latest scalars to one W&B run."""
 
-    def __init__(
-        self,
-        *,
-        project: str,
-        name: str = "",
-        entity: str = "",
-        mode: str = "",
-        log_dir: str = "",
-        config: Optional[Dict] = None,
-        window_size: int = 20,
-    ):
+    def __init__(self, *, project: str, name: str = "", entity: str = "", mode: str = "", log_dir: str = "",
+                 config: Optional[Dict] = None, window_size: int = 20):  # fmt: skip
         """
         Args:
             project: W&B project.
@@ -244,3 +230,16 @@ def build_wandb_writers(cfg) -> List[EventWriter]:
             config=yaml.safe_load(cfg.dump()),
         )
     ]
+
+
+class EarlyPeriodicWriter(PeriodicWriter):
+    """Detectron2's ``PeriodicWriter`` whose console printers also print after an invocation's third
+    step (its first timed one): a run's progress and ETA early; the file writers keep their steps."""
+
+    def after_step(self):
+        super().after_step()
+        it = self.trainer.iter
+        if it == self.trainer.start_iter + 2 and (it + 1) % self._period and it != self.trainer.max_iter - 1:
+            for writer in self._writers:
+                if isinstance(writer, CommonMetricPrinter):
+                    writer.write()

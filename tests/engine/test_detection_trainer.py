@@ -189,7 +189,7 @@ def test_run_length_sets_the_loop_the_schedule_and_the_writers(tiny_shapes, tmp_
     from engine_testing import tiny_cfg
 
     from largedet.engine.writers import StopOnFullDiskJSONWriter, StopOnFullDiskTensorboardXWriter
-    from largedet.engine.writers import WandbWriter
+    from largedet.engine.writers import EarlyPeriodicWriter, WandbWriter
 
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
@@ -200,6 +200,7 @@ def test_run_length_sets_the_loop_the_schedule_and_the_writers(tiny_shapes, tmp_
     )  # fmt: skip
     trainer = Trainer(cfg, parts=ThreeStepParts(Trainer))
     (writer_hook,) = [h for h in trainer._hooks if isinstance(h, PeriodicWriter)]
+    assert isinstance(writer_hook, EarlyPeriodicWriter)  # the first progress line after step 3
     writers = writer_hook._writers
     assert [type(w) for w in writers] == [
         CommonMetricPrinter, StopOnFullDiskJSONWriter, StopOnFullDiskTensorboardXWriter, WandbWriter

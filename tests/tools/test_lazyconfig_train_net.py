@@ -44,6 +44,8 @@ def test_lazyconfig_train_net_trains_and_evaluates_the_example(tiny_shapes, tmp_
     )
     assert "optimizer PMDLAMB" in block[2] and "LR 0.0025 = sqrt scaling rule" in block[2]
     assert "linear warmup over 1 iterations" in block[3]
+    # the config file's contents are logged highlighted for the console, not in the file
+    assert "Contents of args.config_file=" in log and "\x1b[" not in log
     assert (out_dir / "model_final.pth").is_file() and (out_dir / "config.yaml").is_file()
     printed = [line for line in proc.stdout.splitlines() if line.startswith("box AP: ")]
     assert len(printed) == 1
