@@ -487,7 +487,8 @@ def video_verdict(csv_name: str = "video4k") -> str:
         met = ok_base and d.diff >= -1.0 and d.lower_bound is not None and d.lower_bound >= -2.0
         verdicts.append(met)
         text.append(f"- {label.capitalize()}: `{f.name}` minus the baseline, reported top-1 {claim(d, 1.0)}; "
-                    f"lower bound {'n/a' if d.lower_bound is None else fmt(d.lower_bound, sign=True)}: "
+                    f"the terms (a difference >= -1.0 and a lower bound >= -2.0): {fmt(d.diff, sign=True)} and "
+                    f"{'n/a' if d.lower_bound is None else fmt(d.lower_bound, sign=True)}: "
                     f"**{'met' if met else 'not met'}**.")
     small = [n for n, f in families(csv_name).items() if f.batch == 16 and not n.startswith("tsn")]
     large = [n for n, f in families(csv_name).items()
