@@ -7,17 +7,12 @@ CPU-friendly torch settings."""
 import setuptools  # noqa: F401,E402
 
 import os
-import sys
-
-# the speed benchmarks' helper modules (benchmarks/time_guard.py, synthetic_coco.py,
-# demo_speed.py) are scripts beside the benchmarks, imported by their tests by name
-_BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-if _BENCHMARKS not in sys.path:
-    sys.path.insert(0, _BENCHMARKS)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# tests/ and benchmarks/ are on the import path (pytest.ini's pythonpath): the shared guard, and
+# the speed benchmarks' helper modules (time_guard.py, synthetic_coco.py, ...) by name
 from global_state import restore_global_state  # noqa: E402,F401  (autouse)
 
 # `make test` runs two pytest-xdist workers with OMP_NUM_THREADS=1 (one core each, and every

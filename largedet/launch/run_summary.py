@@ -50,6 +50,7 @@ __all__ = [
     "read_eval_results",
     "read_run_summary",
     "run_after_train_hooks",
+    "training_seconds",
     "write_eval_results",
 ]
 
@@ -129,6 +130,17 @@ def read_eval_results(output_dir: str) -> Optional[Dict[str, Any]]:
 def read_run_summary(output_dir: str) -> Optional[Dict[str, Any]]:
     """The summary of the run in ``output_dir``, or None when it has none."""
     return _read_json(os.path.join(output_dir, SUMMARY_FILE))
+
+
+def training_seconds(output_dir: str) -> Optional[float]:
+    """The training time of the run in ``output_dir``: each invocation's wall clock less its
+    evaluation, summed over the invocations of its summary that were timed; None where none
+    was (or there is no summary)."""
+    invocations = (read_run_summary(output_dir) or {}).get("invocations") or []
+    timed = [i for i in invocations if i.get("wall_clock_s") is not None]
+    if not timed:
+        return None
+    return sum(i["wall_clock_s"] - (i.get("evaluation_s") or 0.0) for i in timed)
 
 
 class RunEnd:

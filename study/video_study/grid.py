@@ -31,6 +31,7 @@ import os
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from largedet_video.evaluation import last_classification_metric
 from largedet_study.grid import OptimizerRecipe, cell_config, cell_numbers, cell_run_plan, recipe_overrides
 from largedet_study.naming import cell_name, choice_tag, factor_tag, value_tag
 
@@ -415,17 +416,13 @@ VIDEO_STAGE_CSV_FIELDS = VIDEO_HOLDOUT_CSV_FIELDS + ["step_s", "data_s", "precis
 
 
 def final_top1(metrics: Sequence[dict], test_set: str, key: str = "top1") -> str:
-    """The last top-1 (percent, two decimals) of ``test_set`` in a run's metrics.json rows
-    (``classification/top1`` when the run has one test set); "" where there is none.
-    ``key="num_videos"``: the number of videos it was computed on, as an integer."""
-    value = ""
-    for m in metrics:
-        for name in (f"{test_set}/classification/{key}", f"classification/{key}"):
-            if name in m:
-                v = m[name]
-                if key == "num_videos":
-                    value = str(int(v))
-                else:
-                    value = f"{v:.2f}" if math.isfinite(v) else "0.00"
-                break
-    return value
+    """The last top-1 (percent, two decimals; a non-finite one as "0.00") of ``test_set`` in a
+    run's metrics.json rows (:func:`~largedet_video.evaluation.last_classification_metric`);
+    "" where there is none. ``key="num_videos"``: the number of videos it was computed on,
+    as an integer."""
+    v = last_classification_metric(metrics, test_set, key)
+    if v is None:
+        return ""
+    if key == "num_videos":
+        return str(int(v))
+    return f"{v:.2f}" if math.isfinite(v) else "0.00"

@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from largedet.launch.run_summary import read_run_summary
+from largedet.launch.run_summary import training_seconds
 from largedet_video.engine.stage_times import read_stage_times
 from largedet_study.runner import CARRY_HELP, _interrupt_on_sigterm, finished_run, read_done, run_todo, train
 
@@ -42,13 +42,11 @@ def run_cell(plan: VideoPlan, run_dir: str, args):
 
 
 def train_seconds(run_dir: str) -> str:
-    """The run's wall clock less its evaluation, summed over its invocations (its
-    ``run_summary.json``), to 0.1 s; "" where the summary has no invocation timed."""
-    invocations = (read_run_summary(run_dir) or {}).get("invocations") or []
-    timed = [i for i in invocations if i.get("wall_clock_s") is not None]
-    if not timed:
-        return ""
-    return f"{sum(i['wall_clock_s'] - (i.get('evaluation_s') or 0.0) for i in timed):.1f}"
+    """The run's wall clock less its evaluation, summed over its invocations
+    (:func:`~largedet.launch.run_summary.training_seconds`), to 0.1 s; "" where the summary has
+    no invocation timed."""
+    seconds = training_seconds(run_dir)
+    return "" if seconds is None else f"{seconds:.1f}"
 
 
 def stage_seconds(run_dir: str) -> dict:

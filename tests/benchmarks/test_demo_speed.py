@@ -104,3 +104,12 @@ def test_check_needs_runs_of_the_demo_as_it_is_on_this_class_each_within_the_tar
     assert not met and message.endswith(": 1 over 300 s or under 60 AP")
     met, _ = demo_speed.check_class(write([(here, demo, "250", "59.99")]), here)
     assert not met
+
+
+def test_the_benchmark_and_the_study_report_hold_the_same_targets():
+    from largedet_study import demo_report
+
+    assert (demo_speed.TARGET_S, demo_speed.TARGET_AP) == (demo_report.TARGET_S, demo_report.TARGET_AP) == (300, 60.0)
+    rows = [{"training_s": "299", "box_ap": "60.0"}, {"training_s": "301", "box_ap": "70"},
+            {"training_s": "100", "box_ap": "59.9"}, {"training_s": "100", "box_ap": ""}]  # fmt: skip
+    assert demo_speed.runs_missing_targets(rows) == demo_report.runs_missing_targets(rows) == rows[1:]

@@ -3,24 +3,19 @@
 
 They run for the first time on a GPU machine, inside the GPU check
 (``benchmarks/gpu_check.py``), so each states its tolerances and what they allow for.
-The tests' tiny detector (``tests/engine_testing.py``) imports from ``tests/``, which pytest
-puts on the import path for the conftest there; the video package (``largedet_video``) imports
+The tests' tiny detector (``tests/engine_testing.py``) imports from ``tests/``, on the import
+path by pytest.ini's ``pythonpath``; the video package (``largedet_video``) imports
 as installed with largedet, or from the GPU check's PYTHONPATH.
 """
 
 import os
 import socket
-import sys
 
 import pytest
 import torch
 import torch.distributed as dist
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if TESTS not in sys.path:
-    sys.path.insert(0, TESTS)
-
-import largedet  # noqa: E402,F401
+import largedet  # noqa: F401
 
 
 def _free_port() -> int:

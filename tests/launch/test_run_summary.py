@@ -1,6 +1,7 @@
 """``run_summary.json`` (largedet.launch.run_summary): the images per second of an invocation
 count training time only, not the evaluations run during it."""
 
+import json
 import time
 
 import pytest
@@ -64,3 +65,15 @@ def test_an_invocation_that_ended_without_a_word_is_recorded_as_killed(tiny_shap
         (0, 2, "killed"), (2, 3, "finished")
     ]
     assert summary["status"] == "finished"
+
+
+def test_training_seconds_leave_out_evaluation_and_untimed_invocations(tmp_path):
+    from largedet.launch.run_summary import SUMMARY_FILE, training_seconds
+
+    assert training_seconds(str(tmp_path)) is None  # no summary
+    invocations = [{"wall_clock_s": 70.25, "evaluation_s": 20.0}, {"wall_clock_s": None},
+                   {"wall_clock_s": 50.0}, {"wall_clock_s": 10.0, "evaluation_s": None}]  # fmt: skip
+    (tmp_path / SUMMARY_FILE).write_text(json.dumps({"invocations": invocations[1:2]}))
+    assert training_seconds(str(tmp_path)) is None  # none timed
+    (tmp_path / SUMMARY_FILE).write_text(json.dumps({"invocations": invocations}))
+    assert training_seconds(str(tmp_path)) == 70.25 - 20.0 + 50.0 + 10.0

@@ -82,15 +82,16 @@ LEAKY = '''
 
 
 def _run_in_order(pytester, conftest):
+    """The two tests in this order in a pytest process of their own, with ``tests/`` on its
+    import path as in the suite (pytest.ini's ``pythonpath``)."""
     pytester.makeconftest(conftest)
     pytester.makepyfile(test_leaky=textwrap.dedent(LEAKY))
-    return pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-q")
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return pytester.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider", "-q", "-o", f"pythonpath={tests}")
 
 
 def test_a_test_after_one_that_leaves_a_logger_changed_sees_it_as_it_was(pytester):
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    guarded = f"import sys; sys.path.insert(0, {tests!r})\nfrom global_state import restore_global_state\n"
-    _run_in_order(pytester, guarded).assert_outcomes(passed=2)
+    _run_in_order(pytester, "from global_state import restore_global_state\n").assert_outcomes(passed=2)
 
 
 def test_without_the_fixture_the_same_order_fails(pytester):

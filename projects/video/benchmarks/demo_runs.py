@@ -28,10 +28,9 @@ VIDEO_DIR = os.path.dirname(HERE)
 ROOT = os.path.dirname(os.path.dirname(VIDEO_DIR))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from demo_speed import append_rows, cpu_class  # noqa: E402  (the CPU's name, family/model, instruction sets)
-from video_study.grid import final_top1  # noqa: E402
-from video_study.runner import train_seconds  # noqa: E402
 
-from largedet.launch.run_summary import read_run_summary  # noqa: E402
+from largedet.launch.run_summary import read_run_summary, training_seconds  # noqa: E402
+from largedet_video.evaluation import last_classification_metric  # noqa: E402
 
 CONFIGS = (
     "projects/video/configs/tsm_r18w32_8f_moving_shapes_adamw_bs16.yaml",
@@ -45,17 +44,18 @@ REPORT_SET = "moving_shapes_val"
 
 
 def run_summary_figures(output_dir: str) -> dict:
-    """Training seconds (wall clock less evaluation, over the invocations: the batch study's
-    ``train_seconds``), steps and top-1 of the finished run in ``output_dir``."""
+    """Training seconds (wall clock less evaluation, over the invocations:
+    :func:`~largedet.launch.run_summary.training_seconds`), steps and top-1 of the finished run
+    in ``output_dir``."""
     summary = read_run_summary(output_dir) or {}
-    training = train_seconds(output_dir)
-    if summary.get("status") != "finished" or not training:
+    training = training_seconds(output_dir)
+    if summary.get("status") != "finished" or training is None:
         raise RuntimeError(f"{output_dir}: the run did not finish (run_summary.json status {summary.get('status')!r})")
     with open(os.path.join(output_dir, "metrics.json")) as f:
-        top1 = final_top1([json.loads(line) for line in f if line.strip()], REPORT_SET)
-    if top1 == "":
+        top1 = last_classification_metric([json.loads(line) for line in f if line.strip()], REPORT_SET)
+    if top1 is None:
         raise RuntimeError(f"{output_dir}/metrics.json: no {REPORT_SET} top-1")
-    return {"iterations": summary["iterations"], "training_s": float(training), "top1": float(top1)}
+    return {"iterations": summary["iterations"], "training_s": round(training, 1), "top1": round(top1, 2)}
 
 
 def run_demo(config: str, output_dir: str) -> dict:

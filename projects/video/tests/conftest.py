@@ -6,15 +6,11 @@
 import setuptools  # noqa: F401,E402
 
 import os
-import sys
 
 import pytest
 
-# the helpers shared with largedet's tests (tests/launch_testing.py, tests/global_state.py)
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-if os.path.join(_ROOT, "tests") not in sys.path:
-    sys.path.insert(0, os.path.join(_ROOT, "tests"))
-
+# the helpers shared with largedet's tests (tests/launch_testing.py, tests/global_state.py) are
+# on the import path: pytest.ini's pythonpath
 from global_state import restore_global_state  # noqa: E402,F401  (autouse; tests/)
 
 

@@ -1,3 +1,3 @@
-from .classification import VideoClassificationEvaluator
+from .classification import VideoClassificationEvaluator, last_classification_metric
 
-__all__ = ["VideoClassificationEvaluator"]
+__all__ = ["VideoClassificationEvaluator", "last_classification_metric"]

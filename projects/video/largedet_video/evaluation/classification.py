@@ -5,14 +5,14 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import OrderedDict
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 from detectron2.evaluation import DatasetEvaluator
 from detectron2.utils import comm
 
-__all__ = ["VideoClassificationEvaluator"]
+__all__ = ["VideoClassificationEvaluator", "last_classification_metric"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,3 +77,16 @@ class VideoClassificationEvaluator(DatasetEvaluator):
         result["num_videos"] = float(len(labels))
         result["num_skipped"] = float(skipped)
         return OrderedDict(classification=result)
+
+
+def last_classification_metric(metrics: Sequence[dict], test_set: str, key: str = "top1") -> Optional[float]:
+    """The last ``key`` (``top1``, ``top5``, ``mean_class_accuracy``, ``num_videos``, ...) of
+    ``test_set`` in a run's ``metrics.json`` rows: ``<test_set>/classification/<key>``, or
+    ``classification/<key>`` where the run has one test set; None where there is none."""
+    value = None
+    for m in metrics:
+        for name in (f"{test_set}/classification/{key}", f"classification/{key}"):
+            if name in m:
+                value = float(m[name])
+                break
+    return value

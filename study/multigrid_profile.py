@@ -2,8 +2,8 @@
 """Where a multigrid run's wall clock goes, beside the plain schedule's: short runs of the
 video study's cells on the built-in moving-shapes videos, stage by stage and shape by shape.
 
-    nice python projects/video/benchmarks/multigrid_profile.py            # about 5 min, 1 core
-    python projects/video/benchmarks/multigrid_profile.py --task 64px --epochs 1 --num-train 256
+    nice python study/multigrid_profile.py            # about 5 min, 1 core
+    python study/multigrid_profile.py --task 64px --epochs 1 --num-train 256
 
 Each schedule of ``--schedules`` is the study's cell (:func:`video_study.grid.plan_video_cell`
 of the ``mg_time`` grid, or ``mg_time64`` with ``--task 64px``) at base batch ``--batch`` with
@@ -33,12 +33,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(0, os.path.join(ROOT, "study"))
-from video_study.grid import VideoCell, build_video_grid, plan_video_cell  # noqa: E402
+from largedet_video.engine.stage_times import format_stage_times, read_stage_times
+from video_study.grid import VideoCell, build_video_grid, plan_video_cell
 
-from largedet_video.engine.stage_times import format_stage_times, read_stage_times  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCHEDULES = {
     "plain": dict(lr_schedule="step"),

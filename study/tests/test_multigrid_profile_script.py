@@ -1,4 +1,4 @@
-"""projects/video/benchmarks/multigrid_profile.py --dry-run: each schedule is the study's
+"""study/multigrid_profile.py --dry-run: each schedule is the study's
 cell in miniature (its steps on the profile's videos and epochs, one batch per step unless
 --per-device says otherwise)."""
 
@@ -7,8 +7,8 @@ import shlex
 import subprocess
 import sys
 
-VIDEO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(VIDEO_ROOT, "benchmarks", "multigrid_profile.py")
+STUDY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(STUDY, "multigrid_profile.py")
 
 
 def _dry_run(*args):
