@@ -1,9 +1,11 @@
 """Loader workers forked while OpenCV's thread pool runs in the main process.
 
 A parallel OpenCV call in the main process (a bicubic resize to a photo's size) starts
-OpenCV's pool; once its threads sleep on the pool's condition, a worker forked from the main
-process that sets OpenCV's thread count (the video loader's workers do) blocks for ever in
-the inherited pool's teardown (``pthread_cond_destroy``), or crashes: the run ends with "DataLoader worker ... exited unexpectedly". Each case runs in a
+OpenCV's pool; once its threads sleep on the pool's condition (the script waits until every
+thread but its own has been asleep for half a second: on a busy machine they spin longer),
+a worker forked from the main process that sets OpenCV's thread count (the video loader's
+workers do) blocks for ever in the inherited pool's teardown (``pthread_cond_destroy``), or
+crashes: the run ends with "DataLoader worker ... exited unexpectedly". Each case runs in a
 fresh interpreter, so the pool's state is the script's alone.
 """
 
@@ -18,7 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 SCRIPT = textwrap.dedent(
     """
+    import os
     import sys
+    import threading
     import time
     import cv2
     import numpy as np
@@ -44,7 +48,26 @@ SCRIPT = textwrap.dedent(
         grid = rng.standard_normal((480 // s + 1, 640 // s + 1, 3), dtype=np.float32)
         cv2.resize(grid, (640, 480), interpolation=cv2.INTER_CUBIC)
     threads = cv2.getNumThreads()
-    time.sleep(1.0)  # the pool's threads go from spinning to sleeping on its condition
+
+    def others_asleep():
+        # the state of every thread but this one (/proc/self/task/<tid>/stat, after the name)
+        me = threading.get_native_id()
+        states = []
+        for tid in os.listdir("/proc/self/task"):
+            if int(tid) != me:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+        return bool(states) and all(state == "S" for state in states)
+
+    # the pool's threads spin, then sleep on its condition: fork only once they all have slept
+    # through 20 polls in a row (0.5 s), however long a busy machine makes them spin
+    deadline, asleep = time.monotonic() + 120, 0
+    while asleep < 20:
+        asleep = asleep + 1 if others_asleep() else 0
+        if time.monotonic() > deadline:
+            print("POOL NOT ASLEEP", flush=True)
+            sys.exit(3)
+        time.sleep(0.025)
 
     cls = {"safe": WorkerSafeDataLoader, "plain": DataLoader}[sys.argv[1]]
     loader = cls(Resized(), batch_size=2, num_workers=1, worker_init_fn=init,
@@ -66,7 +89,8 @@ def _run(kind: str, loader_timeout: float, timeout: float):
 
 
 def test_workers_forked_by_the_safe_loader_run_and_the_pool_comes_back():
-    proc = _run("safe", 60, 180)
+    proc = _run("safe", 60, 300)
+    assert "POOL NOT ASLEEP" not in proc.stdout
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     # 64 x 48 x 3 values of i per image, two images per batch: images 0+1, then 2+3
     per_image = 64 * 48 * 3
@@ -79,9 +103,10 @@ def test_a_plain_loader_forked_the_same_way_does_not_get_its_batches():
     """The cause, shown: the same loader without the pool stopped loses its worker (a hang
     until the loader's timeout, or a crash)."""
     try:
-        proc = _run("plain", 8, 120)
+        proc = _run("plain", 8, 240)
     except subprocess.TimeoutExpired:  # pragma: no cover - the worker hung and so did exit
         return
+    assert "POOL NOT ASLEEP" not in proc.stdout
     if "BATCHES" in proc.stdout:
         pytest.fail(
             "the worker forked from a running OpenCV pool got its batches: this OpenCV no "
