@@ -21,9 +21,7 @@ shape its steps, seconds, median step and compute time and compute ms per millio
 shape. The share of precise BN and evaluation in a run this short is not the study's
 (a fixed cost over few steps); the per-shape costs are the point.
 
-Denormal floats are flushed to zero, as in the grid's cells (``CPU_FLUSH_DENORMAL True``);
-``--keep-denormals`` keeps them (what the profile measured before that key, and the cost it
-found). ``--json PATH`` also writes every schedule's summary.
+``--json PATH`` also writes every schedule's summary.
 """
 
 import argparse
@@ -50,12 +48,11 @@ TASKS = {"32px": "mg_time", "64px": "mg_time64"}
 
 
 def profile_plan(task: str, schedule: str, batch: int, num_train: int, num_val: int, epochs: float,
-                 output_dir: str, precise_bn_iters: int, per_device: int = 0, flush_denormal: bool = True):  # fmt: skip
+                 output_dir: str, precise_bn_iters: int, per_device: int = 0):  # fmt: skip
     """The overrides of ``schedule``'s study cell in miniature: ``num_train`` videos,
     ``epochs`` epochs (warm-up a quarter of them), ``per_device`` clips a batch (0: the
     whole batch, one batch per step), ``num_val`` test videos, no held-out split, no
-    checkpoint before the end; denormal floats flushed as in the grid's cells, or with
-    ``flush_denormal`` False kept (``CPU_FLUSH_DENORMAL``)."""
+    checkpoint before the end."""
     grid = build_video_grid(TASKS[task])
     grid = dataclasses.replace(
         grid, num_train=num_train, epochs=epochs, warmup_epochs=epochs / 4, ims_per_device=per_device or batch,
@@ -67,7 +64,6 @@ def profile_plan(task: str, schedule: str, batch: int, num_train: int, num_val: 
             "TEST.PRECISE_BN.NUM_ITER", str(precise_bn_iters),
             "SOLVER.CHECKPOINT_PERIOD", "100000",
             "LOG_PERIOD", "20",
-            "CPU_FLUSH_DENORMAL", str(flush_denormal),
         ),
     )  # fmt: skip
     plan = plan_video_cell(grid, VideoCell("sgd", batch, **SCHEDULES[schedule]), output_dir)
@@ -104,16 +100,13 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--output-dir", default=os.path.join(ROOT, "output", "multigrid_profile"))
     parser.add_argument("--json", default=None, help="write the summaries here")
-    parser.add_argument("--keep-denormals", action="store_true",
-                        help="CPU_FLUSH_DENORMAL False (the grid's cells flush denormal floats)")
     parser.add_argument("--dry-run", action="store_true", help="print each run's steps and overrides, train nothing")
     args = parser.parse_args(argv)
     results = {}
     for schedule in args.schedules:
-        layout = f"{args.task}_bs{args.batch}x{args.per_device or args.batch}" + ("_denormals" if args.keep_denormals else "")
-        out = os.path.join(args.output_dir, layout, schedule)
+        out = os.path.join(args.output_dir, f"{args.task}_bs{args.batch}x{args.per_device or args.batch}", schedule)
         grid, plan = profile_plan(args.task, schedule, args.batch, args.num_train, args.num_val, args.epochs,
-                                  out, args.precise_bn_iters, args.per_device, not args.keep_denormals)  # fmt: skip
+                                  out, args.precise_bn_iters, args.per_device)  # fmt: skip
         print(f"== {schedule}: {plan.cell.name}, {plan.iterations} steps on {args.num_train} videos "
               f"x {args.epochs:g} epochs ({args.task})", flush=True)  # fmt: skip
         if args.dry_run:

@@ -11,7 +11,7 @@ only. After each test, :func:`restore_global_state` puts back what it found befo
   removed (Detectron2's ``setup_logger`` is cached, so its cache is cleared: the next call sets
   the logger up anew);
 - ``os.environ``, the working directory, the handlers of the signals a training run catches;
-- torch's thread count, default dtype, grad mode and denormal flushing;
+- torch's thread count, default dtype and grad mode;
 - Detectron2's ``DatasetCatalog`` and ``MetadataCatalog`` and the entries of every fvcore
   ``Registry`` of detectron2, largedet and largedet_video. An entry made by importing a module
   for the first time during the test stays (the import is not undone, so neither is what it
@@ -63,13 +63,6 @@ def _registries():
     return list(found.values())
 
 
-def _torch_state() -> Tuple:
-    """torch's thread count, default dtype, grad mode and whether denormals are flushed."""
-    from largedet.utils.denormals import flush_denormal_on
-
-    return torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled(), flush_denormal_on()
-
-
 @dataclass
 class Snapshot:
     """What :func:`restore_global_state` puts back."""
@@ -94,7 +87,7 @@ class Snapshot:
             environ=dict(os.environ),
             cwd=os.getcwd(),
             signals={s: signal.getsignal(s) for s in SIGNALS},
-            torch_state=_torch_state(),
+            torch_state=(torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()),
             catalogs={"DatasetCatalog": dict(DatasetCatalog), "MetadataCatalog": dict(MetadataCatalog)},
             registries=[(r, dict(r._obj_map)) for r in _registries()],
             modules=frozenset(sys.modules),
@@ -114,10 +107,9 @@ class Snapshot:
             if handler is not None and signal.getsignal(sig) != handler:
                 changed.append(f"handler of {signal.Signals(sig).name}")
                 signal.signal(sig, handler)
-        threads, dtype, grad, flush = self.torch_state
-        if _torch_state() != self.torch_state:
-            changed.append("torch threads, default dtype, grad mode or denormal flushing")
-            torch.set_flush_denormal(flush)
+        threads, dtype, grad = self.torch_state
+        if (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled()) != self.torch_state:
+            changed.append("torch threads, default dtype or grad mode")
             torch.set_num_threads(threads)
             torch.set_default_dtype(dtype)
             torch.set_grad_enabled(grad)

@@ -310,10 +310,6 @@ def _add_large_batch_config(cfg: CN) -> None:
     # SEED >= 0 and the same number of processes and SOLVER.IMS_PER_DEVICE);
     # false: seeded once at start, as in Detectron2.
     declare(cfg, "RESEED_EVERY_ITER", False, lazy="reseed_every_iter")
-    # On the CPU (MODEL.DEVICE "cpu"), flush denormal floats (below 1.2e-38) to zero while the
-    # run trains and evaluates: a core computes on them tens of times more slowly, and a model
-    # trained from scratch can carry many (largedet.utils.denormals); false: torch's default.
-    declare(cfg, "CPU_FLUSH_DENORMAL", True, lazy="cpu_flush_denormal")
     # Unreadable training images (truncated, not an image, missing) are skipped, logged
     # and counted (data/skipped_images); more than this many in a row in one loader
     # process stop the run with an error naming the last file.

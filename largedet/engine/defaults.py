@@ -22,8 +22,14 @@ from ..checkpoint.checks import check_output_and_weights
 from ..config.keys import Rule, when_agvm
 from ..config.errors import ErrorCollector
 from ..config.validate import ConfigError, check_training_values, check_values, lookup_key, merge_checked
-from ..data import CocoJsonError, coco_jsons_from_config, register_all_openimages, register_coco_jsons
-from ..data import register_shapes, shapes_spec_from_config
+from ..data import (
+    CocoJsonError,
+    coco_jsons_from_config,
+    register_all_openimages,
+    register_coco_jsons,
+    register_shapes,
+    shapes_spec_from_config,
+)
 from ..evaluation.registry import check_evaluator_types
 from ..model_zoo import resolve_config_file
 from ..modeling.checks import check_model_names
@@ -36,7 +42,6 @@ from .parts import TrainerParts
 from ..launch.preemption import parse_signals
 from ..launch.run_summary import write_eval_results
 from ..launch.processes import planned_world_size
-from ..utils.denormals import denormals_flushed
 from .writers import raise_if_a_log_found_no_space, set_up_log_files, stop_log_files_on_full_disk
 
 logger = logging.getLogger(__name__)
@@ -297,23 +302,22 @@ def train_or_evaluate(
     (:func:`~largedet.launch.run_summary.write_eval_results`).
     With ``MODEL_EMA.ENABLED``, ``--eval-only`` tests the weights ``MODEL_EMA.EVAL`` names,
     the average being the one the checkpoint holds (a warning, and the trained weights,
-    where it holds none). On the CPU denormals are flushed meanwhile (``CPU_FLUSH_DENORMAL``)."""
-    with denormals_flushed(cfg):  # CPU_FLUSH_DENORMAL, for this run only
-        if args.eval_only:
-            parts = TrainerParts(trainer_cls) if parts is None else parts
-            model = parts.build_model(cfg)
-            # largedet's checkpointer: .pkl weights are read without running code
-            extra = AtomicCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
-                cfg.MODEL.WEIGHTS, resume=args.resume
-            )
-            ema = _checkpoint_ema(cfg, model, extra)
-            results = evaluate_with_ema(parts.test, cfg, model, ema, cfg.MODEL_EMA.EVAL)
-            write_eval_results(cfg.OUTPUT_DIR, results)
-            raise_if_a_log_found_no_space()  # log.txt on a full disk: one line, as in training
-            return results
-        trainer = trainer_cls(cfg) if parts is None else trainer_cls(cfg, parts=parts)
-        trainer.resume_or_load(resume=args.resume)
-        return trainer.train()
+    where it holds none)."""
+    if args.eval_only:
+        parts = TrainerParts(trainer_cls) if parts is None else parts
+        model = parts.build_model(cfg)
+        # largedet's checkpointer: .pkl weights are read without running code
+        extra = AtomicCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+            cfg.MODEL.WEIGHTS, resume=args.resume
+        )
+        ema = _checkpoint_ema(cfg, model, extra)
+        results = evaluate_with_ema(parts.test, cfg, model, ema, cfg.MODEL_EMA.EVAL)
+        write_eval_results(cfg.OUTPUT_DIR, results)
+        raise_if_a_log_found_no_space()  # log.txt on a full disk: one line, as in training
+        return results
+    trainer = trainer_cls(cfg) if parts is None else trainer_cls(cfg, parts=parts)
+    trainer.resume_or_load(resume=args.resume)
+    return trainer.train()
 
 
 def _checkpoint_ema(cfg: CfgNode, model, extra: dict) -> Optional[ModelEMA]:

@@ -29,7 +29,6 @@ def test_plans_of_the_profile():
         pairs = dict(zip(o[0::2], o[1::2]))
         assert pairs["SOLVER.IMS_PER_DEVICE"] == pairs["SOLVER.IMS_PER_BATCH"] == "16"
         assert pairs["DATASETS.MOVING_SHAPES.NUM_TRAIN"] == "256" and pairs["DATASETS.TEST"] == "('moving_shapes_val',)"
-        assert pairs["CPU_FLUSH_DENORMAL"] == "True"  # as the grid's cells
     assert "MULTIGRID.LONG_CYCLE" not in overrides[0]
     short, long_ = (dict(zip(o[0::2], o[1::2])) for o in overrides[1:])
     assert (short["MULTIGRID.LONG_CYCLE"], long_["MULTIGRID.SHORT_CYCLE"]) == ("False", "False")
@@ -37,10 +36,9 @@ def test_plans_of_the_profile():
 
 def test_the_studys_accumulation_and_the_64px_task():
     (head, line), = zip(*[iter(_dry_run("--schedules", "plain", "--batch", "128", "--per-device", "16",
-                                        "--task", "64px", "--keep-denormals"))] * 2)  # fmt: skip
+                                        "--task", "64px"))] * 2)  # fmt: skip
     words = shlex.split(line)
     pairs = dict(zip(words[0::2], words[1::2]))
     # 12 epochs of 256 videos at 128: 24 steps of 8 batches of 16
     assert head == "== plain: sgd-bs128-lrstep, 24 steps on 256 videos x 12 epochs (64px)"
     assert (pairs["SOLVER.IMS_PER_BATCH"], pairs["SOLVER.IMS_PER_DEVICE"]) == ("128", "16")
-    assert pairs["CPU_FLUSH_DENORMAL"] == "False" and "_denormals" in pairs["OUTPUT_DIR"]

@@ -321,13 +321,10 @@ def build_video_grid(name: str = "tsm") -> VideoGrid:
                 "DATASETS.MOVING_SHAPES.HOLDOUT_NUM_VAL", str(TSM4K_NUM_HOLDOUT),
             ),
         )  # fmt: skip
-    if name in ("mg_time", "mg_time64"):
-        # denormal floats flushed in every cell of multigrid's grids, plain and multigrid alike:
-        # kept, they made the short cycle's steps several times slower per voxel on the CPU
-        # (projects/video/README.md, "Multigrid: where the time goes")
-        grid = replace(grid, stage_columns=True, extra_overrides=grid.extra_overrides + ("CPU_FLUSH_DENORMAL", "True"))
+    if name == "mg_time":
+        grid = replace(grid, stage_columns=True)
     if name == "mg_time64":
-        grid = replace(grid, config=MG_TIME64_CONFIG, num_train=2048, epochs=15)
+        grid = replace(grid, config=MG_TIME64_CONFIG, num_train=2048, epochs=15, stage_columns=True)
     return grid
 
 
