@@ -362,16 +362,17 @@ def test_wall_clock_adds_up_over_resumed_invocations(study, tmp_path, monkeypatc
     args = types.SimpleNamespace(grid_obj=study.build_grid("steps"), num_gpus=1, threads=1)
     run_dir = str(tmp_path / "cell")
     _, _, first = study.train([], run_dir, args)
-    assert 0.3 <= first < 5
+    assert 0.3 <= first < 120
     # an interrupted run that left a checkpoint: the next invocation adds to it
     open(os.path.join(run_dir, "last_checkpoint"), "w").write("model_0000009.pth")
     _, text, total = study.train([], run_dir, args)
     assert total >= first + 0.3 and "--resume" in text
     assert float(open(os.path.join(run_dir, study.WALL_CLOCK_FILE)).read()) == pytest.approx(total, abs=0.1)
-    # a fresh start (no checkpoint) starts the count again
+    # a fresh start (no checkpoint) starts the count again: a count far above any run's is not added to
     os.remove(os.path.join(run_dir, "last_checkpoint"))
+    open(os.path.join(run_dir, study.WALL_CLOCK_FILE), "w").write("100000.0")
     _, _, again = study.train([], run_dir, args)
-    assert again < total
+    assert 0.3 <= again < 100000.0
 
 
 def test_a_cell_stopped_before_its_first_checkpoint_starts_clean(study, tmp_path, monkeypatch):

@@ -286,9 +286,11 @@ def test_exit_75_requeues_through_submitits_preemption_path(fake_trainer, local_
                                    job_id=submitit.JobEnvironment().job_id)
 
 
-STOPPED_TRAINER = """import signal, sys, time
-# waits for SIGTERM, then exits 1, as torchrun does when its workers stop on a signal
+STOPPED_TRAINER = """import os, signal, sys, time
+# waits for SIGTERM, then exits 1, as torchrun does when its workers stop on a signal; says it
+# runs (a file "ready" beside it) once its handler is in place
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ready"), "w").close()
 while "--resume" not in sys.argv:
     time.sleep(0.1)
 """
@@ -305,7 +307,14 @@ def test_a_job_requeues_on_a_cluster_signal_whatever_the_stopped_script_exits(tm
     job = TrainingJob(str(script), 1)
     paths = submitit_handlers(job)
     before = signal.getsignal(signal.SIGUSR1)
-    threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+
+    def signal_once_it_runs():  # the cluster's signal reaches a task whose script runs
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    threading.Thread(target=signal_once_it_runs, daemon=True).start()
     with pytest.raises(SystemExit) as exited:
         job()
     from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE

@@ -9,7 +9,7 @@ import sys
 VIDEO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(VIDEO_ROOT, "benchmarks", "multigrid_speed.py")
 TINY = ["--device", "cpu", "--num-samples", "240000", "--steps", "1", "--warmup", "1"]
-TINY += ["--rounds", "2", "--plain-bn-too"]
+TINY += ["--rounds", "2", "--plain-bn-too", "--max-seconds", "900"]  # both rounds, however busy the machine
 TINY_CFG = ["MODEL.VIDEO.RESNET.DEPTH", "10", "MODEL.VIDEO.RESNET.WIDTH", "8"]
 TINY_CFG += ["INPUT.VIDEO.TRAIN_CROP_SIZE", "32", "SOLVER.IMS_PER_DEVICE", "2"]
 TINY_CFG += ["MULTIGRID.BN_BASE_SIZE", "2"]
