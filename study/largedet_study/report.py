@@ -60,6 +60,9 @@ CSVS = {
     "regime_epyc": "study/results/batch_scaling_regime_epyc_calibration.csv",
     # the regime grid's rows on the 2-core Ice Lake Xeon VM (no AMX): a machine class of its own
     "regime_icelake": "study/results/batch_scaling_regime_icelake.csv",
+    # the regime grid's cells rerun on the 2-core Xeon VM with AMX where the main CSV holds
+    # them from another machine (a cell's name is done once per CSV)
+    "regime_amx": "study/results/batch_scaling_regime_amx.csv",
     "steps": "study/results/batch_scaling_steps.csv",
     "steps2000": "study/results/batch_scaling_steps_eval2000.csv",
     "short": "study/results/batch_scaling_cpu.csv",
@@ -74,6 +77,7 @@ SPLITS = {
     "regime": ("holdout_ap", "box_ap"),
     "regime_epyc": ("holdout_ap", "box_ap"),
     "regime_icelake": ("holdout_ap", "box_ap"),
+    "regime_amx": ("holdout_ap", "box_ap"),
     "steps": ("holdout_ap", "box_ap"),
     "steps2000": ("holdout_ap", "box_ap"),
     "short": (None, "box_ap"),
@@ -398,8 +402,9 @@ def regime_comparison() -> str:
     return comparison_table("regime", base, rows)
 
 
-#: the regime grid's CSVs: its own rows, the EPYC calibration's, the Ice Lake VM's
-REGIME_CSVS = ("regime", "regime_epyc", "regime_icelake")
+#: the regime grid's CSVs: its own rows, the EPYC calibration's, the Ice Lake VM's, the
+#: AMX Xeon's reruns
+REGIME_CSVS = ("regime", "regime_epyc", "regime_icelake", "regime_amx")
 
 
 def regime_families_all() -> Dict[str, Family]:

@@ -85,6 +85,11 @@ def with_overrides(cfg, *pairs):
     return cfg
 
 
+def voxels(shape) -> int:
+    """A batch's voxels: clips x frames x crop x crop."""
+    return shape.batch_size * shape.num_frames * shape.crop_size**2
+
+
 def count_batches(plan):
     """{ClipShape: per-device batches of the whole schedule}, counted with the sampler
     that trains it: each stage's epoch, shape by shape, times the stage's epochs."""
@@ -212,30 +217,43 @@ def measure(args, model_cfgs, shapes, deadline, step_s, errors):
     return rounds
 
 
+def _row_order(key):
+    model_name, shape = key
+    return model_name, shape.num_frames, shape.crop_size
+
+
 def report(args, plans, counts, step_s, figures):
     """Print the step times, each schedule's time and the speed-ups; fill ``figures``."""
     median = {key: statistics.median(v) for key, v in step_s.items()}
-    figures["shapes"] = [
-        {
+    # each shape's time per voxel (clips x frames x crop^2) over the plain-BN model's at the
+    # base shape: 1.0 where a step's cost follows its voxels exactly
+    base_shape = plans["base"].schedule.base_shape
+    base_per_voxel = median[("base", base_shape)] / voxels(base_shape) if ("base", base_shape) in median else None
+    figures["shapes"] = []
+    for model_name, shape in sorted(step_s, key=_row_order):
+        v, step = step_s[(model_name, shape)], median[(model_name, shape)]
+        row = {
             "model": model_name,
             "shape": str(shape),
             "batch": shape.batch_size,
             "frames": shape.num_frames,
             "crop": shape.crop_size,
-            "step_ms": 1000 * median[(model_name, shape)],
+            "step_ms": 1000 * step,
             "step_ms_range": [1000 * min(v), 1000 * max(v)],
-            "clips_per_s": shape.batch_size / median[(model_name, shape)],
+            "clips_per_s": shape.batch_size / step,
         }
-        for (model_name, shape), v in sorted(
-            step_s.items(), key=lambda kv: (kv[0][0], kv[0][1].num_frames, kv[0][1].crop_size)
-        )
-    ]
-    print(f"Step times, median of {figures['rounds']} round(s) of {args.steps} step(s):")
+        if base_per_voxel is not None:
+            row["per_voxel_vs_base"] = step / voxels(shape) / base_per_voxel
+        figures["shapes"].append(row)
+    print(f"Step times, median of {figures['rounds']} round(s) of {args.steps} step(s); "
+          f"per voxel: over the plain-BN model's at the base shape {base_shape}:")
     for row in figures["shapes"]:
         lo, hi = row["step_ms_range"]
+        rel = row.get("per_voxel_vs_base")
         print(
             f"  {row['model']:9s} {row['shape']:>12s}  {row['step_ms']:9.2f} ms/step "
             f"[{lo:.2f}-{hi:.2f}]  {row['clips_per_s']:8.1f} clips/s"
+            + (f"  {rel:5.2f}x per voxel" if rel is not None else "")
         )
     figures.update(schedules={}, speedup={}, batch_ratio={}, speedup_plain_bn={})
     needed = {("base" if n == "base" else "multigrid", s) for n in plans for s in counts[n]}
@@ -271,7 +289,6 @@ def report(args, plans, counts, step_s, figures):
         if plain:
             figures["speedup_plain_bn"][f"{f:g}"] = base["train_s"] / plain["train_s"]
             print(f"    with plain BN: {base['train_s'] / plain['train_s']:.2f}x faster")
-    base_shape = plans["base"].schedule.base_shape
     if ("multigrid", base_shape) in median:
         cost = median[("multigrid", base_shape)] / median[("base", base_shape)]
         figures["subbatch_bn_cost"] = cost

@@ -54,3 +54,13 @@ def test_speedup_is_the_weighted_sum_of_its_step_times():
         assert abs(fig["speedup_plain_bn"][factor] - base["train_s"] / plain["train_s"]) < 1e-12
     cost = step_s[("multigrid", "2x8x32")] / step_s[("base", "2x8x32")]
     assert abs(fig["subbatch_bn_cost"] - cost) < 1e-9 * cost
+    # per voxel, over the plain-BN model's at the base shape: batch x frames x crop^2
+    def vox(shape):
+        b, t, c = (int(x) for x in shape.split("x"))
+        return b * t * c * c
+
+    base_per_voxel = step_s[("base", "2x8x32")] / vox("2x8x32")
+    for r in fig["shapes"]:
+        expected = step_s[(r["model"], r["shape"])] / vox(r["shape"]) / base_per_voxel
+        assert abs(r["per_voxel_vs_base"] - expected) <= 1e-9 * expected
+    assert next(r for r in fig["shapes"] if (r["model"], r["shape"]) == ("base", "2x8x32"))["per_voxel_vs_base"] == 1.0
