@@ -31,7 +31,8 @@ import torch
 
 from largedet.launch.elastic import LOST_PROCESS_EXIT_CODE
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 TRAIN_NET = os.path.join(ROOT, "tools", "train_net.py")
 CONFIG = os.path.join(ROOT, "configs", "shapes", "faster_rcnn_R18_FPN_sgd_bs8.yaml")
 SUBNET = "10.253.0.{}"
@@ -118,20 +119,22 @@ def _overrides(spec, out):
     ]  # fmt: skip
 
 
-def _agent(machines, machine, overrides, log):
+def _agent(machines, machine, overrides, log, imports=()):
     """One torchrun agent (one worker) in namespace ``machine``; the first hosts the c10d
     rendezvous. Each round's workers get a store of their own
     (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, docs/launching.md): with the agent's shared
     store, the round that admits a machine never publishes its ``MASTER_ADDR``."""
     env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=machines.links[machine],
                TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")  # fmt: skip
+    if imports:  # modules of this folder, for --import
+        env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in [env.get("PYTHONPATH")] if p])
     cmd = [
         "ip", "netns", "exec", machines.names[machine],
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc-per-node", "1",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{machines.addresses[0]}:{RDZV_PORT}",
         "--rdzv-id", "elastic-test", "--rdzv-conf", f"join_timeout=120,last_call_timeout=3,is_host={int(machine == 0)}",
         "--local-addr", machines.addresses[machine], "--max-restarts", "2", "--monitor-interval", "0.5",
-        TRAIN_NET, "--config", CONFIG, *overrides,
+        TRAIN_NET, *(a for name in imports for a in ("--import", name)), "--config", CONFIG, *overrides,
     ]  # fmt: skip
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -236,25 +239,29 @@ def test_elastic_job_loses_a_machine_and_the_survivor_finishes(two_machines, tin
         assert torch.equal(elastic[name], straight[name]), name
 
 
-#: long enough that the survivor is still training alone when the machine's agent is back
-#: (about 6 s after it starts here), at an LR that stays finite for the whole run
-REJOIN_MAX_ITER = 80
+#: the rejoin run's length and an LR that stays finite for the whole run; the survivor
+#: training alone holds after its second step until its agent stops it (hold_alone.py), so
+#: the machine is back before the run can end, however busy the host
+REJOIN_MAX_ITER = 20
 REJOIN_LR = "0.002"
+HOLD = ("hold_alone",)  # the module of this folder that gives the HoldWhileAlone hook
 
 
 def test_a_lost_machine_rejoins_and_the_run_finishes_on_both(two_machines, tiny_shapes, tmp_path):
     """The second machine is lost, the survivor trains on alone; then the machine comes back
     (its link up, its agent started again with the same command): the survivor's agent sees it
     waiting and stops its worker with SIGTERM (it saves at the step's end), and the next round
-    trains on both machines, K back to 1, to the end. Every step once in ``metrics.json``."""
+    trains on both machines, K back to 1, to the end. Every step once in ``metrics.json``. The
+    survivor's round holds after its second step until that SIGTERM (hold_alone.py): the test
+    waits on events, never on how fast the host trains."""
     out = tmp_path / "run"
     overrides = _overrides(tiny_shapes, out)
     overrides[overrides.index("SOLVER.MAX_ITER") + 1] = str(REJOIN_MAX_ITER)
-    overrides += ["SOLVER.BASE_LR", REJOIN_LR]
+    overrides += ["SOLVER.BASE_LR", REJOIN_LR, "HOOKS", "('HoldWhileAlone',)"]
     logs = [tmp_path / "machine0.log", tmp_path / "machine1.log", tmp_path / "machine1_again.log"]
     with open(logs[1], "w") as log1, open(logs[0], "w") as log0, open(logs[2], "w") as log2:
-        second = _agent(two_machines, 1, overrides, log1)
-        first = _agent(two_machines, 0, overrides, log0)
+        second = _agent(two_machines, 1, overrides, log1, HOLD)
+        first = _agent(two_machines, 0, overrides, log0, HOLD)
         procs = [(first, logs[0])]
         again = None
         try:
@@ -274,7 +281,7 @@ def test_a_lost_machine_rejoins_and_the_run_finishes_on_both(two_machines, tiny_
             # the machine comes back
             _ip("-n", two_machines.names[1], "link", "set", two_machines.links[1], "up")
             back_at = time.monotonic()
-            again = _agent(two_machines, 1, overrides, log2)
+            again = _agent(two_machines, 1, overrides, log2, HOLD)
             procs.append((again, logs[2]))
 
             def training_on_both():
