@@ -240,11 +240,11 @@ def test_elastic_job_loses_a_machine_and_the_survivor_finishes(two_machines, tin
 
 
 #: the rejoin run's length and an LR that stays finite for the whole run; the survivor
-#: training alone holds after its second step until its agent stops it (hold_alone.py), so
+#: training alone holds after its second step until its agent stops it (holds.py), so
 #: the machine is back before the run can end, however busy the host
 REJOIN_MAX_ITER = 20
 REJOIN_LR = "0.002"
-HOLD = ("hold_alone",)  # the module of this folder that gives the HoldWhileAlone hook
+HOLD = ("holds",)  # the module of this folder that gives the HoldWhileAlone hook
 
 
 def test_a_lost_machine_rejoins_and_the_run_finishes_on_both(two_machines, tiny_shapes, tmp_path):
@@ -252,7 +252,7 @@ def test_a_lost_machine_rejoins_and_the_run_finishes_on_both(two_machines, tiny_
     (its link up, its agent started again with the same command): the survivor's agent sees it
     waiting and stops its worker with SIGTERM (it saves at the step's end), and the next round
     trains on both machines, K back to 1, to the end. Every step once in ``metrics.json``. The
-    survivor's round holds after its second step until that SIGTERM (hold_alone.py): the test
+    survivor's round holds after its second step until that SIGTERM (holds.py): the test
     waits on events, never on how fast the host trains."""
     out = tmp_path / "run"
     overrides = _overrides(tiny_shapes, out)

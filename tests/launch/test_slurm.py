@@ -145,9 +145,14 @@ def train_opts(spec, out_dir):
     ]  # fmt: skip
 
 
-def local_job(spec, out_dir, folder):
+#: the pre-empted run holds after its first checkpoint until its signal arrives (holds.py):
+#: the test's signal always comes before the run could end, however busy the host
+HOLD = ["IMPORTS", "('holds',)", "HOOKS", "('HoldAtFirstCheckpoint',)"]
+
+
+def local_job(spec, out_dir, folder, extra=()):
     job = TrainingJob(
-        TRAIN_NET, gpus_per_node=2, config_file=CONFIG, opts=train_opts(spec, out_dir)
+        TRAIN_NET, gpus_per_node=2, config_file=CONFIG, opts=train_opts(spec, out_dir) + list(extra)
     )
     return submit(job, SlurmResources(nodes=1, gpus_per_node=2, cpus_per_gpu=1, timeout_min=30),
                   str(folder), cluster="local")  # fmt: skip
@@ -173,7 +178,9 @@ def test_preempted_job_is_requeued_and_resumes_to_the_same_weights(tiny_shapes, 
     plain.result()
 
     out_dir = tmp_path / "preempted"
-    job = local_job(tiny_shapes, out_dir, tmp_path / "jobs_preempted")
+    here = os.path.dirname(os.path.abspath(__file__))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    job = local_job(tiny_shapes, out_dir, tmp_path / "jobs_preempted", HOLD)
     deadline = time.monotonic() + 600
     while not (out_dir / "last_checkpoint").exists():  # the checkpoint after step 2 of 6
         assert job.state == "RUNNING" and time.monotonic() < deadline, job.stderr()

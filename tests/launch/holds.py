@@ -1,0 +1,44 @@
+"""Hooks that make the launch tests wait on events rather than on the host's speed, given to
+``tools/train_net.py`` with ``--import holds`` (or ``IMPORTS ('holds',)``) and named by
+``HOOKS``. Each holds a process after a step until that process is asked to stop (its
+pre-emption signal has arrived: ``trainer.loop.stop_requested``); the run then goes on as
+without the hook: the stop is agreed in the next step, which saves and exits.
+
+* ``HoldWhileAlone``: in a round of one process (an elastic job's survivor training alone),
+  after that round's second step: the run cannot end before the lost machine is back.
+* ``HoldAtFirstCheckpoint``: in a run started from iteration 0, after the step of the first
+  periodic checkpoint: the run cannot end before the test's signal arrives.
+"""
+
+import time
+
+from detectron2.engine import HookBase
+from detectron2.utils import comm
+
+from largedet.engine import HOOK_REGISTRY
+
+
+def _until_stop_requested(trainer) -> None:
+    while not trainer.loop.stop_requested:
+        time.sleep(0.05)
+
+
+@HOOK_REGISTRY.register()
+class HoldWhileAlone(HookBase):
+    def __init__(self, cfg):
+        self._steps = 0
+
+    def after_step(self):
+        self._steps += 1
+        if comm.get_world_size() == 1 and self._steps == 2:
+            _until_stop_requested(self.trainer)
+
+
+@HOOK_REGISTRY.register()
+class HoldAtFirstCheckpoint(HookBase):
+    def __init__(self, cfg):
+        self._period = cfg.SOLVER.CHECKPOINT_PERIOD
+
+    def after_step(self):
+        if self.trainer.start_iter == 0 and self.trainer.iter + 1 == self._period:
+            _until_stop_requested(self.trainer)
