@@ -13,7 +13,8 @@ def test_the_limit_stops_a_loop_that_would_not_end():
     with TimeGuard(0.2) as guard:
         for _ in range(500):  # 5 s at most: a failure, not a hang
             time.sleep(0.01)
-    assert guard.expired and 0.2 <= time.monotonic() - start < 2.0
+    # the loop alone takes 5 s or more: the bound tells the limit's stop from its end
+    assert guard.expired and 0.2 <= time.monotonic() - start < 4.5
     assert guard.left() < 0
 
 
@@ -45,9 +46,9 @@ def test_a_swallowed_alarm_rings_again():
 
 
 def test_in_time_nothing_is_raised():
-    with TimeGuard(5.0, grace=1.0) as guard:
+    with TimeGuard(60.0, grace=1.0) as guard:
         time.sleep(0.05)
-    assert not guard.expired and 4.0 < guard.left() <= 5.0
+    assert not guard.expired and 30.0 < guard.left() <= 60.0
     time.sleep(0.05)  # the alarm is off after the block
     with TimeGuard(0) as unlimited:
         assert unlimited.left() == float("inf")

@@ -6,8 +6,9 @@ without the hook: the stop is agreed in the next step, which saves and exits.
 
 * ``HoldWhileAlone``: in a round of one process (an elastic job's survivor training alone),
   after that round's second step: the run cannot end before the lost machine is back.
-* ``HoldAtFirstCheckpoint``: in a run started from iteration 0, after the step of the first
-  periodic checkpoint: the run cannot end before the test's signal arrives.
+* ``HoldAfterSecondStep``: in a run started from iteration 0, after its second step (with
+  ``SOLVER.CHECKPOINT_PERIOD 2``, the step of the first checkpoint): the run cannot end
+  before the test's signal arrives. A resumed run never holds.
 """
 
 import time
@@ -35,10 +36,10 @@ class HoldWhileAlone(HookBase):
 
 
 @HOOK_REGISTRY.register()
-class HoldAtFirstCheckpoint(HookBase):
+class HoldAfterSecondStep(HookBase):
     def __init__(self, cfg):
-        self._period = cfg.SOLVER.CHECKPOINT_PERIOD
+        pass
 
     def after_step(self):
-        if self.trainer.start_iter == 0 and self.trainer.iter + 1 == self._period:
+        if self.trainer.start_iter == 0 and self.trainer.iter == 1:
             _until_stop_requested(self.trainer)

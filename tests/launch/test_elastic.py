@@ -190,6 +190,7 @@ fcntl.flock(fd, fcntl.LOCK_EX)
 os.write(fd, sys.argv[2].encode())
 print("held", flush=True)
 time.sleep(float(sys.argv[3]))
+open(sys.argv[1] + ".slept", "w").close()  # before the exit releases the lock
 """
 
 
@@ -206,7 +207,8 @@ def test_the_run_lock_waits_for_a_holder_of_the_same_job(monkeypatch, tmp_path):
     holder = _held(tmp_path, "pid 1 on a (torchrun job 'job-7'), since then: train_net.py", 1.5)
     start = time.monotonic()
     lock = OutputDirLock(str(tmp_path)).acquire(same_job_wait_s=30)
-    assert 0.5 < time.monotonic() - start < 30
+    assert time.monotonic() - start < 30
+    assert (tmp_path / "run.lock.slept").exists()  # it waited for the holder to be done
     assert "(torchrun job 'job-7')" in (tmp_path / "run.lock").read_text()
     lock.release()
     holder.wait()
@@ -216,7 +218,7 @@ def test_the_run_lock_waits_for_a_holder_of_the_same_job(monkeypatch, tmp_path):
         start = time.monotonic()
         with pytest.raises(OutputDirInUseError):
             OutputDirLock(str(tmp_path)).acquire(same_job_wait_s=30)
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 20  # not the 30 s the wait allowed
     finally:
         other.kill()
         other.wait()

@@ -145,9 +145,9 @@ def train_opts(spec, out_dir):
     ]  # fmt: skip
 
 
-#: the pre-empted run holds after its first checkpoint until its signal arrives (holds.py):
+#: the pre-empted run holds after step 2 (its first checkpoint) until its signal arrives (holds.py):
 #: the test's signal always comes before the run could end, however busy the host
-HOLD = ["IMPORTS", "('holds',)", "HOOKS", "('HoldAtFirstCheckpoint',)"]
+HOLD = ["IMPORTS", "('holds',)", "HOOKS", "('HoldAfterSecondStep',)"]
 
 
 def local_job(spec, out_dir, folder, extra=()):

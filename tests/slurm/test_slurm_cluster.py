@@ -49,9 +49,17 @@ def _overrides(tiny_shapes, out_dir, max_iter, *extra):
     ]  # fmt: skip
 
 
+#: a pre-empted run holds after its second step until its signal arrives
+#: (tests/launch/holds.py): the signal always comes before the run could end, on any host
+HOLD = ("IMPORTS", "('holds',)", "HOOKS", "('HoldAfterSecondStep',)")
+HOLDS_DIR = os.path.join(ROOT, "tests", "launch")
+
+
 def _submit(tmp_path, *args):
-    """tools/submit.py through sbatch; returns the job id."""
+    """tools/submit.py through sbatch (the job's environment is this one: sbatch exports
+    it, the folder of holds.py on PYTHONPATH); returns the job id."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([HOLDS_DIR] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, SUBMIT, "--gpus-per-node", "0", "--time", "10",
                            "--job-dir", str(tmp_path / "jobs" / "%j"), *args],
                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
@@ -111,16 +119,16 @@ PREEMPTIONS = {
 
 
 def test_each_preemption_ends_in_a_checkpoint_a_requeue_and_a_resume(tiny_shapes, tmp_path):
-    """Three jobs of 40 steps at once (the node runs two), each pre-empted its way once it has
-    trained two steps (the 38 left keep it running while the signal arrives): the training
+    """Three jobs of STEPS steps at once (the node runs two), each pre-empted its way once it
+    has trained two steps (it holds there until its signal arrives: HOLD): the training
     finishes its step and saves, the job is requeued and resumes at the next step, every
     step once in metrics.json, no exception in its log."""
     jobs = {}
     try:
         for name in PREEMPTIONS:
             out = tmp_path / name / "run"
-            opts = _overrides(tiny_shapes, out, STEPS, "SOLVER.BASE_LR", "0.002")  # 40 steps: a gentler LR
-            # held until all are submitted (a submission takes seconds; a job's 40 steps too)
+            opts = _overrides(tiny_shapes, out, STEPS, "SOLVER.BASE_LR", "0.002", *HOLD)
+            # held until all are submitted (a submission takes seconds)
             job_id, _ = _submit(tmp_path / name, "--cpus-per-gpu", "1", "--sbatch", "hold", "--config", CONFIG, *opts)
             jobs[name] = [job_id, out, "training"]
         subprocess.run(["scontrol", "release", *(job[0] for job in jobs.values())], check=True)
@@ -141,7 +149,7 @@ def test_each_preemption_ends_in_a_checkpoint_a_requeue_and_a_resume(tiny_shapes
         assert "triggered an exception" not in job_log and "CalledProcessError" not in job_log, name
 
 
-STEPS = 40
+STEPS = 8
 
 
 def _preempt_each(jobs):
@@ -170,7 +178,7 @@ def test_a_plain_scancel_cancels_with_the_last_checkpoint_kept(tiny_shapes, tmp_
     """``scancel JOBID``: the training finishes its step and writes its checkpoint, the run
     summary says "cancelled", and the job ends cancelled instead of coming back."""
     out = tmp_path / "run"
-    opts = _overrides(tiny_shapes, out, STEPS, "SOLVER.BASE_LR", "0.002")
+    opts = _overrides(tiny_shapes, out, STEPS, "SOLVER.BASE_LR", "0.002", *HOLD)
     job_id, _ = _submit(tmp_path, "--cpus-per-gpu", "1", "--config", CONFIG, *opts)
     try:
         _wait_for(lambda: (out / "metrics.json").is_file() and len(_steps(out)) >= 2, "two steps", 240)
