@@ -19,6 +19,7 @@ from detectron2.layers import FrozenBatchNorm2d
 from detectron2.utils.events import EventStorage
 
 from largedet_video import add_video_config
+from largedet_video.layers import subbatch_bn
 from largedet_video.layers import (
     BNGrouping,
     NaiveSyncBatchNorm3d,
@@ -55,6 +56,9 @@ def _input(*shape):
         (SubBatchNormNd, nn.BatchNorm1d, (12, 3)),
         (SubBatchNormNd, nn.BatchNorm2d, (12, 3, 4, 5)),
         (SubBatchNormNd, nn.BatchNorm3d, (6, 3, 2, 4, 5)),
+        # groups of at least SLICED_MIN_VALUES values per channel: normalized slice by slice
+        (SubBatchNorm2d, nn.BatchNorm2d, (12, 3, 8, 8)),
+        (SubBatchNorm3d, nn.BatchNorm3d, (6, 3, 4, 8, 8)),
     ],
 )
 @pytest.mark.parametrize("num_splits", [1, 2, 3])
@@ -77,6 +81,26 @@ def test_equals_separate_bn_per_group(sub_cls, bn_cls, shape, num_splits):
     # One shared affine: its gradient is the sum over the groups'.
     torch.testing.assert_close(sub.weight.grad, sum(bn.weight.grad for bn in refs))
     torch.testing.assert_close(sub.bias.grad, sum(bn.bias.grad for bn in refs))
+
+
+@pytest.mark.parametrize("num_splits", [2, 4, 16])
+def test_both_layouts_give_the_same_outputs_gradients_and_statistics(monkeypatch, num_splits):
+    """Groups as slices of the batch (few groups of many values: here 16 x 8 x 8 values per
+    channel each) and groups moved into channels (forced by SLICED_MAX_GROUPS = 0)."""
+    torch.manual_seed(0)
+    sub = _random_affine(SubBatchNorm2d(3, num_splits=num_splits).double())
+    assert 16 * 8 * 8 >= subbatch_bn.SLICED_MIN_VALUES and num_splits <= subbatch_bn.SLICED_MAX_GROUPS
+    data = _input(16 * num_splits, 3, 8, 8).detach()
+    results = []
+    for max_groups in (subbatch_bn.SLICED_MAX_GROUPS, 0):
+        monkeypatch.setattr(subbatch_bn, "SLICED_MAX_GROUPS", max_groups)
+        bn = copy.deepcopy(sub)
+        x = data.clone().requires_grad_()
+        y = bn(x)
+        (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum().backward()
+        results.append((y, x.grad, bn.weight.grad, bn.bias.grad, bn.running_mean, bn.running_var))
+    for sliced, moved in zip(*results):
+        torch.testing.assert_close(sliced, moved)
 
 
 def test_tsm_layout_groups_whole_clips():
