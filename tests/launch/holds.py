@@ -1,8 +1,10 @@
 """Hooks that make the launch tests wait on events rather than on the host's speed, given to
 ``tools/train_net.py`` with ``--import holds`` (or ``IMPORTS ('holds',)``) and named by
 ``HOOKS``. Each holds a process after a step until that process is asked to stop (its
-pre-emption signal has arrived: ``trainer.loop.stop_requested``); the run then goes on as
-without the hook: the stop is agreed in the next step, which saves and exits.
+pre-emption signal has arrived: ``trainer.loop.stop_requested``; in a run of several
+processes, until any of them was); the run then goes on as without the hook: the stop is
+agreed in the next step, which saves and exits. A hold that no signal ends fails after
+``HOLD_LIMIT_S``.
 
 * ``HoldWhileAlone``: in a round of one process (an elastic job's survivor training alone),
   after that round's second step: the run cannot end before the lost machine is back.
@@ -19,8 +21,22 @@ from detectron2.utils import comm
 from largedet.engine import HOOK_REGISTRY
 
 
+#: a held process that no signal reaches fails the test instead of hanging it
+HOLD_LIMIT_S = 600
+
+
 def _until_stop_requested(trainer) -> None:
-    while not trainer.loop.stop_requested:
+    """Until this process (one process) or any process of the run (several: they hold at the
+    same step and poll together) was asked to stop; RuntimeError after HOLD_LIMIT_S."""
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while True:
+        asked = bool(trainer.loop.stop_requested)
+        if comm.get_world_size() > 1:
+            asked = any(comm.all_gather(asked))
+        if asked:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"held {HOLD_LIMIT_S} s after iteration {trainer.iter}: no stop signal came")
         time.sleep(0.05)
 
 

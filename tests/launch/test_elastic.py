@@ -187,6 +187,7 @@ _HOLD = """
 import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
 fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)  # no earlier holder's longer text left behind
 os.write(fd, sys.argv[2].encode())
 print("held", flush=True)
 time.sleep(float(sys.argv[3]))
