@@ -141,13 +141,14 @@ def test_resume_with_workers_and_grouping_is_bit_exact(mixed_aspect, tmp_path):
             )
 
 
-#: numpy's seed before the first run: its data seed regroups 1 of the 12 images trained on
-#: (with 1 instead, none: both branches below were run)
-RESUME_LAYOUT_RNG = 0
+#: numpy's seed before the first run, and whether its data seed's regrouping repeats images
+#: (the test computes that itself; the pairs pin that both lines are seen)
+LAYOUT_CASES = [(True, 0, True), (True, 1, False), (False, 0, None)]
 
 
-@pytest.mark.parametrize("grouping", [True, False])
-def test_resume_on_another_layout_says_what_changed(mixed_aspect, tiny_shapes, tmp_path, caplog, grouping):
+@pytest.mark.parametrize("grouping, rng, repeats", LAYOUT_CASES)
+def test_resume_on_another_layout_says_what_changed(mixed_aspect, tiny_shapes, tmp_path, caplog, grouping, rng,
+                                                    repeats):  # fmt: skip
     # 2 steps of 6 images in 2 micro-batches of 3, then resumed with 3 of 2 (K 2 -> 3)
     from engine_testing import largedet_log
 
@@ -156,8 +157,8 @@ def test_resume_on_another_layout_says_what_changed(mixed_aspect, tiny_shapes, t
     if not grouping:  # images of one size (the tiny detector stacks them)
         opts += ["DATASETS.TRAIN", ("tiny_shapes_train",), "INPUT.MIN_SIZE_TRAIN", (64,)]
     # the data seed comes from numpy's global generator (Detectron2's shared seed): fixed
-    # here, whatever ran before in this process, with a seed whose regrouping repeats images
-    seed_all_rng(RESUME_LAYOUT_RNG)
+    # here, whatever ran before in this process
+    seed_all_rng(rng)
     first = Trainer(_cfg(tmp_path, *opts, "SOLVER.IMS_PER_DEVICE", 3))
     first.resume_or_load(resume=False)
     first.train()
@@ -182,6 +183,7 @@ def test_resume_on_another_layout_says_what_changed(mixed_aspect, tiny_shapes, t
 
     trained = set(batches(3, 0, 4))  # 12 images in batches of 3
     again = len(trained & set(batches(2, 12, 60)))
+    assert (again > 0) == repeats, again
     if again == 0:  # some data seeds regroup into the same images
         assert "aspect-ratio grouping regroups the same images (none repeated or skipped)" in line
     else:

@@ -30,12 +30,11 @@ def _until_stop_requested(trainer) -> None:
     same step and poll together) was asked to stop; RuntimeError after HOLD_LIMIT_S."""
     deadline = time.monotonic() + HOLD_LIMIT_S
     while True:
-        asked = bool(trainer.loop.stop_requested)
-        if comm.get_world_size() > 1:
-            asked = any(comm.all_gather(asked))
-        if asked:
+        state = (bool(trainer.loop.stop_requested), time.monotonic() > deadline)
+        states = comm.all_gather(state) if comm.get_world_size() > 1 else [state]
+        if any(asked for asked, _ in states):
             return
-        if time.monotonic() > deadline:
+        if any(late for _, late in states):  # every process gives up together
             raise RuntimeError(f"held {HOLD_LIMIT_S} s after iteration {trainer.iter}: no stop signal came")
         time.sleep(0.05)
 

@@ -228,7 +228,8 @@ def report(args, plans, counts, step_s, figures):
     # each shape's time per voxel (clips x frames x crop^2) over the plain-BN model's at the
     # base shape: 1.0 where a step's cost follows its voxels exactly
     base_shape = plans["base"].schedule.base_shape
-    base_per_voxel = median[("base", base_shape)] / voxels(base_shape) if ("base", base_shape) in median else None
+    base_step = median.get(("base", base_shape))
+    base_per_voxel = None if base_step is None else base_step / voxels(base_shape)
     figures["shapes"] = []
     for model_name, shape in sorted(step_s, key=_row_order):
         v, step = step_s[(model_name, shape)], median[(model_name, shape)]
@@ -245,8 +246,10 @@ def report(args, plans, counts, step_s, figures):
         if base_per_voxel is not None:
             row["per_voxel_vs_base"] = step / voxels(shape) / base_per_voxel
         figures["shapes"].append(row)
-    print(f"Step times, median of {figures['rounds']} round(s) of {args.steps} step(s); "
-          f"per voxel: over the plain-BN model's at the base shape {base_shape}:")
+    print(
+        f"Step times, median of {figures['rounds']} round(s) of {args.steps} step(s); "
+        f"per voxel: over the plain-BN model's at the base shape {base_shape}:"
+    )
     for row in figures["shapes"]:
         lo, hi = row["step_ms_range"]
         rel = row.get("per_voxel_vs_base")

@@ -103,9 +103,9 @@ def bn_grouping(clips_per_device: int, group_size: int = 8, world_size: int = 1)
 
 #: :meth:`_SubBatchNormMixin._split_forward` normalizes each group as a slice of the batch
 #: when there are at most this many groups of at least ``SLICED_MIN_VALUES`` values per
-#: channel each: a call per group then costs less than moving the groups into channels and
-#: back (on one CPU thread, about 0.6-0.9x the time for 2-8 groups of 128 values or more;
-#: more calls of fewer values cost more)
+#: channel each: a call per group then cost less than moving the groups into channels and
+#: back on one CPU thread, and many calls of few values more (benchmarks/RESULTS.md, "Where
+#: the short cycle's cost per voxel comes from")
 SLICED_MAX_GROUPS = 16
 SLICED_MIN_VALUES = 128
 
@@ -202,7 +202,7 @@ class _SubBatchNormMixin:
             y = F.batch_norm(grouped, mean, var, weight, bias, True, 1.0, self.eps)
             y = y.reshape(n // k, k, c, -1).transpose(0, 1).reshape(x.shape)
         if self.track_running_stats:
-            biased = var * ((count - 1) / count) if count > 1 else var.zero_()
+            biased = var * ((count - 1) / count)  # the kernel refuses one value per channel
             self._update_running_stats(mean.view(k, c), biased.view(k, c), count)
         return y
 
