@@ -3,7 +3,7 @@
 
     python study/study_report.py            # regenerate every marked table and number
     python study/study_report.py --check    # exit 1 naming each file that differs
-    python study/study_report.py --goal     # the regime and video grids' checks (exit 1: goal not met)
+    python study/study_report.py --goal     # the regime and video grids' checks, the optimizer table, multigrid's verdict (exit 1: goal not met)
     python study/study_report.py --block regime-comparison   # print one block
     python study/study_report.py --figures  # the comparison tables as pictures (interval_plot), mg_time's figure
 """
@@ -33,7 +33,9 @@ def main(argv=None) -> int:
         return 0
     if args.goal:
         print("Detection, regime grid:\n" + report.regime_verdict())
+        print("\nThe optimizers at batch 256 (regime grid):\n" + report.regime_optimizers())
         print("\nVideo, tsm4k grid:\n" + report.video_verdict("video4k"))
+        print("\nMultigrid's time to accuracy, mg_time grid:\n" + report.BLOCKS["mg-time-verdict"]())
         return 0 if report.regime_goal() else 1
     if args.check:
         stale = report.check()

@@ -320,3 +320,19 @@ def test_recipe_table_words_a_video_rows_schedule(tmp_path, monkeypatch):
     lines = report.recipe_table().splitlines()
     assert "| 128 (3.12%) | SGD, multigrid, the short cycle alone, step LR | 2x | 2/3 | -2.00 [" in "\n".join(lines)
     assert "| 256 (6.25%) | SGD, cosine LR | 1x | 2/3 | -1.00 [" in "\n".join(lines)
+
+
+def test_goal_prints_every_verdict_and_the_optimizer_table(capsys):
+    """``study_report.py --goal``: the regime verdicts, the PMD-LAMB / LAMB / SGD table, the
+    video verdict and multigrid's, each as its block gives it; exit 1 unless the regime goal is met."""
+    import runpy
+
+    script = runpy.run_path(os.path.join(report.ROOT, "study", "study_report.py"))
+    code = script["main"](["--goal"])
+    out = capsys.readouterr().out
+    assert code == (0 if report.regime_goal() else 1)
+    for heading, block in (("Detection, regime grid:", report.regime_verdict()),
+                           ("The optimizers at batch 256 (regime grid):", report.regime_optimizers()),
+                           ("Video, tsm4k grid:", report.video_verdict("video4k")),
+                           ("Multigrid's time to accuracy, mg_time grid:", report.BLOCKS["mg-time-verdict"]())):  # fmt: skip
+        assert f"{heading}\n{block}\n" in out
