@@ -24,7 +24,8 @@ class TimeGuard:
     The limit is ``SIGALRM`` (``setitimer``, Unix): it interrupts a step that would not end,
     a loader that waits for a worker included. Where the exception is swallowed (raised in a
     ``__del__``, say), it is raised again every second until the block ends. Outside the
-    block (and with ``seconds`` 0: no limit) nothing is raised. A loop that checks ``left``
+    block (and with ``seconds`` 0: no limit) nothing is raised: the timer is off and the
+    handler that was there before is back. A loop that checks ``left``
     between steps stops at the end itself, keeping the step under way; ``grace`` lets it.
 
     Args:
@@ -38,6 +39,7 @@ class TimeGuard:
         self.grace = grace
         self.expired = False
         self._active = False
+        self._previous = None
 
     def left(self) -> float:
         """Seconds until the end (``inf`` without a limit; negative past it)."""
@@ -54,7 +56,7 @@ class TimeGuard:
     def __enter__(self) -> "TimeGuard":
         if math.isfinite(self.end):
             self._active = True
-            signal.signal(signal.SIGALRM, self._fire)
+            self._previous = signal.signal(signal.SIGALRM, self._fire)
             signal.setitimer(signal.ITIMER_REAL, max(self.left() + self.grace, 1e-3), 1.0)
         return self
 
@@ -62,4 +64,5 @@ class TimeGuard:
         self._active = False
         if math.isfinite(self.end):
             signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
         return exc_type is not None and issubclass(exc_type, TimeUp)

@@ -45,11 +45,21 @@ def test_a_swallowed_alarm_rings_again():
     assert guard.expired and caught == ["not yet", "TimeUp"]
 
 
-def test_in_time_nothing_is_raised():
-    with TimeGuard(60.0, grace=1.0) as guard:
-        time.sleep(0.05)
-    assert not guard.expired and 30.0 < guard.left() <= 60.0
-    time.sleep(0.05)  # the alarm is off after the block
+def test_in_time_nothing_is_raised_and_the_alarm_is_put_back():
+    def earlier(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGALRM, earlier)
+    try:
+        with TimeGuard(60.0, grace=1.0) as guard:
+            assert 59.0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 61.0
+            time.sleep(0.05)
+        assert not guard.expired and 30.0 < guard.left() <= 60.0
+        # after the block: no timer left running, and the handler that was there is back
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        assert signal.getsignal(signal.SIGALRM) is earlier
+    finally:
+        signal.signal(signal.SIGALRM, before)
     with TimeGuard(0) as unlimited:
         assert unlimited.left() == float("inf")
     assert not unlimited.expired
