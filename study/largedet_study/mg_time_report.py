@@ -14,6 +14,9 @@ schedule at the base epochs (1x); rows of one machine class only, the reference'
   ">=" where the schedule's first budget is already above it: it got there sooner).
 * Accuracy: the reported top-1 minus the reference's by Welch's t (the 95% interval and the
   one-sided 95% lower bound, :func:`largedet_study.fairness.welch`).
+* Machine speed: a row counts only where its machine-speed probes (before and after each
+  invocation, :mod:`largedet_study.speed_probe`) stand within the probe's tolerance of the
+  median probe of the reference's rows: wall clocks are compared at one speed only.
 * Verdict: the held-out split chooses, among the multigrid points with three seeds and a
   mean speed-up of at least :data:`GOAL_SPEEDUP` (:data:`MOONSHOT_SPEEDUP`), the one with the
   best held-out mean; the reported split reports it: the goal is met where its lower bound
@@ -28,16 +31,18 @@ from __future__ import annotations
 import csv
 import os
 import re
+import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .fairness import machine_class, welch
+from .speed_probe import TOLERANCE as PROBE_TOLERANCE
 from .stats import Summary, fmt, summarize
 
 __all__ = [
     "BLOCKS", "GOAL_LOWER_BOUND", "GOAL_SPEEDUP", "MG_TIME_CSV", "MOONSHOT_SPEEDUP", "Point",
     "choose", "draw", "load", "mg_time_table", "mg_time_verdict", "plot_top1_vs_time", "points",
-    "reach_speed_ups", "speed_ups", "time_to_reach",
+    "reach_speed_ups", "speed_check", "speed_ups", "time_to_reach",
 ]  # fmt: skip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -99,16 +104,46 @@ def load(path: str = os.path.join(ROOT, MG_TIME_CSV)) -> List[dict]:
         return list(csv.DictReader(f))
 
 
-def points(rows: Sequence[dict]) -> Tuple[Dict[Tuple[str, float], Point], str]:
+def _trained(rows: Sequence[dict]) -> Tuple[List[dict], str]:
     """The trained rows (not diverged, with ``train_s`` and top-1) of the reference's machine
-    class by ``(schedule, epochs factor)``, and that class ("" where there is no reference
-    row yet)."""
+    class, and that class ("" where there is no reference row)."""
     trained = [r for r in rows if r.get("diverged") != "yes" and r.get("train_s") and r.get(REPORTED)]
     reference = [r for r in trained if _key(r["cell"]) == ("plain", 1.0)]
     cls = machine_class(reference[0].get("device", "")) if reference else ""
+    return [r for r in trained if machine_class(r.get("device", "")) == cls], cls
+
+
+def _probes(row: dict) -> Optional[Tuple[float, float]]:
+    lo, hi = row.get("probe_ms_min"), row.get("probe_ms_max")
+    return (float(lo), float(hi)) if lo not in (None, "") and hi not in (None, "") else None
+
+
+def speed_check(rows: Sequence[dict]) -> Tuple[Optional[float], List[str], List[str]]:
+    """Among the trained rows of the reference's class: the median of the reference rows'
+    probes (ms; None where none has one), the cells whose probes stand more than
+    ``PROBE_TOLERANCE`` from it and the cells without a probe: both left out."""
+    trained, _ = _trained(rows)
+    ref_probes = [v for r in trained if _key(r["cell"]) == ("plain", 1.0) and _probes(r) for v in _probes(r)]
+    median = statistics.median(ref_probes) if ref_probes else None
+    off, missing = [], []
+    for r in trained:
+        probes = _probes(r)
+        if probes is None or median is None:
+            missing.append(r["cell"])
+        elif probes[0] < median * (1 - PROBE_TOLERANCE) or probes[1] > median * (1 + PROBE_TOLERANCE):
+            off.append(r["cell"])
+    return median, off, missing
+
+
+def points(rows: Sequence[dict]) -> Tuple[Dict[Tuple[str, float], Point], str]:
+    """The trained rows (not diverged, with ``train_s`` and top-1) of the reference's machine
+    class at the reference's speed (:func:`speed_check`) by ``(schedule, epochs factor)``, and
+    that class ("" where there is no reference row yet)."""
+    trained, cls = _trained(rows)
+    _, off, missing = speed_check(rows)
     groups: Dict[Tuple[str, float], List[dict]] = {}
     for r in trained:
-        if machine_class(r.get("device", "")) == cls:
+        if r["cell"] not in off and r["cell"] not in missing:
             groups.setdefault(_key(r["cell"]), []).append(r)
     order = {s: i for i, s in enumerate(SCHEDULES)}
     keys = sorted(groups, key=lambda k: (order[k[0]], k[1]))
@@ -161,6 +196,25 @@ def reach_speed_ups(schedule: str, pts: Dict[Tuple[str, float], Point], target: 
     return out
 
 
+def _speed_note(rows: Sequence[dict], lead: str) -> str:
+    """What the speed probe did: the reference's median probe and the rows it left out
+    ("" where there are no trained rows); ``lead`` joins it to the sentence before
+    (" (" closes with ")")."""
+    trained, _ = _trained(rows)
+    if not trained:
+        return ""
+    median, off, missing = speed_check(rows)
+    parts = [] if median is None else [f"the reference's machine-speed probe {fmt(median, 1)} ms"]
+    if off:
+        parts.append(f"left out at another machine speed (probe beyond ±{PROBE_TOLERANCE:.0%}): "
+                     + ", ".join(f"`{c}`" for c in off))  # fmt: skip
+    if missing:
+        parts.append("left out without a speed probe: " + ", ".join(f"`{c}`" for c in missing))
+    if not parts:
+        return ""
+    return lead + "; ".join(parts) + (")" if lead == " (" else "")
+
+
 def _ms(s: Optional[Summary], digits: int = 2) -> str:
     if s is None:
         return "-"
@@ -181,10 +235,11 @@ def mg_time_table(rows: Sequence[dict]) -> str:
     pts, cls = points(rows)
     ref = pts.get(("plain", 1.0))
     if ref is None:
-        return "(no plain-schedule row of the mg_time grid yet)"
+        return "(no plain-schedule row of the mg_time grid yet" + _speed_note(rows, "; ") + ")"
     head = ["schedule, epochs", "n", "training s", "speed-up (per seed)", "held-out top-1",
             "reported top-1", "reported minus plain 1x [95%]", "lower bound", "goal"]  # fmt: skip
-    lines = [f"Machine class {cls}; reference: the plain step schedule at 1x the epochs (n={len(ref.rows)}).", "",
+    lines = [f"Machine class {cls}; reference: the plain step schedule at 1x the epochs (n={len(ref.rows)})"
+             + _speed_note(rows, "; ") + ".", "",
              "| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for key, p in pts.items():
         ratios = speed_ups(p, ref)
@@ -236,11 +291,11 @@ def mg_time_verdict(rows: Sequence[dict]) -> str:
     pts, cls = points(rows)
     ref = pts.get(("plain", 1.0))
     if ref is None:
-        return "- No plain-schedule row of the mg_time grid yet: goal not met."
+        return "- No plain-schedule row of the mg_time grid yet" + _speed_note(rows, " (") + ": goal not met."
     searched = sum(1 for p in pts.values() if p.schedule != "plain")
     lines = [f"- Reference: the plain step schedule at 1x, reported top-1 {ref.summary(REPORTED).text()}, "
              f"training {_ms(ref.summary('train_s'), 0)} s ({cls}); {searched} multigrid "
-             f"point{'s' * (searched != 1)} (schedule x epochs) measured."]  # fmt: skip
+             f"point{'s' * (searched != 1)} (schedule x epochs) measured{_speed_note(rows, '; ')}."]  # fmt: skip
     for label, speed in (("Goal", GOAL_SPEEDUP), ("Moonshot", MOONSHOT_SPEEDUP)):
         p, among = choose(pts, speed)
         if p is None:

@@ -27,13 +27,21 @@ def rows():
     out = []
     for cell, seeds in DATA.items():
         for seed, (t, ho, top1) in enumerate(seeds):
+            # the machine-speed probes: the reference's 20-21 ms (median 20.5), the others within 15%
+            probes = ("20.0", "21.0") if cell == "sgd-bs128-lrstep" else ("17.5", "23.5")
             out.append({"cell": cell + (f"-s{seed}" if seed else ""), "train_s": str(t), "holdout_top1": str(ho),
-                        "top1": str(top1), "diverged": "no", "device": ICL})
-    # left out: a diverged seed and a row of another machine class
+                        "top1": str(top1), "diverged": "no", "device": ICL,
+                        "probe_ms_min": probes[0], "probe_ms_max": probes[1]})  # fmt: skip
+    # left out: a diverged seed, a row of another machine class, a row at another machine
+    # speed (a probe 16% above the reference's) and a row without a probe
     out.append({"cell": "sgd-bs128-multigrid-s2", "train_s": "260", "holdout_top1": "", "top1": "",
-                "diverged": "yes", "device": ICL})
+                "diverged": "yes", "device": ICL, "probe_ms_min": "20", "probe_ms_max": "20"})
     out.append({"cell": "sgd-bs128-multigrid-long-s3", "train_s": "100", "holdout_top1": "99", "top1": "99",
-                "diverged": "no", "device": EPYC})
+                "diverged": "no", "device": EPYC, "probe_ms_min": "20", "probe_ms_max": "20"})
+    out.append({"cell": "sgd-bs128-multigrid-short-s3", "train_s": "100", "holdout_top1": "99", "top1": "99",
+                "diverged": "no", "device": ICL, "probe_ms_min": "20.0", "probe_ms_max": "23.78"})
+    out.append({"cell": "sgd-bs128-multigrid-short-s4", "train_s": "100", "holdout_top1": "99", "top1": "99",
+                "diverged": "no", "device": ICL, "probe_ms_min": "", "probe_ms_max": ""})
     return out
 
 
@@ -73,6 +81,27 @@ def test_points_keep_the_references_machine_class_and_trained_rows():
                          ("multigrid-long", 2.0), ("multigrid-short", 1.0)]  # fmt: skip
     assert pts[("multigrid-long", 1.0)].by_seed("train_s") == {0: 500.0, 1: 550.0, 2: 450.0}
     assert pts[("multigrid", 1.0)].by_seed("top1") == {0: 80.0, 1: 81.0}
+
+
+def test_rows_at_another_machine_speed_or_without_a_probe_are_left_out():
+    median, off, missing = mt.speed_check(rows())
+    assert median == 20.5  # the reference rows' probes: 20.0 and 21.0, three times
+    # 23.78 > 20.5 x 1.15 = 23.575; 17.5 and 23.5 lie inside [17.425, 23.575]
+    assert off == ["sgd-bs128-multigrid-short-s3"] and missing == ["sgd-bs128-multigrid-short-s4"]
+    pts, _ = mt.points(rows())
+    assert sorted(pts[("multigrid-short", 1.0)].by_seed("train_s")) == [0, 1, 2]
+    note = ("; the reference's machine-speed probe 20.5 ms; left out at another machine speed (probe beyond "
+            "±15%): `sgd-bs128-multigrid-short-s3`; left out without a speed probe: `sgd-bs128-multigrid-short-s4`")
+    assert mt.mg_time_table(rows()).splitlines()[0] == (
+        "Machine class Xeon-ICL; reference: the plain step schedule at 1x the epochs (n=3)" + note + ".")
+    assert mt.mg_time_verdict(rows()).splitlines()[0].endswith("4 multigrid points (schedule x epochs) measured"
+                                                                + note + ".")
+    # a reference without probes: nothing is at a known speed, so nothing is compared
+    bare = [dict(r, probe_ms_min="", probe_ms_max="") if r["cell"].startswith("sgd-bs128-lrstep") else r
+            for r in rows()]  # fmt: skip
+    assert mt.points(bare)[0] == {}
+    assert mt.mg_time_verdict(bare).startswith("- No plain-schedule row of the mg_time grid yet (left out without "
+                                               "a speed probe: `sgd-bs128-lrstep`")
 
 
 def test_speed_ups_seed_by_seed():

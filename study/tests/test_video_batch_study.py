@@ -284,4 +284,49 @@ def test_stage_columns_sum_the_invocations(tmp_path):
     append_stage_times(str(run), {"step_s": 5.0, "data_s": 0.52, "precise_bn_s": 0.0})
     row = study_runner.summarize_video_cell(plan, str(run), 0, 60.0, args)
     assert (row["step_s"], row["data_s"], row["precise_bn_s"]) == ("15.0", "1.5", "2.5")
-    assert list(study.VIDEO_STAGE_CSV_FIELDS[-3:]) == ["step_s", "data_s", "precise_bn_s"]
+    assert list(study.VIDEO_STAGE_CSV_FIELDS[-6:]) == ["step_s", "data_s", "precise_bn_s", "started_utc",
+                                                      "probe_ms_min", "probe_ms_max"]  # fmt: skip
+    assert (row["started_utc"], row["probe_ms_min"], row["probe_ms_max"]) == ("", "", "")
+
+
+def test_a_timed_grid_probes_the_machine_around_each_invocation(tmp_path, monkeypatch):
+    """``mg_time``: the speed probe runs just before and just after each training invocation;
+    a cell starting from step 0 forgets an earlier attempt's probes, a resumed one keeps them;
+    the row carries the first start and the probes' range. ``tsm4k`` (no stage columns)
+    probes nothing."""
+    from largedet_study import speed_probe
+
+    calls = []
+    monkeypatch.setattr(study_runner, "train", lambda overrides, run_dir, args: (calls.append("train"), (0, "", 1.0))[1])
+    values = iter([20.0, 22.5, 30.0, 19.0, 21.0])
+
+    def probe(run_dir, when, threads):
+        calls.append(when)
+        return speed_probe.record(run_dir, when, threads=threads, ms=next(values))
+
+    grid = study.build_video_grid("mg_time")
+    args = types.SimpleNamespace(grid_obj=grid, num_gpus=1, device_label="cpu", threads=1)
+    plan = study.plan_video_cell(grid, grid.cells[1], str(tmp_path))
+    run = str(tmp_path / "mg")
+    assert study_runner.run_cell(plan, run, args, probe=probe) == (0, "", 1.0)
+    assert calls == ["start", "train", "end"]
+    assert [e["ms"] for e in speed_probe.read(run)] == [20.0, 22.5]
+    # no checkpoint yet: a new attempt starts from step 0 and its probes replace those
+    study_runner.run_cell(plan, run, args, probe=probe)
+    assert [e["ms"] for e in speed_probe.read(run)] == [30.0, 19.0]
+    # resumed (a checkpoint is there): the probes of both invocations count
+    open(os.path.join(run, "last_checkpoint"), "w").close()
+    values = iter([25.0])
+    study_runner.run_cell(plan, run, args, probe=lambda d, w, threads: speed_probe.record(d, w, ms=next(values, 18.5)))
+    entries = speed_probe.read(run)
+    assert [(e["when"], e["ms"]) for e in entries] == [("start", 30.0), ("end", 19.0), ("start", 25.0), ("end", 18.5)]
+    cols = speed_probe.row_columns(run)
+    assert (cols["probe_ms_min"], cols["probe_ms_max"]) == ("18.500", "30.000")
+    assert cols["started_utc"] == entries[0]["utc"] and cols["started_utc"].endswith("Z")
+
+    calls.clear()
+    plain = study.build_video_grid("tsm4k")
+    args = types.SimpleNamespace(grid_obj=plain, num_gpus=1, device_label="cpu", threads=1)
+    other = str(tmp_path / "plain")
+    study_runner.run_cell(study.plan_video_cell(plain, plain.cells[0], str(tmp_path)), other, args, probe=probe)
+    assert calls == ["train"] and speed_probe.read(other) == []

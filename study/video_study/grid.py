@@ -411,8 +411,12 @@ VIDEO_HOLDOUT_CSV_FIELDS = VIDEO_CSV_FIELDS + [
     "lr_schedule", "warmup_epochs", "holdout_top1", "val_videos", "holdout_videos", "train_s",
 ]  # fmt: skip
 #: a grid with stage columns also writes the training steps', their data wait's and precise
-#: BN's seconds, summed over the run's invocations (its stage_times.json)
-VIDEO_STAGE_CSV_FIELDS = VIDEO_HOLDOUT_CSV_FIELDS + ["step_s", "data_s", "precise_bn_s"]
+#: BN's seconds, summed over the run's invocations (its stage_times.json), the first
+#: invocation's start (UTC) and the range of the machine-speed probes around its invocations
+#: (largedet_study.speed_probe)
+VIDEO_STAGE_CSV_FIELDS = VIDEO_HOLDOUT_CSV_FIELDS + [
+    "step_s", "data_s", "precise_bn_s", "started_utc", "probe_ms_min", "probe_ms_max",
+]  # fmt: skip
 
 
 def final_top1(metrics: Sequence[dict], test_set: str, key: str = "top1") -> str:

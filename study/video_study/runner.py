@@ -16,6 +16,7 @@ from typing import List, Optional
 
 from largedet.launch.run_summary import training_seconds
 from largedet_video.engine.stage_times import read_stage_times
+from largedet_study import speed_probe
 from largedet_study.runner import CARRY_HELP, _interrupt_on_sigterm, finished_run, read_done, run_todo, train
 
 from .grid import (
@@ -36,9 +37,20 @@ __all__ = ["main", "run_cell", "stage_seconds", "summarize_video_cell"]
 VIDEO_TRAIN_COMMAND = (sys.executable, os.path.join(ROOT, "projects", "video", "train.py"))
 
 
-def run_cell(plan: VideoPlan, run_dir: str, args):
-    """Train ``plan``'s cell in ``run_dir`` (resuming it there); (exit status, log, wall s)."""
-    return train(plan.overrides, run_dir, args)
+def run_cell(plan: VideoPlan, run_dir: str, args, probe=speed_probe.record):
+    """Train ``plan``'s cell in ``run_dir`` (resuming it there); (exit status, log, wall s).
+    In a grid with stage columns (a timed grid) the machine-speed probe
+    (:mod:`largedet_study.speed_probe`) runs just before and just after the training; a cell
+    that starts from step 0 forgets an earlier attempt's probes."""
+    timed = args.grid_obj.stage_columns
+    if timed:
+        if not os.path.exists(os.path.join(run_dir, "last_checkpoint")):
+            speed_probe.reset(run_dir)
+        probe(run_dir, "start", threads=args.threads)
+    result = train(plan.overrides, run_dir, args)
+    if timed:
+        probe(run_dir, "end", threads=args.threads)
+    return result
 
 
 def train_seconds(run_dir: str) -> str:
@@ -109,6 +121,7 @@ def summarize_video_cell(plan: VideoPlan, run_dir: str, returncode: int, wall: f
         )
     if grid.stage_columns:
         row.update(stage_seconds(run_dir))
+        row.update(speed_probe.row_columns(run_dir))
     return row
 
 
