@@ -9,7 +9,8 @@
   the large-batch recipe the held-out split chooses (each candidate by its seed-0 row), their
   difference by Welch's t, and what is missing where there is no verdict yet.
 * :func:`optimizer_table`: the paper's ablation: PMD-LAMB, LAMB and SGD at batch 256, each
-  at its best tuned recipe, against the baseline, and PMD-LAMB minus LAMB.
+  at its best tuned recipe (marked where its own sweep leaves the optimum open), against the
+  baseline, and PMD-LAMB minus LAMB.
 
 The one rule for "within X": the one-sided 95% lower bound of Welch's t (unequal variances,
 Welch-Satterthwaite degrees of freedom) is at least -X.
@@ -76,22 +77,26 @@ def _recipe_value(cell, name: str):
 @dataclass(frozen=True)
 class Budget:
     """The recipes one side of a verdict tried: their names, each dimension that varied among
-    them with the values tried, and the swept numbers whose chosen value is the smallest or
-    largest tried (an optimum not bracketed)."""
+    them with the values tried, and, among the recipes of the chosen one's optimizer (an LR
+    of LAMB's is bracketed by LAMB's sweep, not by PMD-LAMB's), the swept numbers whose chosen
+    value is the smallest or largest tried (an optimum not bracketed) and those never swept.
+    ``optimizer`` names that optimizer where the side tried more than one."""
 
     recipes: Tuple[str, ...]
     swept: Tuple[Tuple[str, Tuple], ...]
     edges: Tuple[str, ...]
     unswept: Tuple[str, ...]
+    optimizer: Optional[str] = None
 
     def text(self) -> str:
         dims = "; ".join(f"{name} {', '.join(str(v) for v in values)}" for name, values in self.swept)
         out = f"{len(self.recipes)} recipe{'s' * (len(self.recipes) != 1)}"
         out += f" over {dims}" if dims else " (nothing swept)"
+        whose = f"{self.optimizer}'s" if self.optimizer else "its"
         if self.edges:
-            out += f"; **the chosen value at an edge of its sweep: {', '.join(self.edges)}**"
+            out += f"; **the chosen value at an edge of {whose} sweep: {', '.join(self.edges)}**"
         if self.unswept:
-            out += f"; not swept: {', '.join(self.unswept)}"
+            out += f"; not swept{f' for {self.optimizer}' if self.optimizer else ''}: {', '.join(self.unswept)}"
         return out
 
 
@@ -100,21 +105,25 @@ def tuning_budget(names: Sequence[str], chosen: str, cells: Optional[Dict[str, o
     which ``chosen`` is the one the held-out split chose."""
     cells = cells_by_name() if cells is None else cells
     known = [cells[n] for n in names if n in cells]
+    opt = cells[chosen].optimizer if chosen in cells else None
+    own = [c for c in known if c.optimizer == opt] if opt is not None else known
     swept, edges, unswept = [], [], []
     for f in fields(known[0]) if known else ():
         if f.name not in RECIPE_FIELDS:
             continue
         values = list(dict.fromkeys(_recipe_value(c, f.name) for c in known))
-        numeric = sorted(v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool))
+        own_values = list(dict.fromkeys(_recipe_value(c, f.name) for c in own))
+        numeric = sorted(v for v in own_values if isinstance(v, (int, float)) and not isinstance(v, bool))
+        label = NUMBERS.get(f.name, f.name.replace("_", " "))
         if len(values) > 1:
-            label = NUMBERS.get(f.name, f.name.replace("_", " "))
             swept.append((label, tuple(sorted(values, key=str))))
-            mine = _recipe_value(cells[chosen], f.name) if chosen in cells else None
-            if f.name in NUMBERS and len(numeric) > 1 and mine in (numeric[0], numeric[-1]):
-                edges.append(f"{label} {mine}")
-        elif f.name in NUMBERS and f.name in ("lr_factor", "warmup_epochs"):
+        mine = _recipe_value(cells[chosen], f.name) if chosen in cells else None
+        if f.name in NUMBERS and len(numeric) > 1 and mine in (numeric[0], numeric[-1]):
+            edges.append(f"{label} {mine}")
+        elif f.name in ("lr_factor", "warmup_epochs") and len(own_values) <= 1:
             unswept.append(NUMBERS[f.name])
-    return Budget(tuple(names), tuple(swept), tuple(edges), tuple(unswept))
+    several = len({c.optimizer for c in known}) > 1
+    return Budget(tuple(names), tuple(swept), tuple(edges), tuple(unswept), opt if several else None)
 
 
 def _on(fam, cls: str):
@@ -293,7 +302,10 @@ def optimizer_table(fams: Dict[str, object]) -> str:
                 if base is not None:
                     h = welch(chosen.values("holdout_ap"), base.values("holdout_ap"))
                     r = welch(chosen.values("box_ap"), base.values("box_ap"))
-                lines.append(f"{row} `{chosen.name}` | {len(cands)} | {len(chosen.trained)} | "
+                b = tuning_budget([f.name for f in cands], chosen.name)
+                open_ = [f"{e} at an edge" for e in b.edges] + [f"{u} not swept" for u in b.unswept]
+                mark = f" ({'; '.join(open_)})" if open_ else ""
+                lines.append(f"{row} `{chosen.name}`{mark} | {len(cands)} | {len(chosen.trained)} | "
                              f"{_interval(h)} | {_interval(r)} |")  # fmt: skip
         for factor in FACTORS:
             p, q = best.get(("pmd_lamb", factor)), best.get(("lamb", factor))

@@ -74,4 +74,22 @@ def test_the_optimizer_table_compares_pmd_lamb_with_lamb_on_one_class():
     pmd_minus_lamb = rows[("Xeon-ICL", "PMD-LAMB minus LAMB", "1.0x")]
     # +0.40 held-out, SDs 0.1 each on three seeds: Welch's t with 4 degrees of freedom
     assert "+0.40 [+0.17, +0.63], lower bound +0.23" in pmd_minus_lamb
+    # one recipe each: the best recipe's LR and warm-up are open, and the table says so
+    assert "`pmd_lamb-bs256-lrwsd-wd0.01` (LR factor not swept; warm-up (epochs) not swept)" in \
+        rows[("Xeon-ICL", "PMD-LAMB", "1.0x")]
     assert table.endswith("Xeon-ICL: no batch-16 row yet.")
+
+
+def test_an_optimum_is_bracketed_by_its_own_optimizers_sweep():
+    # PMD-LAMB swept the LR (0.5, 1, 2); LAMB tried only 1.0: the side's LR values bracket
+    # 1.0, LAMB's own do not
+    names = ["pmd_lamb-bs256-lrwsd-wd0.01", "pmd_lamb-bs256-lrx0.5-lrwsd-wd0.01", "pmd_lamb-bs256-lrx2-lrwsd-wd0.01",
+             "lamb-bs256-lrwsd-wd0.01"]  # fmt: skip
+    lamb = fairness.tuning_budget(names, "lamb-bs256-lrwsd-wd0.01")
+    assert dict(lamb.swept)["LR factor"] == (0.5, 1.0, 2.0) and lamb.optimizer == "lamb"
+    assert lamb.edges == () and lamb.unswept == ("LR factor", "warm-up (epochs)")
+    assert lamb.text().endswith("; not swept for lamb: LR factor, warm-up (epochs)")
+    # PMD-LAMB's best at 0.5 is the low edge of its own sweep, whatever LAMB tried
+    pmd = fairness.tuning_budget(names + ["lamb-bs256-lrx0.25-lrwsd-wd0.01"], "pmd_lamb-bs256-lrx0.5-lrwsd-wd0.01")
+    assert pmd.edges == ("LR factor 0.5",) and pmd.unswept == ("warm-up (epochs)",)
+    assert "**the chosen value at an edge of pmd_lamb's sweep: LR factor 0.5**" in pmd.text()
