@@ -248,12 +248,18 @@ def verdict_text(fams: Dict[str, object]) -> str:
         lines.append(f"  - tuning, batch 16: {v.base_budget.text()}")
         lines.append(f"  - tuning, batch {LARGE_BATCH} at {v.factor:.1f}x: {v.large_budget.text()}")
     settled = [v for v in found if not v.missing]
-    goal = any(v.met for v in settled if v.factor > 1.0)
-    moon = any(v.met for v in settled if v.factor == 1.0)
-    lines.append(
-        f"- On one machine class with {SEEDS} seeds a side: goal (1.4x) **{'met' if goal else 'not shown'}**, "
-        f"moonshot (1.0x) **{'met' if moon else 'not shown'}**."
-    )
+
+    def said(big: bool) -> str:
+        met = [v for v in settled if v.met and (v.factor > 1.0) == big]
+        if not met:
+            return "**not shown**"
+        out = "**met** on " + ", ".join(v.machine for v in met)
+        if any(b.edges or b.unswept for v in met for b in (v.base_budget, v.large_budget)):
+            out += " (a side's tuning still open there: above)"
+        return out
+
+    lines.append(f"- On one machine class with {SEEDS} seeds a side: goal (1.4x) {said(True)}, "
+                 f"moonshot (1.0x) {said(False)}.")
     return "\n".join(lines)
 
 

@@ -109,7 +109,7 @@ def test_goal_and_moonshot_follow_welchs_bound_on_one_machine(fake_regime):
     verdict = report.regime_verdict()
     assert "**EPYC, 1.0x** (moonshot" in verdict
     assert "held-out -0.20 [-0.43, +0.03], lower bound -0.37" in verdict and "**met**" in verdict
-    assert "goal (1.4x) **not shown**, moonshot (1.0x) **met**" in verdict
+    assert "goal (1.4x) **not shown**, moonshot (1.0x) **met** on EPYC" in verdict
     assert not report.regime_goal()
     _add_rows(fake_regime, [_row(f"pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01{s}", 256, h, "83.7")
                             for s, h in (("", "82.6"), ("-s1", "82.7"), ("-s2", "82.8"))])  # fmt: skip
