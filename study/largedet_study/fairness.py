@@ -146,6 +146,19 @@ def _choose(fams: Sequence) -> Optional[object]:
     return max(scored, key=lambda fs: fs[1])[0] if scored else None
 
 
+def per_class(fams: Dict[str, object]) -> List[Tuple[str, Dict[str, object], Optional[object]]]:
+    """Per machine class of ``fams``' rows, in the order the rows first name it: the class,
+    its families cut to that class's rows (families without one left out) and its baseline,
+    the batch-16 family whose seed-0 row is best on the held-out split (None: no such row)."""
+    classes = list(dict.fromkeys(machine_class(r.get("device", "")) for f in fams.values() for r in f.rows))
+    out = []
+    for cls in classes:
+        mine = {n: _on(f, cls) for n, f in fams.items()}
+        mine = {n: f for n, f in mine.items() if f.rows}
+        out.append((cls, mine, _choose([f for f in mine.values() if f.batch == 16])))
+    return out
+
+
 def _factor(name: str) -> float:
     import re
 
@@ -177,15 +190,12 @@ class Verdict:
 def verdicts(fams: Dict[str, object]) -> List[Verdict]:
     """Per machine class with rows on both sides, and per epoch budget of :data:`FACTORS`: the
     :class:`Verdict` of the regime grid's families ``fams`` (report.families("regime"))."""
-    classes = list(dict.fromkeys(machine_class(r.get("device", "")) for f in fams.values() for r in f.rows))
+    cells = cells_by_name()
     out = []
-    for cls in classes:
-        mine = {n: _on(f, cls) for n, f in fams.items()}
-        mine = {n: f for n, f in mine.items() if f.rows}
+    for cls, mine, base in per_class(fams):
         small = [f for f in mine.values() if f.batch == 16]
         if not small:
             continue
-        base = _choose(small)
         for factor in FACTORS:
             large = [f for f in mine.values() if f.batch == LARGE_BATCH and _factor(f.name) == factor]
             if not large:
@@ -208,8 +218,8 @@ def verdicts(fams: Dict[str, object]) -> List[Verdict]:
                 pooled = difference(chosen.values("holdout_ap"), base.values("holdout_ap")).lower_bound
             out.append(Verdict(
                 cls, factor, base, chosen,
-                tuning_budget([f.name for f in small], base.name) if base else None,
-                tuning_budget([f.name for f in large], chosen.name) if chosen else None,
+                tuning_budget([f.name for f in small], base.name, cells) if base else None,
+                tuning_budget([f.name for f in large], chosen.name, cells) if chosen else None,
                 held, rep, pooled, tuple(missing),
             ))  # fmt: skip
     return out
@@ -280,13 +290,10 @@ def optimizer_table(fams: Dict[str, object]) -> str:
             "held-out minus baseline | `shapes_val` minus baseline |")  # fmt: skip
     lines = [head, "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     notes = []
-    classes = list(dict.fromkeys(machine_class(r.get("device", "")) for f in fams.values() for r in f.rows))
-    for cls in classes:
-        mine = {n: _on(f, cls) for n, f in fams.items()}
-        mine = {n: f for n, f in mine.items() if f.rows}
+    cells = cells_by_name()
+    for cls, mine, base in per_class(fams):
         if not any(f.batch == LARGE_BATCH for f in mine.values()):
             continue
-        base = _choose([f for f in mine.values() if f.batch == 16])
         notes.append(f"{cls}: " + (f"`{base.name}` (n={len(base.trained)})" if base else "no batch-16 row yet"))
         best: Dict[Tuple[str, float], object] = {}
         for opt, label in OPTIMIZERS:
@@ -308,7 +315,7 @@ def optimizer_table(fams: Dict[str, object]) -> str:
                 if base is not None:
                     h = welch(chosen.values("holdout_ap"), base.values("holdout_ap"))
                     r = welch(chosen.values("box_ap"), base.values("box_ap"))
-                b = tuning_budget([f.name for f in cands], chosen.name)
+                b = tuning_budget([f.name for f in cands], chosen.name, cells)
                 open_ = [f"{e} at an edge" for e in b.edges] + [f"{u} not swept" for u in b.unswept]
                 mark = f" ({'; '.join(open_)})" if open_ else ""
                 lines.append(f"{row} `{chosen.name}`{mark} | {len(cands)} | {len(chosen.trained)} | "

@@ -648,7 +648,6 @@ def results_summary() -> str:
     lines = ["| study | batch / N | epochs | n (large / 16) | held-out: diff [95% interval] "
              "| reported: diff [95% interval] | machines |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
-    every = regime_families_all()
     rows = [
         ("detection, PMD-LAMB (configs' recipe)", "pmd_lamb-bs256-lrwsd-wd0.01", "256 / 24,576 = 1.0%", "1.0x"),
         ("detection, PMD-LAMB (configs' recipe)", "pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01", "256 / 24,576 = 1.0%", "1.4x"),
@@ -657,17 +656,12 @@ def results_summary() -> str:
         ("detection, PMD-LAMB (configs' recipe)", "pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01", "1024 / 24,576 = 4.2%", "1.4x"),
     ]
     baselines = []
-    classes = list(dict.fromkeys(machine_class(r.get("device", "")) for f in every.values() for r in f.rows))
-    for cls in classes:
-        mine = {n: fairness._on(f, cls) for n, f in every.items()}
-        base = fairness._choose([f for f in mine.values() if f.rows and f.batch == 16])
-        if base is None or not base.trained:
+    for cls, mine, base in fairness.per_class(regime_families_all()):
+        if base is None:
             continue
         added = 0
         for label, name, share, epochs in rows:
-            fam = mine.get(name)
-            line = _row_against(label, fam if fam is not None and fam.rows else None, base,
-                                ("holdout_ap", "box_ap"), share, epochs)  # fmt: skip
+            line = _row_against(label, mine.get(name), base, ("holdout_ap", "box_ap"), share, epochs)
             if line:
                 lines.append(line)
                 added += 1

@@ -336,3 +336,24 @@ def test_goal_prints_every_verdict_and_the_optimizer_table(capsys):
                            ("Video, tsm4k grid:", report.video_verdict("video4k")),
                            ("Multigrid's time to accuracy, mg_time grid:", report.BLOCKS["mg-time-verdict"]())):  # fmt: skip
         assert f"{heading}\n{block}\n" in out
+
+
+def test_the_readme_table_compares_each_detection_row_with_its_own_machines_baseline(fake_regime):
+    """The fixture's rows ran on the EPYC; an AMX Xeon's baseline (lower, 81.1 held-out) and
+    1.4x recipe (81.5) are added. Each row is against its own class's baseline: EPYC 1.0x
+    82.5 - 82.7 = -0.20 and AMX 1.4x 81.5 - 81.1 = +0.40 (SDs 0.1, three seeds a side:
+    Welch's t on 4 degrees of freedom), and no row pairs two classes."""
+    amx = "2-core Intel Xeon VM (AMX), CPU, 1 thread per run"
+    _add_rows(fake_regime, [_row(f"sgd-bs16-wu0.65-lrx4-lrwsd{s}", 16, h, "82.0", amx)
+                            for s, h in (("", "81.0"), ("-s1", "81.2"), ("-s2", "81.1"))]
+              + [_row(f"pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01{s}", 256, h, "82.0", amx)
+                 for s, h in (("", "81.5"), ("-s1", "81.6"), ("-s2", "81.4"))])  # fmt: skip
+    table = report.results_summary()
+    rows = [line for line in table.splitlines() if line.startswith("| detection")]
+    assert len(rows) == 3  # EPYC: 1.0x and 2x; AMX: 1.4x
+    epyc_1x = next(r for r in rows if "| 1.0x |" in r)
+    assert "-0.20 [-0.43, +0.03]" in epyc_1x and epyc_1x.endswith("| EPYC / EPYC |")
+    amx_14x = next(r for r in rows if "| 1.4x |" in r)
+    assert "+0.40 [+0.17, +0.63]" in amx_14x and amx_14x.endswith("| Xeon-AMX / Xeon-AMX |")
+    assert "detection on EPYC: `sgd-bs16-wu0.65-lrwsd` (3 seeds); detection on Xeon-AMX: " \
+           "`sgd-bs16-wu0.65-lrx4-lrwsd` (3 seeds)" in table
