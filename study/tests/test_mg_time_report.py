@@ -172,3 +172,11 @@ def test_empty_csv_and_figure(tmp_path):
     figure = mt.plot_top1_vs_time(mt.load(str(path)), str(tmp_path / "f" / "mg.png"))
     assert figure and (tmp_path / "f" / "mg.png").stat().st_size > 10_000
     assert mt.plot_top1_vs_time([], str(tmp_path / "none.png")) is None
+
+
+def test_reference_alone_says_no_multigrid_row_yet():
+    only_plain = [r for r in rows() if r["cell"].startswith("sgd-bs128-lrstep")]
+    text = mt.mg_time_table(only_plain)
+    assert "| plain step schedule, 1x the epochs | 3 |" in text
+    assert text.splitlines()[-1] == "(no multigrid row yet: no speed-up to the reference's top-1)"
+    assert "Speed-up to reach" not in text
