@@ -1,8 +1,9 @@
 """Multigrid's time to accuracy: the ``mg_time`` video grid's CSV
 (``study/video_batch_study.py --grid mg_time``) as tables, a verdict and a figure.
 
-Each schedule (the plain step schedule and multigrid's three: long and short cycle, the long
-cycle alone, the short cycle alone) at each of its epoch budgets is a point of top-1 against
+Each schedule (the plain step schedule and multigrid's: long and short cycle, the long cycle
+alone, the short cycle alone; the long cycle's LR held at the base shape's or grown by the
+linear rule) at each of its epoch budgets is a point of top-1 against
 its training wall clock (``train_s``: the run less its evaluation). The reference is the plain
 schedule at the base epochs (1x); rows of one machine class only, the reference's.
 
@@ -58,11 +59,14 @@ HOLDOUT, REPORTED = "holdout_top1", "top1"
 #: the schedules by the name part a cell carries, in the tables' order
 SCHEDULES = {
     "plain": "plain step schedule",
-    "multigrid": "multigrid, long + short cycle",
-    "multigrid-long": "multigrid, long cycle alone",
+    "multigrid-lrheld": "multigrid, long + short cycle, LR held",
+    "multigrid-long-lrheld": "multigrid, long cycle alone, LR held",
     "multigrid-short": "multigrid, short cycle alone",
+    "multigrid": "multigrid, long + short cycle, linear-rule LR",
+    "multigrid-long": "multigrid, long cycle alone, linear-rule LR",
 }
-_NAME = re.compile(r"^\w+-bs\d+(?:-(multigrid(?:-long|-short)?))?(?:-ep([\d.]+)x)?(?:-lrstep)?(?:-s(\d+))?$")
+_NAME = re.compile(
+    r"^\w+-bs\d+(?:-(multigrid(?:-long|-short)?(?:-lrheld)?))?(?:-ep([\d.]+)x)?(?:-lrstep)?(?:-s(\d+))?$")
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ DATA = {
     "sgd-bs128-lrstep": [(1000, 84.0, 84.9), (1100, 84.2, 85.0), (900, 84.4, 85.1)],
     "sgd-bs128-ep0.5x-lrstep": [(500, 80.0, 80.0), (550, 81.0, 81.0), (450, 82.0, 82.0)],
     "sgd-bs128-multigrid-short": [(400, 84.0, 85.0), (500, 84.5, 85.1), (300, 85.0, 85.2)],
-    "sgd-bs128-multigrid-long": [(500, 82.0, 83.0), (550, 83.0, 84.0), (450, 83.5, 84.5)],
-    "sgd-bs128-multigrid-long-ep2x": [(1000, 85.0, 86.0), (1100, 85.0, 86.0), (900, 85.0, 85.5)],
-    "sgd-bs128-multigrid": [(250, 79.0, 80.0), (275, 80.0, 81.0)],
+    "sgd-bs128-multigrid-long-lrheld": [(500, 82.0, 83.0), (550, 83.0, 84.0), (450, 83.5, 84.5)],
+    "sgd-bs128-multigrid-long-lrheld-ep2x": [(1000, 85.0, 86.0), (1100, 85.0, 86.0), (900, 85.0, 85.5)],
+    "sgd-bs128-multigrid-lrheld": [(250, 79.0, 80.0), (275, 80.0, 81.0)],
 }
 
 
@@ -34,9 +34,9 @@ def rows():
                         "probe_ms_min": probes[0], "probe_ms_max": probes[1]})  # fmt: skip
     # left out: a diverged seed, a row of another machine class, a row at another machine
     # speed (a probe 16% above the reference's) and a row without a probe
-    out.append({"cell": "sgd-bs128-multigrid-s2", "train_s": "260", "holdout_top1": "", "top1": "",
+    out.append({"cell": "sgd-bs128-multigrid-lrheld-s2", "train_s": "260", "holdout_top1": "", "top1": "",
                 "diverged": "yes", "device": ICL, "probe_ms_min": "20", "probe_ms_max": "20"})
-    out.append({"cell": "sgd-bs128-multigrid-long-s3", "train_s": "100", "holdout_top1": "99", "top1": "99",
+    out.append({"cell": "sgd-bs128-multigrid-long-lrheld-s3", "train_s": "100", "holdout_top1": "99", "top1": "99",
                 "diverged": "no", "device": EPYC, "probe_ms_min": "20", "probe_ms_max": "20"})
     out.append({"cell": "sgd-bs128-multigrid-short-s3", "train_s": "100", "holdout_top1": "99", "top1": "99",
                 "diverged": "no", "device": ICL, "probe_ms_min": "20.0", "probe_ms_max": "23.78"})
@@ -77,10 +77,10 @@ def welch_lower_bound(a, b):
 def test_points_keep_the_references_machine_class_and_trained_rows():
     pts, cls = mt.points(rows())
     assert cls == "Xeon-ICL"
-    assert list(pts) == [("plain", 0.5), ("plain", 1.0), ("multigrid", 1.0), ("multigrid-long", 1.0),
-                         ("multigrid-long", 2.0), ("multigrid-short", 1.0)]  # fmt: skip
-    assert pts[("multigrid-long", 1.0)].by_seed("train_s") == {0: 500.0, 1: 550.0, 2: 450.0}
-    assert pts[("multigrid", 1.0)].by_seed("top1") == {0: 80.0, 1: 81.0}
+    assert list(pts) == [("plain", 0.5), ("plain", 1.0), ("multigrid-lrheld", 1.0), ("multigrid-long-lrheld", 1.0),
+                         ("multigrid-long-lrheld", 2.0), ("multigrid-short", 1.0)]  # fmt: skip
+    assert pts[("multigrid-long-lrheld", 1.0)].by_seed("train_s") == {0: 500.0, 1: 550.0, 2: 450.0}
+    assert pts[("multigrid-lrheld", 1.0)].by_seed("top1") == {0: 80.0, 1: 81.0}
 
 
 def test_rows_at_another_machine_speed_or_without_a_probe_are_left_out():
@@ -108,7 +108,7 @@ def test_speed_ups_seed_by_seed():
     pts, _ = mt.points(rows())
     ref = pts[("plain", 1.0)]
     assert mt.speed_ups(pts[("multigrid-short", 1.0)], ref) == pytest.approx([1000 / 400, 1100 / 500, 900 / 300])
-    assert mt.speed_ups(pts[("multigrid", 1.0)], ref) == pytest.approx([4.0, 4.0])
+    assert mt.speed_ups(pts[("multigrid-lrheld", 1.0)], ref) == pytest.approx([4.0, 4.0])
 
 
 def test_time_to_reach():
@@ -118,11 +118,11 @@ def test_time_to_reach():
     pts, _ = mt.points(rows())
     # target 85.0: seed 0 83 -> 86 over 500 -> 1000 s; seed 1 84 -> 86 over 550 -> 1100; seed 2
     # 84.5 -> 85.5 over 450 -> 900
-    reached = mt.reach_speed_ups("multigrid-long", pts, 85.0)
+    reached = mt.reach_speed_ups("multigrid-long-lrheld", pts, 85.0)
     expected = {0: 1000 / (500 + 2 / 3 * 500), 1: 1100 / (550 + 0.5 * 550), 2: 900 / (450 + 0.5 * 450)}
     assert {s: v[0] for s, v in reached.items()} == pytest.approx(expected)
     assert not any(v[1] for v in reached.values())
-    assert mt.reach_speed_ups("multigrid", pts, 85.0) == {0: None, 1: None}
+    assert mt.reach_speed_ups("multigrid-lrheld", pts, 85.0) == {0: None, 1: None}
 
 
 def test_table_numbers():
@@ -134,15 +134,15 @@ def test_table_numbers():
     bound = welch_lower_bound(a, b)
     assert bound > mt.GOAL_LOWER_BOUND
     assert f"| +0.10 [" in line and f"| {bound:+.2f} | goal |" in line
-    long_line = next(x for x in text.splitlines() if x.startswith("| multigrid, long cycle alone, 1x"))
+    long_line = next(x for x in text.splitlines() if x.startswith("| multigrid, long cycle alone, LR held, 1x"))
     assert long_line.endswith("| no |")  # 2.0x as fast, but its bound is below -1
     # the time to the reference's top-1 (85.00): the long cycle seed by seed; the short cycle
     # is above it at its first budget already
     long_reach = [1000 / (500 + 2 / 3 * 500), 1100 / 825, 900 / 675]
-    assert (f"- multigrid, long cycle alone: {statistics.mean(long_reach):.2f} ± {statistics.stdev(long_reach):.2f}x "
+    assert (f"- multigrid, long cycle alone, LR held: {statistics.mean(long_reach):.2f} ± {statistics.stdev(long_reach):.2f}x "
             f"(n=3); s0: {long_reach[0]:.2f}, s1: {long_reach[1]:.2f}, s2: {long_reach[2]:.2f}.") in text
     assert "- multigrid, short cycle alone: 2.57 ± 0.40x (n=3); s0: ≥2.50, s1: ≥2.20, s2: ≥3.00." in text
-    assert "- multigrid, long + short cycle: not reached; s0: not reached, s1: not reached." in text
+    assert "- multigrid, long + short cycle, LR held: not reached; s0: not reached, s1: not reached." in text
 
 
 def test_verdict_held_out_chooses_reported_reports():
@@ -180,3 +180,15 @@ def test_reference_alone_says_no_multigrid_row_yet():
     assert "| plain step schedule, 1x the epochs | 3 |" in text
     assert text.splitlines()[-1] == "(no multigrid row yet: no speed-up to the reference's top-1)"
     assert "Speed-up to reach" not in text
+
+
+def test_the_linear_rules_long_cycle_is_its_own_schedule_after_the_lr_held_ones():
+    linear = [dict(r, cell=r["cell"].replace("-lrheld", ""), top1="12.5", holdout_top1="12.3")
+              for r in rows() if r["cell"] in ("sgd-bs128-multigrid-lrheld", "sgd-bs128-multigrid-long-lrheld")]
+    pts, _ = mt.points(rows() + linear)
+    assert list(pts)[-2:] == [("multigrid", 1.0), ("multigrid-long", 1.0)]
+    assert pts[("multigrid", 1.0)].label == "multigrid, long + short cycle, linear-rule LR, 1x the epochs"
+    assert pts[("multigrid-long-lrheld", 1.0)].label == "multigrid, long cycle alone, LR held, 1x the epochs"
+    line = next(x for x in mt.mg_time_table(rows() + linear).splitlines()
+                if x.startswith("| multigrid, long cycle alone, linear-rule LR, 1x"))
+    assert "| 12.30 | 12.50 |" in line and line.endswith("| - |")  # one seed: no interval, no mark

@@ -234,19 +234,27 @@ def test_train_seconds_leave_out_evaluation_over_every_invocation(tmp_path):
 
 def test_mg_time_grid_three_seeds_of_four_schedules_at_two_budgets():
     """``mg_time``: the plain step schedule and the three multigrid schedules at base batch
-    128, three seeds each, at the base epochs, then at a second budget (half the epochs for
-    the plain schedule, twice for multigrid); every seed 0 before a seed 1; tsm4k's splits."""
+    128 (the long cycle's LR held at the base shape's), three seeds each, at the base epochs,
+    then at a second budget (half the epochs for the plain schedule, twice for multigrid);
+    every seed 0 before a seed 1; tsm4k's splits; the linear rule's two long-cycle seed-0
+    cells last."""
     from largedet_video.multigrid import build_multigrid_plan
 
     grid = study.build_video_grid("mg_time")
     names = [c.name for c in grid.cells]
-    assert len(names) == len(set(names)) == 24
-    assert names[:4] == ["sgd-bs128-lrstep", "sgd-bs128-multigrid", "sgd-bs128-multigrid-long",
+    assert len(names) == len(set(names)) == 26
+    assert names[:4] == ["sgd-bs128-lrstep", "sgd-bs128-multigrid-lrheld", "sgd-bs128-multigrid-long-lrheld",
                          "sgd-bs128-multigrid-short"]  # fmt: skip
-    assert names[12:16] == ["sgd-bs128-ep0.5x-lrstep", "sgd-bs128-multigrid-ep2x",
-                            "sgd-bs128-multigrid-long-ep2x", "sgd-bs128-multigrid-short-ep2x"]  # fmt: skip
+    assert names[12:16] == ["sgd-bs128-ep0.5x-lrstep", "sgd-bs128-multigrid-lrheld-ep2x",
+                            "sgd-bs128-multigrid-long-lrheld-ep2x", "sgd-bs128-multigrid-short-ep2x"]  # fmt: skip
+    assert names[24:] == ["sgd-bs128-multigrid", "sgd-bs128-multigrid-long"]
     assert {n for n in names if n.endswith("-s2")} == {n + "-s2" for n in names[:4] + names[12:16]}
     assert grid.holdout_set == study.build_video_grid("tsm4k").holdout_set and grid.stage_columns
+    for cell in grid.cells[:24]:
+        cfg = cfg_of(study.plan_video_cell(grid, cell, "/x"))
+        assert cfg.MULTIGRID.SCALE_LR is (not (cell.multigrid and cell.multigrid_long_cycle)), cell.name
+    for cell in grid.cells[24:]:
+        assert cfg_of(study.plan_video_cell(grid, cell, "/x")).MULTIGRID.SCALE_LR is True
     long_only = study.plan_video_cell(grid, grid.cells[2], "/x")
     cfg = cfg_of(long_only)
     assert (cfg.MULTIGRID.LONG_CYCLE, cfg.MULTIGRID.SHORT_CYCLE) == (True, False)

@@ -117,7 +117,7 @@ class VideoCell:
         if self.multigrid and not self.multigrid_long_cycle:
             multigrid = "multigrid-short"
         elif self.multigrid and not self.multigrid_short_cycle:
-            multigrid = "multigrid-long"
+            multigrid = "multigrid-long" if self.multigrid_scale_lr else "multigrid-long-lrheld"
         elif self.multigrid:
             multigrid = "multigrid" if self.multigrid_scale_lr else "multigrid-lrheld"
         return cell_name([*backbone, self.optimizer, f"bs{self.batch}"], [
@@ -271,15 +271,23 @@ def _mg_time_cells(batch: int = 128) -> List[VideoCell]:
     three seeds each, first at the base schedule's epochs, then at a second budget each
     (half the epochs for the plain schedule, twice for multigrid: the two points of a
     schedule's top-1 against its wall clock that bracket the plain schedule's top-1). In the
-    order two study processes take them: every schedule's seed 0 before any seed 1."""
-    schedules = [({"lr_schedule": "step"}, 0.5), ({"multigrid": True}, 2.0),
-                 ({"multigrid": True, "multigrid_short_cycle": False}, 2.0),
+    order two study processes take them: every schedule's seed 0 before any seed 1.
+
+    The long-cycle schedules hold the base shape's LR at every shape (``-lrheld``): with the
+    linear rule (the paper's) the coarsest stage is SGD at 1024 clips a step (25% of N) and
+    LR 1.28, and both of its seed-0 rows, kept at the grid's end, ended at chance (the loss
+    at ln 8 from the first stage on)."""
+    schedules = [({"lr_schedule": "step"}, 0.5), ({"multigrid": True, "multigrid_scale_lr": False}, 2.0),
+                 ({"multigrid": True, "multigrid_short_cycle": False, "multigrid_scale_lr": False}, 2.0),
                  ({"multigrid": True, "multigrid_long_cycle": False}, 2.0)]  # fmt: skip
     cells = []
     for budget in (False, True):
         for seed in (None, 1, 2):
             for axis, factor in schedules:
                 cells.append(VideoCell("sgd", batch, seed=seed, epochs_factor=factor if budget else 1.0, **axis))
+    # the linear rule's long-cycle schedules, seed 0 at the base epochs: they did not train
+    cells += [VideoCell("sgd", batch, multigrid=True),
+              VideoCell("sgd", batch, multigrid=True, multigrid_short_cycle=False)]  # fmt: skip
     return cells
 
 
