@@ -16,8 +16,9 @@ schedule at the base epochs (1x); rows of one machine class only, the reference'
 * Accuracy: the reported top-1 minus the reference's by Welch's t (the 95% interval and the
   one-sided 95% lower bound, :func:`largedet_study.fairness.welch`).
 * Machine speed: a row counts only where its machine-speed probes (before and after each
-  invocation, :mod:`largedet_study.speed_probe`) stand within the probe's tolerance of the
-  median probe of the reference's rows: wall clocks are compared at one speed only.
+  invocation, :mod:`largedet_study.speed_probe`) stand within a factor
+  :data:`~largedet_study.speed_probe.FACTOR` of the median probe of the reference's rows:
+  wall clocks are compared at one speed only.
 * Verdict: the held-out split chooses, among the multigrid points with three seeds and a
   mean speed-up of at least :data:`GOAL_SPEEDUP` (:data:`MOONSHOT_SPEEDUP`), the one with the
   best held-out mean; the reported split reports it: the goal is met where its lower bound
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .fairness import machine_class, welch
-from .speed_probe import TOLERANCE as PROBE_TOLERANCE
+from .speed_probe import FACTOR as PROBE_FACTOR
 from .stats import Summary, fmt, summarize
 
 __all__ = [
@@ -124,8 +125,8 @@ def _probes(row: dict) -> Optional[Tuple[float, float]]:
 
 def speed_check(rows: Sequence[dict]) -> Tuple[Optional[float], List[str], List[str]]:
     """Among the trained rows of the reference's class: the median of the reference rows'
-    probes (ms; None where none has one), the cells whose probes stand more than
-    ``PROBE_TOLERANCE`` from it and the cells without a probe: both left out."""
+    probes (ms; None where none has one), the cells with a probe more than a factor
+    ``PROBE_FACTOR`` above or below it and the cells without a probe: both left out."""
     trained, _ = _trained(rows)
     ref_probes = [v for r in trained if _key(r["cell"]) == ("plain", 1.0) and _probes(r) for v in _probes(r)]
     median = statistics.median(ref_probes) if ref_probes else None
@@ -134,7 +135,7 @@ def speed_check(rows: Sequence[dict]) -> Tuple[Optional[float], List[str], List[
         probes = _probes(r)
         if probes is None or median is None:
             missing.append(r["cell"])
-        elif probes[0] < median * (1 - PROBE_TOLERANCE) or probes[1] > median * (1 + PROBE_TOLERANCE):
+        elif probes[0] < median / PROBE_FACTOR or probes[1] > median * PROBE_FACTOR:
             off.append(r["cell"])
     return median, off, missing
 
@@ -208,9 +209,13 @@ def _speed_note(rows: Sequence[dict], lead: str) -> str:
     if not trained:
         return ""
     median, off, missing = speed_check(rows)
-    parts = [] if median is None else [f"the reference's machine-speed probe {fmt(median, 1)} ms"]
+    parts = []
+    if median is not None:
+        kept = [v for r in trained if r["cell"] not in off and r["cell"] not in missing for v in _probes(r)]
+        parts.append(f"the reference's machine-speed probe {fmt(median, 1)} ms (the rows compared: "
+                     f"{fmt(min(kept), 1)} to {fmt(max(kept), 1)} ms)")  # fmt: skip
     if off:
-        parts.append(f"left out at another machine speed (probe beyond ±{PROBE_TOLERANCE:.0%}): "
+        parts.append(f"left out at another machine speed (a probe beyond a factor {PROBE_FACTOR:g}): "
                      + ", ".join(f"`{c}`" for c in off))  # fmt: skip
     if missing:
         parts.append("left out without a speed probe: " + ", ".join(f"`{c}`" for c in missing))

@@ -6,7 +6,13 @@ Two VMs of one machine class (one CPU model, one size) can differ in speed by a 
 VM can change speed between days (neighbours on the host): wall-clock comparisons between
 cells (multigrid's speed-up over the plain schedule, :mod:`largedet_study.mg_time_report`)
 hold only between runs at one speed. The probe says which runs those are: the report leaves
-out a row whose probes stand more than :data:`TOLERANCE` from its reference's.
+out a row with a probe more than a factor :data:`FACTOR` from its reference's median probe.
+
+The probe is an instant's measure: with a second study process on the other core it reads
+the neighbour's load as well as the VM's speed (the mg_time grid's rows on one Xeon-AMX VM in
+one session: 17 to 31 ms, the report prints the range), so the bound is a factor, which a VM
+at another speed crosses and a neighbour's load does not; a tighter one would leave out rows
+for what the seeds' spread already carries.
 """
 
 from __future__ import annotations
@@ -18,11 +24,11 @@ import statistics
 import time
 from typing import Dict, List
 
-__all__ = ["PROBE_FILE", "TOLERANCE", "measure", "read", "record", "reset", "row_columns"]
+__all__ = ["FACTOR", "PROBE_FILE", "measure", "read", "record", "reset", "row_columns"]
 
 PROBE_FILE = "speed_probe.json"
-#: a row's probes may stand this far (relative) from the reference's median probe
-TOLERANCE = 0.15
+#: a row's probes may stand up to this factor above or below the reference's median probe
+FACTOR = 1.5
 #: the probe: a 3x3 convolution of 32 to 32 channels on 16 maps of 32x32 (about 0.9 GFLOP a
 #: forward and backward pass), as many passes a repeat, the median of the repeats
 SHAPE, PASSES, REPEATS = (16, 32, 32, 32), 10, 5
