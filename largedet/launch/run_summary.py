@@ -11,8 +11,12 @@ how it ended: ``running`` (written at start),
 not requeued), ``diverged`` (a non-finite or exploding loss), ``failed``
 (another error), ``interrupted`` (Ctrl-C) or ``killed`` (it ended without a word, SIGKILL or
 the out-of-memory killer: recorded so by the next invocation, its ``end_iter`` where that one
-starts). Written by the main process, atomically, at
-start and at the end of each invocation.
+starts). Written by the main process, atomically, at start, at each periodic checkpoint
+(``SOLVER.CHECKPOINT_PERIOD``: a ``running`` record's ``timed_to_iter``, the steps its wall
+clock covers) and at the end of each invocation. A killed invocation keeps the wall clock of
+the steps the next one resumes after (its record at that checkpoint); where its last record
+does not reach that step (a kill between a checkpoint and its record), its times are
+``null``: unknown, never a part taken for the whole.
 
 ``OUTPUT_DIR/eval_results.json``: what an ``--eval-only`` run measured, the evaluation
 results as the training scripts return them (``{"bbox": {"AP": ...}}`` for one test set,
@@ -134,13 +138,13 @@ def read_run_summary(output_dir: str) -> Optional[Dict[str, Any]]:
 
 def training_seconds(output_dir: str) -> Optional[float]:
     """The training time of the run in ``output_dir``: each invocation's wall clock less its
-    evaluation, summed over the invocations of its summary that were timed; None where none
-    was (or there is no summary)."""
+    evaluation, summed over the invocations of its summary; None where one of them was not
+    timed (a killed invocation whose time is unknown: the sum would leave its steps out) or
+    there is no summary."""
     invocations = (read_run_summary(output_dir) or {}).get("invocations") or []
-    timed = [i for i in invocations if i.get("wall_clock_s") is not None]
-    if not timed:
+    if not invocations or any(i.get("wall_clock_s") is None for i in invocations):
         return None
-    return sum(i["wall_clock_s"] - (i.get("evaluation_s") or 0.0) for i in timed)
+    return sum(i["wall_clock_s"] - (i.get("evaluation_s") or 0.0) for i in invocations)
 
 
 class RunEnd:
@@ -214,7 +218,10 @@ class RunSummaryHook(HookBase):
             "model_ema": t.ema.describe(batch.global_batch) if t.ema is not None else None,
         }
 
-    def _write(self, status: str) -> None:
+    def _write(self, status: str, timed_to: Optional[int] = None) -> None:
+        """Write this invocation's record with ``status``; a ``running`` record carries
+        ``timed_to_iter``, the first step its wall clock does not cover (``timed_to``, or
+        the invocation's first step at its start)."""
         if not comm.is_main_process() or not self.trainer.cfg.OUTPUT_DIR:
             return
         output_dir = self.trainer.cfg.OUTPUT_DIR
@@ -233,12 +240,14 @@ class RunSummaryHook(HookBase):
             "images_per_s": round(images / training, 3) if training > 0 and images else None,
             "status": status,
         }
+        if status == "running":
+            current["timed_to_iter"] = current["end_iter"] = self._start_iter if timed_to is None else timed_to
         if invocations and invocations[-1]["status"] == "running" and invocations[-1]["start_iter"] == self._start_iter:
             invocations[-1] = current  # this invocation's start record
         else:
             invocations.append(current)
         summary = {**self._facts(), "status": status, "invocations": invocations,
-                   "wall_clock_s": round(sum(i["wall_clock_s"] for i in invocations), 3)}  # fmt: skip
+                   "wall_clock_s": round(sum(i["wall_clock_s"] or 0.0 for i in invocations), 3)}  # fmt: skip
         _write_json(os.path.join(output_dir, SUMMARY_FILE), summary)
 
     def _close_killed(self) -> None:
@@ -253,6 +262,9 @@ class RunSummaryHook(HookBase):
         if not invocations or invocations[-1].get("status") != "running":
             return
         last = invocations[-1]
+        if last.pop("timed_to_iter", None) != self._start_iter:
+            # its last record does not cover the steps kept: their time is unknown
+            last.update(wall_clock_s=None, evaluation_s=None, images_per_s=None)
         last.update(status="killed", end_iter=self._start_iter)
         logger.warning(
             "The previous invocation (from iteration %d) ended without a word (SIGKILL, the "
@@ -268,6 +280,13 @@ class RunSummaryHook(HookBase):
         self._start_evaluation = self.trainer.evaluation.seconds
         self._close_killed()
         self._write("running")
+
+    def after_step(self):
+        # the periodic checkpointer saves after this step: a kill from here on resumes at
+        # ``next_iter``, and this record times the steps before it
+        period, next_iter = self.trainer.cfg.SOLVER.CHECKPOINT_PERIOD, self.trainer.iter + 1
+        if period > 0 and next_iter % period == 0 and next_iter < self.trainer.max_iter:
+            self._write("running", timed_to=next_iter)
 
     def after_train(self):
         self._write(self.end.status or "failed")

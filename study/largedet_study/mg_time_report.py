@@ -219,6 +219,10 @@ def _speed_note(rows: Sequence[dict], lead: str) -> str:
                      + ", ".join(f"`{c}`" for c in off))  # fmt: skip
     if missing:
         parts.append("left out without a speed probe: " + ", ".join(f"`{c}`" for c in missing))
+    untimed = [r["cell"] for r in rows if r.get("diverged") != "yes" and r.get(REPORTED) and not r.get("train_s")]
+    if untimed:
+        parts.append("left out without a training time (an invocation killed before it was recorded): "
+                     + ", ".join(f"`{c}`" for c in untimed))  # fmt: skip
     if not parts:
         return ""
     return lead + "; ".join(parts) + (")" if lead == " (" else "")

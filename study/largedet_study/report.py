@@ -28,6 +28,7 @@ from .demo_report import BLOCKS as DEMO_BLOCKS
 from .video_bench_report import BLOCKS as VIDEO_BENCH_BLOCKS
 from .gpu_report import BLOCKS as GPU_BLOCKS
 from .mg_time_report import BLOCKS as MG_TIME_BLOCKS
+from .mg_time_profile import BLOCKS as MG_TIME_PROFILE_BLOCKS
 from . import fairness
 from .fairness import machine_class, welch
 from .stats import Difference, Summary, claim, difference, fmt, summarize
@@ -855,6 +856,7 @@ BLOCKS.update(GPU_BLOCKS)
 BLOCKS.update(DEMO_BLOCKS)
 BLOCKS.update(VIDEO_BENCH_BLOCKS)
 BLOCKS.update(MG_TIME_BLOCKS)
+BLOCKS.update(MG_TIME_PROFILE_BLOCKS)
 
 
 def optimizer_batch_table(csv_name: str, grid: str) -> str:

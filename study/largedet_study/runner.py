@@ -297,9 +297,9 @@ def ensure_pretrained(args) -> Optional[str]:
 
 def archive_cell(run_dir: str, dest: str) -> None:
     """Copy what the README's table and figures need of a finished cell (its config,
-    metrics.json and, in a timed grid, speed_probe.json) to ``dest``, where it is committed."""
+    metrics.json and, in a timed grid, speed_probe.json and stage_times.json) to ``dest``, where it is committed."""
     os.makedirs(dest, exist_ok=True)
-    for name in ("config.yaml", "metrics.json", "speed_probe.json"):
+    for name in ("config.yaml", "metrics.json", "speed_probe.json", "stage_times.json"):
         src = os.path.join(run_dir, name)
         if os.path.exists(src):
             shutil.copyfile(src, os.path.join(dest, name))

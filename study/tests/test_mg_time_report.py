@@ -198,3 +198,12 @@ def test_the_linear_rules_long_cycle_is_its_own_schedule_after_the_lr_held_ones(
     line = next(x for x in mt.mg_time_table(rows() + linear).splitlines()
                 if x.startswith("| multigrid, long cycle alone, linear-rule LR, 1x"))
     assert "| 12.30 | 12.50 |" in line and line.endswith("| - |")  # one seed: no interval, no mark
+
+
+def test_a_row_without_a_training_time_is_named_and_left_out():
+    untimed = rows() + [{"cell": "sgd-bs128-multigrid-short-s6", "train_s": "", "holdout_top1": "99", "top1": "99",
+                         "diverged": "no", "device": ICL, "probe_ms_min": "20", "probe_ms_max": "20"}]
+    assert mt.mg_time_table(untimed).splitlines()[0].endswith(
+        "; left out without a training time (an invocation killed before it was recorded): "
+        "`sgd-bs128-multigrid-short-s6`.")
+    assert mt.points(untimed)[0] == mt.points(rows())[0]

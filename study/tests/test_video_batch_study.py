@@ -219,16 +219,20 @@ def test_a_multigrid_row_says_its_step_schedule(tmp_path):
 
 def test_train_seconds_leave_out_evaluation_over_every_invocation(tmp_path):
     """``train_s``: each invocation's wall clock less its evaluation, summed (a resumed run
-    has several); "" without a timed invocation."""
+    has several); "" without a summary, or where one invocation is untimed (killed between a
+    checkpoint and its record: the sum would leave its steps out)."""
     run = tmp_path / "r"
     _fake_run(str(run))
     assert study_runner.train_seconds(str(run)) == ""
+    invocations = [{"wall_clock_s": 100.25, "evaluation_s": 30.0, "status": "preempted"},
+                   {"wall_clock_s": 50.0, "evaluation_s": None, "status": "finished"}]
     with open(run / "run_summary.json", "w") as f:
-        json.dump({"status": "finished", "invocations": [
-            {"wall_clock_s": 100.25, "evaluation_s": 30.0, "status": "preempted"},
-            {"wall_clock_s": 50.0, "evaluation_s": None, "status": "finished"},
-            {"status": "running"}]}, f)
+        json.dump({"status": "finished", "invocations": invocations}, f)
     assert study_runner.train_seconds(str(run)) == "120.2"  # 70.25 + 50, to 0.1 s
+    untimed = {"wall_clock_s": None, "evaluation_s": None, "status": "killed"}
+    with open(run / "run_summary.json", "w") as f:
+        json.dump({"status": "finished", "invocations": [untimed] + invocations}, f)
+    assert study_runner.train_seconds(str(run)) == ""
     assert study.VIDEO_HOLDOUT_CSV_FIELDS[-1] == "train_s"
 
 
@@ -292,6 +296,11 @@ def test_stage_columns_sum_the_invocations(tmp_path):
     append_stage_times(str(run), {"step_s": 5.0, "data_s": 0.52, "precise_bn_s": 0.0})
     row = study_runner.summarize_video_cell(plan, str(run), 0, 60.0, args)
     assert (row["step_s"], row["data_s"], row["precise_bn_s"]) == ("15.0", "1.5", "2.5")
+    # a third invocation in the run summary without its stage times (killed): the sums are unknown
+    with open(run / "run_summary.json", "w") as f:
+        json.dump({"status": "finished", "invocations": [{"images_per_s": 100.0}] * 3}, f)
+    row = study_runner.summarize_video_cell(plan, str(run), 0, 60.0, args)
+    assert (row["step_s"], row["data_s"], row["precise_bn_s"]) == ("", "", "")
     assert list(study.VIDEO_STAGE_CSV_FIELDS[-6:]) == ["step_s", "data_s", "precise_bn_s", "started_utc",
                                                       "probe_ms_min", "probe_ms_max"]  # fmt: skip
     assert (row["started_utc"], row["probe_ms_min"], row["probe_ms_max"]) == ("", "", "")

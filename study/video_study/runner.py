@@ -14,7 +14,7 @@ import signal
 import sys
 from typing import List, Optional
 
-from largedet.launch.run_summary import training_seconds
+from largedet.launch.run_summary import read_run_summary, training_seconds
 from largedet_video.engine.stage_times import read_stage_times
 from largedet_study import speed_probe
 from largedet_study.runner import CARRY_HELP, _interrupt_on_sigterm, finished_run, read_done, run_todo, train
@@ -63,9 +63,12 @@ def train_seconds(run_dir: str) -> str:
 
 def stage_seconds(run_dir: str) -> dict:
     """The run's training-step, data and precise-BN seconds summed over its invocations'
-    ``stage_times.json`` entries (to 0.1 s); "" each where there is none."""
+    ``stage_times.json`` entries (to 0.1 s); "" each where there is none, or where an
+    invocation of its ``run_summary.json`` has none (killed: ``stage_times.json`` is written
+    at an invocation's end, and a sum without it would leave its steps out)."""
     invocations = read_stage_times(run_dir)
-    if not invocations:
+    summary = (read_run_summary(run_dir) or {}).get("invocations") or []
+    if not invocations or len(invocations) < len(summary):
         return {"step_s": "", "data_s": "", "precise_bn_s": ""}
     return {k: f"{sum(i[k] for i in invocations):.1f}" for k in ("step_s", "data_s", "precise_bn_s")}
 
