@@ -20,9 +20,12 @@ def fam(name, batch, holdouts, device=EPYC, diverged=False):
     return Family(name, rows)
 
 
-@pytest.mark.parametrize("device, cls", [(EPYC, "EPYC"), (AMX, "Xeon-AMX"), (ICL, "Xeon-ICL"),
+ZEN5 = "2-core AMD EPYC VM (Zen 5, family 26), CPU, 1 thread per run"
+
+
+@pytest.mark.parametrize("device, cls", [(EPYC, "EPYC"), (AMX, "Xeon-AMX"), (ICL, "Xeon-ICL"), (ZEN5, "EPYC-Zen5"),
                                          ("1x NVIDIA H100 80GB", "H100"), ("", "?")])  # fmt: skip
-def test_machine_classes_keep_the_two_xeons_apart(device, cls):
+def test_machine_classes_keep_the_two_xeons_and_the_epycs_apart(device, cls):
     assert fairness.machine_class(device) == cls
 
 

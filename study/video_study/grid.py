@@ -262,6 +262,14 @@ def _tsm4k_cells() -> List[VideoCell]:
         # same tuning on both sides of the check
         VideoCell("sgd", 16, lr_factor=0.5),
         VideoCell("sgd", 16, lr_factor=2.0),
+        # both sides' LR sweeps one step past their best so far (x4 at batch 16; x0.5 of
+        # PMD-LAMB's square-root rule), then seeds 1 and 2 of each candidate: the held-out
+        # split's seed-0 choice on each side takes its three seeds (tsm4k_study_zen5.csv
+        # holds the grid's rerun on one machine class)
+        VideoCell("sgd", 16, lr_factor=4.0),
+        VideoCell("pmd_lamb", 256, lr_factor=0.5),
+        *[VideoCell("sgd", 16, lr_factor=f, seed=s) for f in (2.0, 4.0, 0.5) for s in (1, 2)],
+        *[VideoCell("pmd_lamb", 256, lr_factor=f, seed=s) for f in (1.0, 4.0) for s in (1, 2)],
     ]
 
 
