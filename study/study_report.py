@@ -35,6 +35,7 @@ def main(argv=None) -> int:
         print("Detection, regime grid:\n" + report.regime_verdict())
         print("\nThe optimizers at batch 256 (regime grid):\n" + report.regime_optimizers())
         print("\nVideo, tsm4k grid:\n" + report.video_verdict("video4k"))
+        print("\nVideo, tsm4k grid on one EPYC-Zen5 VM, both sides tuned alike:\n" + report.video_verdict("video4k_zen5"))
         print("\nMultigrid's time to accuracy, mg_time grid:\n" + report.BLOCKS["mg-time-verdict"]())
         return 0 if report.regime_goal() else 1
     if args.check:

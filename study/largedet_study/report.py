@@ -69,6 +69,9 @@ CSVS = {
     "short": "study/results/batch_scaling_cpu.csv",
     "video": "study/results/video/batch_study.csv",
     "video4k": "study/results/video/tsm4k_study.csv",
+    # the tsm4k grid rerun on one Zen 5 EPYC VM (both sides tuned alike there): a machine
+    # class of its own, kept apart from the rows above
+    "video4k_zen5": "study/results/video/tsm4k_study_zen5.csv",
     # tsm4k's multigrid rows run before multigrid recomputed BN at the base shape whatever
     # TEST.PRECISE_BN.ENABLED says: tested with BN statistics mixed over the shapes trained on
     "video4k_before_bn_fix": "study/results/video/tsm4k_study_before_bn_fix.csv",
@@ -84,6 +87,7 @@ SPLITS = {
     "short": (None, "box_ap"),
     "video": (None, "top1"),
     "video4k": ("holdout_top1", "top1"),
+    "video4k_zen5": ("holdout_top1", "top1"),
     "video4k_before_bn_fix": ("holdout_top1", "top1"),
 }
 #: the files that may hold markers
@@ -200,24 +204,47 @@ def families(csv_name: str) -> Dict[str, Family]:
     return {name: Family(name, tuple(rows)) for name, rows in groups.items()}
 
 
+#: a KEY's CSV name for the regime grid's rows of all its CSVs together (:func:`regime_families_all`)
+REGIME_ALL = "regime_all"
+
+
+def class_baseline(cls: str) -> Optional[Family]:
+    """The regime grid's baseline on machine class ``cls``: its batch-16 family whose seed-0
+    row is best on the held-out split, over the rows of that class in all the grid's CSVs
+    (:func:`largedet_study.fairness.per_class`); None where the class has no batch-16 row."""
+    for c, _mine, base in fairness.per_class(regime_families_all()):
+        if c == cls:
+            return base
+    return None
+
+
 def _family(csv_name: str, name: str) -> Family:
     """A family by name; ``baseline``: the grid's strongest batch-16 one; ``=CELL``: the one
     row named CELL (one seed of a family); ``NAME@CLASS``: its rows of one machine class
-    (:func:`largedet_study.fairness.machine_class`)."""
+    (:func:`largedet_study.fairness.machine_class`). With ``csv_name`` ``regime_all`` the
+    rows are the regime grid's CSVs together, and ``baseline@CLASS`` is that class's own
+    baseline (:func:`class_baseline`)."""
+    if csv_name == REGIME_ALL and name.startswith("baseline@"):
+        cls = name.split("@", 1)[1]
+        base = class_baseline(cls)
+        if base is None:
+            raise KeyError(f"regime grid: no batch-16 row on machine class {cls!r}")
+        return base
     if "@" in name:
         name, cls = name.split("@", 1)
         fam = _family(csv_name, name)
         return Family(fam.name, tuple(r for r in fam.rows if machine_class(r.get("device", "")) == cls))
     if name.startswith("="):
-        rows = tuple(r for r in _read(csv_name) if r["cell"] == name[1:])
+        every = [r for f in regime_families_all().values() for r in f.rows] if csv_name == REGIME_ALL else _read(csv_name)
+        rows = tuple(r for r in every if r["cell"] == name[1:])
         if not rows:
             raise KeyError(f"{CSVS[csv_name]}: no cell {name[1:]!r}")
         return Family(name[1:], rows)
-    fams = families(csv_name)
+    fams = regime_families_all() if csv_name == REGIME_ALL else families(csv_name)
     if name == "baseline":
         return regime_baseline() if csv_name.startswith("regime") else video_baseline(csv_name)
     if name not in fams:
-        raise KeyError(f"{CSVS[csv_name]}: no cell family {name!r}")
+        raise KeyError(f"{CSVS.get(csv_name, 'the regime grid')}: no cell family {name!r}")
     return fams[name]
 
 
@@ -253,7 +280,10 @@ def value(key: str) -> str:
     * ``CSV/A~B/STAT/COLUMN``: mean(A) - mean(B) (B may be in another CSV: ``A~CSV2:B``),
       STAT one of ``diff``, ``low``, ``high``, ``lb`` (Welch's 95% interval's ends and the
       one-sided 95% lower bound), ``ci`` (``+0.07 [-0.46, +0.59]``);
-    * ``CSV/FAMILY/name``: the family's cell name as run (``baseline`` resolved).
+    * ``CSV/FAMILY/name``: the family's cell name as run (``baseline`` resolved);
+    * CSV ``regime_all``: the regime grid's CSVs together, one machine class by
+      ``FAMILY@CLASS`` and ``baseline@CLASS`` (:func:`_family`), e.g.
+      ``regime_all/pmd_lamb-bs256-lrwsd-wd0.01@Xeon-AMX~baseline@Xeon-AMX/ci/holdout_ap``.
     """
     parts = key.split("/")
     if len(parts) == 3 and parts[2] == "name":
@@ -261,8 +291,8 @@ def value(key: str) -> str:
     if len(parts) != 4:
         raise KeyError(f"inline value {key!r}: expected CSV/FAMILY/STAT/COLUMN")
     csv_name, fam, stat, column = parts
-    if csv_name not in CSVS:
-        raise KeyError(f"inline value {key!r}: unknown CSV {csv_name!r}; one of {sorted(CSVS)}")
+    if csv_name not in CSVS and csv_name != REGIME_ALL:
+        raise KeyError(f"inline value {key!r}: unknown CSV {csv_name!r}; one of {sorted(CSVS) + [REGIME_ALL]}")
     if "~" in fam:
         a_name, b_name = fam.split("~")
         b_csv, _, b_name = b_name.rpartition(":")
@@ -388,19 +418,37 @@ def _large_families(csv_name: str) -> List[Tuple[str, Family]]:
     return out
 
 
-def regime_rows() -> Tuple[Family, List[Tuple[str, Family]]]:
-    """The regime grid's baseline and the rows compared with it: its other batch-16 recipes,
-    then every large-batch family (with the EPYC calibration's)."""
-    base = regime_baseline()
-    rows = _large_families("regime") + _large_families("regime_epyc")
-    others = [(f"`{n}` (batch 16)", f) for n, f in families("regime").items()
-              if f.batch == 16 and f.name != base.name and f.trained]  # fmt: skip
-    return base, others + rows
+def regime_classes() -> List[Tuple[str, Dict[str, Family], Family]]:
+    """The regime grid's machine classes that have a batch-16 row, each with its families (the
+    rows of every regime CSV on that class) and its own baseline
+    (:func:`largedet_study.fairness.per_class`), the class with the most rows first."""
+    classes = [(cls, mine, base) for cls, mine, base in fairness.per_class(regime_families_all()) if base is not None]
+    return sorted(classes, key=lambda c: -sum(len(f.rows) for f in c[1].values()))
+
+
+def regime_rows(cls: Optional[str] = None) -> Tuple[Family, List[Tuple[str, Family]]]:
+    """One machine class's baseline and the rows compared with it, all of that class: its
+    other batch-16 recipes, then every large-batch family. ``cls`` None: the class with the
+    most rows."""
+    classes = regime_classes()
+    cls, mine, base = next((c for c in classes if c[0] == cls), classes[0]) if cls else classes[0]
+    others = [(f"`{n}` (batch 16)", f) for n, f in mine.items() if f.batch == 16 and f.name != base.name and f.trained]
+    large = [(f"`{n}`", f) for n, f in mine.items() if f.batch > 16 and f.trained]
+    return base, others + large
 
 
 def regime_comparison() -> str:
-    base, rows = regime_rows()
-    return comparison_table("regime", base, rows)
+    """One table per machine class: its rows against its own baseline."""
+    tables = []
+    for cls, _mine, _base in regime_classes():
+        base, rows = regime_rows(cls)
+        tables.append(f"**{cls}**\n\n" + comparison_table("regime", base, rows))
+    compared = {c for c, _m, _b in regime_classes()}
+    alone = [cls for cls, _m, _b in fairness.per_class(regime_families_all()) if cls not in compared]
+    if alone:
+        tables.append("Not compared (no batch-16 row on that machine class): "
+                      + ", ".join(alone) + "; their rows are in the cells table below.")
+    return "\n\n".join(tables)
 
 
 #: the regime grid's CSVs: its own rows, the EPYC calibration's, the Ice Lake VM's, the
@@ -465,6 +513,35 @@ def video_choice(csv_name: str, min_batch: int, max_factor: float) -> Optional[F
     return max(cands, key=lambda f: f.summary(holdout or reported).mean) if cands else None
 
 
+_LRX = re.compile(r"-lrx([\d.]+)")
+
+
+def _lr_factor(name: str) -> float:
+    m = _LRX.search(name)
+    return float(m.group(1)) if m else 1.0
+
+
+def _lr_sweep_text(fams: Dict[str, Family], chosen: Family) -> str:
+    """``chosen``'s LR sweep: the factors of its rule's LR tried by the families that differ
+    from it in ``-lrxF`` alone (each with its seed-0 row's held-out or reported top-1), and
+    whether the chosen factor sits at an edge of them (its optimum then not bracketed)."""
+    stem = _LRX.sub("", chosen.name)
+    column = "holdout_top1" if any(r.get("holdout_top1") for r in chosen.rows) else "top1"
+    tried = []
+    for f in fams.values():
+        if _LRX.sub("", f.name) == stem:
+            seed0 = next((r for r in f.trained if r["cell"] == f.name and r.get(column)), None)
+            tried.append((_lr_factor(f.name), seed0[column] if seed0 else "diverged" if f.rows else "-"))
+    tried.sort()
+    factors = [x for x, _ in tried]
+    mine = _lr_factor(chosen.name)
+    where = ("bracketed" if len(factors) >= 3 and factors[0] < mine < factors[-1]
+             else "**at an edge of its sweep**")  # fmt: skip
+    listed = ", ".join(f"x{x:g} {v}" for x, v in tried)
+    split = "held-out" if column == "holdout_top1" else "reported"
+    return f"`{chosen.name}` (x{mine:g}); tried {listed} (seed 0, {split} top-1): {where}"
+
+
 def video_verdict(csv_name: str = "video4k") -> str:
     """The video grid's check in generated sentences: the batch-16 SGD baseline (>= 3 seeds,
     below 95% top-1 on >= 4096 reported videos); the recipe at batch >= 256 the held-out split
@@ -496,6 +573,9 @@ def video_verdict(csv_name: str = "video4k") -> str:
                     f"the terms (a difference >= -1.0 and a lower bound >= -2.0): {fmt(d.diff, sign=True)} and "
                     f"{'n/a' if d.lower_bound is None else fmt(d.lower_bound, sign=True)}: "
                     f"**{'met' if met else 'not met'}**.")
+    for side, f in (("batch 16", base), ("the goal's recipe", video_choice(csv_name, 256, 1.4))):
+        if f is not None:
+            text.append(f"- {side.capitalize()}'s LR: {_lr_sweep_text(families(csv_name), f)}.")
     small = [n for n, f in families(csv_name).items() if f.batch == 16 and not n.startswith("tsn")]
     large = [n for n, f in families(csv_name).items()
              if f.batch >= 256 and "multigrid" not in n and _epochs_factor(n) <= 1.4]  # fmt: skip
@@ -668,7 +748,9 @@ def results_summary() -> str:
                 added += 1
         if added:
             baselines.append(f"detection on {cls}: `{base.name}` ({seed_count(len(base.trained))})")
-    for csv_name, label in (("video4k", "video, TSM, 4096 reported videos"), ("video", "video, TSM, 1024 videos (first grid)")):
+    for csv_name, label in (("video4k", "video, TSM, 4096 reported videos"),
+                            ("video4k_zen5", "video, TSM, 4096 reported videos, both sides tuned"),
+                            ("video", "video, TSM, 1024 videos (first grid)")):  # fmt: skip
         vbase = video_baseline(csv_name)
         if vbase is None:
             continue
@@ -681,7 +763,7 @@ def results_summary() -> str:
                                         "256 / 4,096 = 6.25%", epochs)  # fmt: skip
                     if line:
                         lines.append(line)
-    for csv_name in ("video4k", "video"):
+    for csv_name in ("video4k", "video4k_zen5", "video"):
         vbase = video_baseline(csv_name)
         if vbase is not None:
             baselines.append(f"video ({CSVS[csv_name].rsplit('/', 1)[-1]}): `{vbase.name}` ({seed_count(len(vbase.trained))})")
@@ -699,22 +781,26 @@ def _wrap(text: str, width: int = 88) -> str:
 
 def config_regime() -> str:
     """The measured line of the COCO and OpenImages configs' comments: the regime rows they
-    take, against the strongest batch-16 baseline (generated; wrapped for a yaml comment)."""
-    base = regime_baseline()
-    fams = families("regime")
+    take, each on the machine class that holds most of its seeds, against that class's
+    strongest batch-16 baseline (:func:`largedet_study.fairness.per_class`; generated,
+    wrapped for a yaml comment)."""
+    classes = [(cls, mine, base) for cls, mine, base in fairness.per_class(regime_families_all()) if base is not None]
     parts = []
     for name, what in (("pmd_lamb-bs256-lrwsd-wd0.01", "1.0x"), ("pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01", "1.4x"),
                        ("pmd_lamb-bs256-ep2x-lrwsd-wd0.01", "2x"),
                        ("pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01", "4x the batch (4.2% of N) at 1.4x")):  # fmt: skip
-        f = fams.get(name)
-        if f is None or not f.trained:
+        held = [(len(mine[name].trained), -i, cls, mine[name], base)
+                for i, (cls, mine, base) in enumerate(classes) if name in mine and mine[name].trained]  # fmt: skip
+        if not held:
             continue
+        _, _, cls, f, base = max(held)
         h = welch(f.values("holdout_ap"), base.values("holdout_ap"))
         r = welch(f.values("box_ap"), base.values("box_ap"))
         parts.append(f"{what} {h.interval().replace('[', '(').replace(']', ')')} held-out, "
-                     f"{r.interval().replace('[', '(').replace(']', ')')} shapes_val (n={len(f.trained)})")
-    text = (f"Measured at 1% of N per step, minus the strongest batch-16 baseline "
-            f"[regime: {base.name}] (n={len(base.trained)}), Welch's 95% interval in parentheses: "
+                     f"{r.interval().replace('[', '(').replace(']', ')')} shapes_val (n={len(f.trained)} "
+                     f"on {cls}, against [regime: {base.name}], n={len(base.trained)})")
+    text = ("Measured at 1% of N per step, each row on one machine class minus that class's strongest "
+            "batch-16 baseline, Welch's 95% interval in parentheses: "
             + "; ".join(parts) + ". Generated by study/study_report.py; docs/study.md, \"The answer\".")  # fmt: skip
     return _wrap(text)
 
@@ -769,35 +855,35 @@ RECIPE_CONFIGS = {
     ("steps", "pmd_lamb-bs1024-ep1.4x-lrwsd-wd0.01"):
         "[`..._pmdlamb_bs1024.yaml`](../configs/shapes/study/faster_rcnn_R10w16_FPN_64px_pmdlamb_bs1024.yaml)",
 }
-_GRID_N = {"regime": 24576, "steps": 1536, "video": 4096, "video4k": 4096}
+_GRID_N = {"regime": 24576, "steps": 1536, "video": 4096, "video4k": 4096, "video4k_zen5": 4096}
 _GRID_LABEL = {"regime": "Detection, regime grid", "steps": "Detection, steps grid",
-               "video": "Video, first grid", "video4k": "Video, tsm4k grid"}  # fmt: skip
+               "video": "Video, first grid", "video4k": "Video, tsm4k grid",
+               "video4k_zen5": "Video, tsm4k grid, EPYC-Zen5"}  # fmt: skip
 
 
 def recipe_table() -> str:
-    """One table per grid to choose from: every recipe with two seeds or more at a batch above
-    16, as a share of its grid's data, against the strongest batch-16 baseline of its grid (the
-    held-out split where the grid has one), with n and Welch's 95% interval; under each,
-    the configs that carry a recipe."""
+    """One table per grid to choose from (the regime grid's: one per machine class, its rows of
+    every CSV of that class against that class's own baseline): every recipe with two seeds or
+    more on it at a batch above 16, as a share of its grid's data, against the strongest
+    batch-16 baseline (the held-out split where the grid has one), with n and Welch's 95%
+    interval; under each, the configs that carry a recipe."""
     out = []
-    for csv_name in ("regime", "steps", "video4k", "video"):
+    # (CSV, its families, their baseline, the machine class: the regime grid's, one per class)
+    sections = [("regime", mine, base, cls) for cls, mine, base in fairness.per_class(regime_families_all())]
+    for csv_name in ("steps", "video4k", "video4k_zen5", "video"):
         fams = families(csv_name)
-        if not fams:
-            continue
+        base = fams.get("sgd-bs16-wu2") if csv_name == "steps" else video_baseline(csv_name)
+        sections.append((csv_name, fams, base, None))
+    for csv_name, fams, base, cls in sections:
         holdout, reported = SPLITS[csv_name]
         column = holdout or reported
-        if csv_name == "regime":
-            base = regime_baseline()
-        elif csv_name == "steps":
-            base = fams.get("sgd-bs16-wu2")
-        else:
-            base = video_baseline(csv_name)
         rows = sorted((f for f in fams.values() if f.batch > 16 and len(f.trained) >= 2),
                       key=lambda f: (f.batch, _epochs_factor(f.name), f.name))  # fmt: skip
         if base is None or not rows:
             continue
         split = "held-out" if holdout else "reported"
-        out += [f"**{_GRID_LABEL[csv_name]}** (N = {_GRID_N[csv_name]:,}; the baseline `{base.name}`, "
+        where = f", {cls}" if cls else ""
+        out += [f"**{_GRID_LABEL[csv_name]}{where}** (N = {_GRID_N[csv_name]:,}; the baseline `{base.name}`, "
                 f"n={len(base.trained)}; {split} split):", "",
                 "| batch / N | recipe | epochs | n | diff [95% interval] | lower bound |",
                 "| ---: | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
@@ -851,6 +937,9 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "video4k-comparison": lambda: video_comparison("video4k"),
     "video4k-multigrid": lambda: multigrid_table("video4k"),
     "video4k-before-bn-fix-cells": lambda: video_cells("video4k_before_bn_fix"),
+    "video4k-zen5-cells": lambda: video_cells("video4k_zen5"),
+    "video4k-zen5-verdict": lambda: video_verdict("video4k_zen5"),
+    "video4k-zen5-comparison": lambda: video_comparison("video4k_zen5"),
 }
 BLOCKS.update(GPU_BLOCKS)
 BLOCKS.update(DEMO_BLOCKS)

@@ -357,3 +357,76 @@ def test_the_readme_table_compares_each_detection_row_with_its_own_machines_base
     assert "+0.40 [+0.17, +0.63]" in amx_14x and amx_14x.endswith("| Xeon-AMX / Xeon-AMX |")
     assert "detection on EPYC: `sgd-bs16-wu0.65-lrwsd` (3 seeds); detection on Xeon-AMX: " \
            "`sgd-bs16-wu0.65-lrx4-lrwsd` (3 seeds)" in table
+
+
+def test_the_regime_tables_and_inline_keys_compare_within_one_machine_class(fake_regime):
+    """The recipe table, the comparison table, the configs' measured line and the
+    ``regime_all`` inline keys put each row against its own class's baseline: with the AMX
+    Xeon's rows of the test above, EPYC's 1.0x recipe is 82.5 - 82.7 = -0.20 against
+    `sgd-bs16-wu0.65-lrwsd`, AMX's 1.4x recipe 81.5 - 81.1 = +0.40 against
+    `sgd-bs16-wu0.65-lrx4-lrwsd`, and no table holds a row of the other class. The grid-wide
+    key (``regime/...~baseline``) still takes the best batch-16 mean of the main CSV, EPYC's."""
+    amx = "2-core Intel Xeon VM (AMX), CPU, 1 thread per run"
+    _add_rows(fake_regime, [_row(f"sgd-bs16-wu0.65-lrx4-lrwsd{s}", 16, h, "82.0", amx)
+                            for s, h in (("", "81.0"), ("-s1", "81.2"), ("-s2", "81.1"))]
+              + [_row(f"pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01{s}", 256, h, "82.0", amx)
+                 for s, h in (("", "81.5"), ("-s1", "81.6"), ("-s2", "81.4"))])  # fmt: skip
+    assert report.value("regime_all/baseline@Xeon-AMX/name") == "sgd-bs16-wu0.65-lrx4-lrwsd"
+    assert report.value("regime_all/baseline@EPYC/name") == "sgd-bs16-wu0.65-lrwsd"
+    assert report.value("regime_all/pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01@Xeon-AMX~baseline@Xeon-AMX/diff/holdout_ap") == "+0.40"
+    assert report.value("regime_all/pmd_lamb-bs256-lrwsd-wd0.01@EPYC~baseline@EPYC/diff/holdout_ap") == "-0.20"
+    assert report.value("regime_all/=sgd-bs16-wu0.65-lrx4-lrwsd@Xeon-AMX/row/holdout_ap") == "81.0"
+    with pytest.raises(KeyError, match="no batch-16 row on machine class 'H100'"):
+        report.value("regime_all/baseline@H100/name")
+    # the grid-wide baseline (pooled over classes) is the main CSV's best batch-16 mean: 82.7
+    assert report.value("regime/baseline/name") == "sgd-bs16-wu0.65-lrwsd"
+
+    sections = {}
+    for part in report.recipe_table().split("**Detection, regime grid, ")[1:]:
+        cls, _, body = part.partition("**")
+        sections[cls] = body.split("**Detection, steps grid**")[0]
+    assert set(sections) == {"EPYC", "Xeon-AMX"}
+    assert "the baseline `sgd-bs16-wu0.65-lrx4-lrwsd`, n=3" in sections["Xeon-AMX"]
+    assert "| 256 (1.04%) | PMD-LAMB, WSD LR, wd 0.01 | 1.4x | 3/3 | +0.40 [+0.17, +0.63] |" in sections["Xeon-AMX"]
+    assert "| 1x |" not in sections["Xeon-AMX"]  # the 1.0x and 2x rows ran on EPYC only
+    assert "| 256 (1.04%) | PMD-LAMB, WSD LR, wd 0.01 | 1x | 3/3 | -0.20 [-0.43, +0.03] |" in sections["EPYC"]
+    assert "| 1.4x |" not in sections["EPYC"]
+
+    comparison = report.regime_comparison()
+    assert comparison.index("**Xeon-AMX**") >= 0 and comparison.index("**EPYC**") >= 0
+    for block in comparison.split("\n\n**"):
+        header = next(line for line in block.splitlines() if line.startswith("| against"))
+        cls = "Xeon-AMX" if "lrx4" in header else "EPYC"
+        rows = [line for line in block.splitlines() if line.startswith("| `")]
+        assert rows and all(f"| {cls} |" in line for line in rows), block
+    line = report.config_regime().replace("\n", " ")
+    assert "1.0x -0.20 (-0.43, +0.03) held-out" in line and "n=3 on EPYC, against [regime: sgd-bs16-wu0.65-lrwsd]" in line
+    assert "1.4x +0.40 (+0.17, +0.63) held-out" in line and "on Xeon-AMX, against [regime: sgd-bs16-wu0.65-lrx4-lrwsd]" in line
+
+
+def test_the_video_verdict_says_whether_each_sides_lr_optimum_is_bracketed(tmp_path, monkeypatch):
+    """Each side's LR sweep in the verdict: the factors its seed-0 rows tried with their
+    held-out top-1, and "at an edge" until the chosen factor has a tried factor on each side."""
+    def row(cell, batch, holdout):
+        return dict(cell=cell, batch=batch, iterations=10, top1="80.0", holdout_top1=holdout, diverged="no",
+                    final_loss="0.1", device="EPYC", val_videos=4096, holdout_videos=2048, train_s="100")
+
+    monkeypatch.setattr(report, "ROOT", str(tmp_path))
+    monkeypatch.setattr(report, "CSVS", {**report.CSVS, "video4k": "v.csv"})
+    rows = [row("sgd-bs16", 16, "84.0"), row("sgd-bs16-lrx2", 16, "86.0"), row("sgd-bs16-lrx2-s1", 16, "86.2"),
+            row("sgd-bs16-lrx2-s2", 16, "85.8"), row("sgd-bs16-lrx0.5", 16, "83.0"),
+            row("pmd_lamb-bs256", 256, "84.5"), row("pmd_lamb-bs256-s1", 256, "84.0"),
+            row("pmd_lamb-bs256-s2", 256, "84.1"), row("pmd_lamb-bs256-lrx2", 256, "83.0"),
+            row("pmd_lamb-bs256-wu10", 256, "70.0")]  # another axis: not a point of the LR sweep
+    _write_video(tmp_path / "v.csv", rows)
+    lines = report.video_verdict("video4k").splitlines()
+    assert "- Batch 16's LR: `sgd-bs16-lrx2` (x2); tried x0.5 83.0, x1 84.0, x2 86.0 (seed 0, held-out top-1): " \
+           "**at an edge of its sweep**." in lines
+    assert "- The goal's recipe's LR: `pmd_lamb-bs256` (x1); tried x1 84.5, x2 83.0 (seed 0, held-out top-1): " \
+           "**at an edge of its sweep**." in lines
+    _write_video(tmp_path / "v.csv", rows + [row("sgd-bs16-lrx4", 16, "85.0"), row("pmd_lamb-bs256-lrx0.5", 256, "80.0")])
+    lines = report.video_verdict("video4k").splitlines()
+    assert "- Batch 16's LR: `sgd-bs16-lrx2` (x2); tried x0.5 83.0, x1 84.0, x2 86.0, x4 85.0 (seed 0, held-out top-1): " \
+           "bracketed." in lines
+    assert "- The goal's recipe's LR: `pmd_lamb-bs256` (x1); tried x0.5 80.0, x1 84.5, x2 83.0 (seed 0, held-out top-1): " \
+           "bracketed." in lines
