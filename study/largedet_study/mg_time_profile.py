@@ -25,12 +25,13 @@ import os
 import statistics
 from typing import Dict, List, Optional, Sequence
 
-from .mg_time_report import ROOT, load, points, seed_of
+from .mg_time_report import MG_TIME16_CSV, ROOT, load, points, seed_of
 from .stats import fmt
 
 __all__ = ["ARCHIVE", "BLOCKS", "compute_per_mvoxel", "mg_time_profile", "read_invocations"]
 
 ARCHIVE = "study/results/video/mg_time_runs"
+ARCHIVE16 = "study/results/video/mg_time16_runs"
 
 
 def read_invocations(cell: str, archive: str = os.path.join(ROOT, ARCHIVE)) -> Optional[List[dict]]:
@@ -69,7 +70,7 @@ def mg_time_profile(rows: Sequence[dict], archive: str = os.path.join(ROOT, ARCH
     pts, cls = points(rows)
     ref = pts.get(("plain", 1.0))
     if ref is None:
-        return "(no plain-schedule row of the mg_time grid yet)"
+        return "(no plain-schedule row of this grid yet)"
     ref_rows = {seed_of(r["cell"]): r for r in ref.rows}
     ref_voxel: Dict[int, float] = {}
     for seed, r in ref_rows.items():
@@ -107,4 +108,7 @@ def mg_time_profile(rows: Sequence[dict], archive: str = os.path.join(ROOT, ARCH
     return "\n".join(lines)
 
 
-BLOCKS = {"mg-time-profile": lambda: mg_time_profile(load())}
+BLOCKS = {
+    "mg-time-profile": lambda: mg_time_profile(load()),
+    "mg-time16-profile": lambda: mg_time_profile(load(os.path.join(ROOT, MG_TIME16_CSV)), os.path.join(ROOT, ARCHIVE16)),
+}

@@ -42,7 +42,7 @@ from .speed_probe import FACTOR as PROBE_FACTOR
 from .stats import Summary, fmt, summarize
 
 __all__ = [
-    "BLOCKS", "GOAL_LOWER_BOUND", "GOAL_SPEEDUP", "MG_TIME_CSV", "MOONSHOT_SPEEDUP", "Point",
+    "BLOCKS", "GOAL_LOWER_BOUND", "GOAL_SPEEDUP", "MG_TIME_CSV", "MG_TIME16_CSV", "MOONSHOT_SPEEDUP", "Point",
     "choose", "draw", "load", "mg_time_table", "mg_time_verdict", "plot_top1_vs_time", "points",
     "reach_speed_ups", "speed_check", "speed_ups", "time_to_reach",
 ]  # fmt: skip
@@ -50,6 +50,9 @@ __all__ = [
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MG_TIME_CSV = "study/results/video/mg_time.csv"
 FIGURE = "study/results/video/figures/mg_time_top1_vs_wall_clock.png"
+#: the same measurement at base batch 16 (``--grid mg_time16``): its CSV and figure
+MG_TIME16_CSV = "study/results/video/mg_time16.csv"
+FIGURE16 = "study/results/video/figures/mg_time16_top1_vs_wall_clock.png"
 #: the goal: multigrid this many times as fast as the plain schedule ...
 GOAL_SPEEDUP = 2.0
 MOONSHOT_SPEEDUP = 3.0
@@ -248,7 +251,7 @@ def mg_time_table(rows: Sequence[dict]) -> str:
     pts, cls = points(rows)
     ref = pts.get(("plain", 1.0))
     if ref is None:
-        return "(no plain-schedule row of the mg_time grid yet" + _speed_note(rows, "; ") + ")"
+        return "(no plain-schedule row of this grid yet" + _speed_note(rows, "; ") + ")"
     head = ["schedule, epochs", "n", "training s", "speed-up (per seed)", "held-out top-1",
             "reported top-1", "reported minus plain 1x [95%]", "lower bound", "goal"]  # fmt: skip
     lines = [f"Machine class {cls}; reference: the plain step schedule at 1x the epochs (n={len(ref.rows)})"
@@ -305,7 +308,7 @@ def mg_time_verdict(rows: Sequence[dict]) -> str:
     pts, cls = points(rows)
     ref = pts.get(("plain", 1.0))
     if ref is None:
-        return "- No plain-schedule row of the mg_time grid yet" + _speed_note(rows, " (") + ": goal not met."
+        return "- No plain-schedule row of this grid yet" + _speed_note(rows, " (") + ": goal not met."
     searched = sum(1 for p in pts.values() if p.schedule != "plain")
     lines = [f"- Reference: the plain step schedule at 1x, reported top-1 {ref.summary(REPORTED).text()}, "
              f"training {_ms(ref.summary('train_s'), 0)} s ({cls}); {searched} multigrid "
@@ -373,13 +376,18 @@ def plot_top1_vs_time(rows: Sequence[dict], path: str, title: str = "") -> Optio
 
 
 def draw() -> List[str]:
-    """The figure of the grid's CSV, where it has a reference row."""
-    path = plot_top1_vs_time(load(), os.path.join(ROOT, FIGURE))
-    return [path] if path else []
+    """The figure of each grid's CSV (base batch 128, base batch 16), where it has a
+    reference row."""
+    paths = [plot_top1_vs_time(load(), os.path.join(ROOT, FIGURE)),
+             plot_top1_vs_time(load(os.path.join(ROOT, MG_TIME16_CSV)), os.path.join(ROOT, FIGURE16),
+                               "Multigrid's time to accuracy at base batch 16 (mg_time16 grid)")]  # fmt: skip
+    return [p for p in paths if p]
 
 
 #: generated blocks by name
 BLOCKS: Dict[str, Callable[[], str]] = {
     "mg-time-table": lambda: mg_time_table(load()),
     "mg-time-verdict": lambda: mg_time_verdict(load()),
+    "mg-time16-table": lambda: mg_time_table(load(os.path.join(ROOT, MG_TIME16_CSV))),
+    "mg-time16-verdict": lambda: mg_time_verdict(load(os.path.join(ROOT, MG_TIME16_CSV))),
 }

@@ -65,7 +65,7 @@ def test_profile_table_is_seed_paired_against_the_plain_schedule(grid):
 
 def test_profile_without_a_reference():
     rows = [row("sgd-bs128-multigrid-long-lrheld", 240, 360.0)]
-    assert mp.mg_time_profile(rows, "/nonexistent") == "(no plain-schedule row of the mg_time grid yet)"
+    assert mp.mg_time_profile(rows, "/nonexistent") == "(no plain-schedule row of this grid yet)"
 
 
 def test_the_profile_block_is_registered():

@@ -106,7 +106,7 @@ def test_rows_at_another_machine_speed_or_without_a_probe_are_left_out():
     bare = [dict(r, probe_ms_min="", probe_ms_max="") if r["cell"].startswith("sgd-bs128-lrstep") else r
             for r in rows()]  # fmt: skip
     assert mt.points(bare)[0] == {}
-    assert mt.mg_time_verdict(bare).startswith("- No plain-schedule row of the mg_time grid yet (left out without "
+    assert mt.mg_time_verdict(bare).startswith("- No plain-schedule row of this grid yet (left out without "
                                                "a speed probe: `sgd-bs128-lrstep`")
 
 
@@ -166,7 +166,7 @@ def test_verdict_held_out_chooses_reported_reports():
 
 
 def test_empty_csv_and_figure(tmp_path):
-    assert mt.mg_time_table([]) == "(no plain-schedule row of the mg_time grid yet)"
+    assert mt.mg_time_table([]) == "(no plain-schedule row of this grid yet)"
     assert mt.mg_time_verdict([]).endswith("goal not met.")
     path = tmp_path / "mg.csv"
     with open(path, "w", newline="") as f:

@@ -278,6 +278,31 @@ def test_mg_time_grid_three_seeds_of_four_schedules_at_two_budgets():
     assert (cfg.INPUT.VIDEO.NUM_FRAMES, cfg.INPUT.VIDEO.TRAIN_CROP_SIZE, cfg.DATASETS.MOVING_SHAPES.NUM_TRAIN) == (16, 64, 2048)
 
 
+def test_mg_time16_grid_runs_the_papers_linear_rule_at_base_batch_16():
+    """``mg_time16``: the mg_time task at base batch 16, the plain step schedule and the three
+    multigrid schedules with the linear rule (MULTIGRID.SCALE_LR on), three seeds each, every
+    seed 0 first, then the plain schedule at half the epochs; its coarsest long-cycle shape is
+    8x the base batch, 128 clips (3% of N), at 8x the base LR."""
+    from largedet_video.multigrid import build_multigrid_plan
+
+    grid = study.build_video_grid("mg_time16")
+    names = [c.name for c in grid.cells]
+    assert names[:4] == ["sgd-bs16-lrstep", "sgd-bs16-multigrid", "sgd-bs16-multigrid-long", "sgd-bs16-multigrid-short"]
+    assert names[4:12] == [n + s for s in ("-s1", "-s2") for n in names[:4]]
+    assert names[12:] == ["sgd-bs16-ep0.5x-lrstep", "sgd-bs16-ep0.5x-lrstep-s1", "sgd-bs16-ep0.5x-lrstep-s2"]
+    assert grid.stage_columns and grid.holdout_set == study.build_video_grid("mg_time").holdout_set
+    plain = study.plan_video_cell(grid, grid.cells[0], "/x")
+    assert (plain.iterations, plain.lr) == (30 * 4096 // 16, pytest.approx(0.02))
+    full = study.plan_video_cell(grid, grid.cells[1], "/x")
+    cfg = cfg_of(full)
+    assert cfg.MULTIGRID.SCALE_LR is True and (cfg.MULTIGRID.LONG_CYCLE, cfg.MULTIGRID.SHORT_CYCLE) == (True, True)
+    mg = build_multigrid_plan(cfg, 4096, 1)
+    assert full.iterations == mg.max_iter < plain.iterations
+    # the coarsest long-cycle shape: 8x the base batch's clips, 128 a step
+    assert max(st.batch_factor for st in mg.schedule.stages) == 8
+    assert max(st.batch_size for st in mg.schedule.stages) == 128
+
+
 def test_stage_columns_sum_the_invocations(tmp_path):
     """An ``mg_time`` row carries the steps', data's and precise BN's seconds of every
     invocation's stage_times.json."""
