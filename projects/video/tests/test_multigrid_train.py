@@ -344,3 +344,21 @@ def test_two_gloo_processes(datasets_root, tmp_path):
         rows = [json.loads(line) for line in f]
     assert rows[-1]["iteration"] == 24 and rows[-1]["multigrid/stage"] == 3
     assert os.path.isfile(os.path.join(out, "model_final.pth"))
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_precise_bn_reads_the_training_loaders_decoded_videos(datasets_root, tmp_path, workers):
+    """With the training loader in this process (no workers), multigrid's precise-BN
+    loader reads the training dataset's decoded-video cache (one object: no video decoded
+    twice); with loader workers, each keeps its own and precise BN its own too."""
+    os.environ["LARGEDET_DATASETS"] = datasets_root
+    args = largedet_argument_parser().parse_args(overrides(
+        str(tmp_path), **{"INPUT.VIDEO.DECODED_CACHE_MB": 8, "DATALOADER.NUM_WORKERS": workers}))
+    trainer = VideoTrainer(setup(args))
+    train_cache = trainer.data_loader.dataset.cache
+    bn_cache = trainer.multigrid_hook._precise_bn._data_loader.dataset.cache
+    assert train_cache is not None and bn_cache is not None
+    assert (bn_cache is train_cache) == (workers == 0)
+    # a base-shape batch through precise BN's loader fills the shared cache (or its own)
+    next(iter(trainer.multigrid_hook._precise_bn._data_loader))
+    assert len(bn_cache) > 0 and (len(train_cache) > 0) == (workers == 0)

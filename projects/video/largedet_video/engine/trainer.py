@@ -137,11 +137,19 @@ class VideoTrainer(Trainer):
 
     def _base_shape_loader(self):
         """Training batches at the base shape for precise BN, without loader workers
-        (as Detectron2's ``PreciseBN`` loader)."""
+        (as Detectron2's ``PreciseBN`` loader). Where the training loader decodes in this
+        process (``DATALOADER.NUM_WORKERS`` 0) and keeps decoded videos
+        (``INPUT.VIDEO.DECODED_CACHE_MB``), precise BN reads them from its cache: a cache
+        changes no sample, and the pass then decodes none of the videos training has read
+        (with a cache of its own it decoded every clip of its batches again)."""
         cfg = self.cfg.clone()
         cfg.defrost()
         cfg.DATALOADER.NUM_WORKERS = 0
-        return build_video_train_loader(cfg, self.plan.batch.per_device)
+        loader = build_video_train_loader(cfg, self.plan.batch.per_device)
+        cache = getattr(self.data_loader.dataset, "cache", None)
+        if self.cfg.DATALOADER.NUM_WORKERS == 0 and cache is not None:
+            loader.dataset.cache = cache
+        return loader
 
     def _multigrid_hook(self):
         # Precise BN at the base shape before every evaluation whatever TEST.PRECISE_BN.ENABLED
