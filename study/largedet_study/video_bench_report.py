@@ -5,6 +5,7 @@ registered in :data:`largedet_study.report.BLOCKS`:
 - ``video-demo-runs``: the demo and its TSN control (``demo_runs.py``);
 - ``video-throughput-training`` and ``video-throughput-decoding`` (``throughput.py``);
 - ``video-decoded-cache`` (``decoded_cache.py``);
+- ``video-precise-bn-cache``: multigrid's precise-BN pass, its own cache or training's (``precise_bn_cache.py``);
 - ``video-multigrid-demo``: multigrid against the base shape on the demo (``multigrid.py``);
 - ``video-throughput-gpu`` and ``video-multigrid-gpu``: the H100 check of 2026-11-26.
 """
@@ -19,6 +20,7 @@ from typing import Callable, Dict, List
 from .tables import ROOT, column_span, csv_groups, csv_missing, group_by, markdown_table, run_dates, span
 
 DECODED_CACHE_CSV = "projects/video/benchmarks/results/decoded_cache.csv"
+PRECISE_BN_CACHE_CSV = "projects/video/benchmarks/results/precise_bn_cache.csv"
 MULTIGRID_DEMO_CSV = "projects/video/benchmarks/results/multigrid_demo.csv"
 #: multigrid's target on the demo: this speed-up of the training wall clock ...
 MULTIGRID_SPEEDUP = 2.5
@@ -26,7 +28,7 @@ MULTIGRID_SPEEDUP = 2.5
 MULTIGRID_TOP1_DROP = 1.0
 
 __all__ = [
-    "BLOCKS", "decoded_cache_table", "gpu_multigrid_line", "gpu_throughput_line", "multigrid_demo_table",
+    "BLOCKS", "decoded_cache_table", "precise_bn_cache_table", "gpu_multigrid_line", "gpu_throughput_line", "multigrid_demo_table",
     "throughput_decoding_table", "throughput_training_table", "video_demo_table",
 ]  # fmt: skip
 
@@ -45,6 +47,24 @@ def decoded_cache_table(path: str = DECODED_CACHE_CSV) -> str:
     return markdown_table(
         ["CPU (family/model)", "torch", "beside", "videos", "processes", "uncached ms/clip",
          "cached, first pass", "cached, later passes", "uncached / cached", "dates"],
+        "lllrrrrrrl", rows,
+    )  # fmt: skip
+
+
+def precise_bn_cache_table(path: str = PRECISE_BN_CACHE_CSV) -> str:
+    """One line per machine class, torch, load and size: the fresh processes measured, and
+    the ranges over them of a precise-BN pass's seconds with a cache of its own and with the
+    training loader's, and their ratio."""
+    groups = csv_groups(path, ("cpu", "cpu_family_model", "torch", "load", "videos", "iters", "batch"))
+    rows = [
+        [f"{cpu} ({fm})", torch_version, load or "nothing", videos, f"{iters} x {batch}", len(runs),
+         column_span(runs, "own_cache_s", ".2f"), column_span(runs, "shared_cache_s", ".2f"),
+         column_span(runs, "ratio", ".2f") + "x", run_dates(runs)]
+        for (cpu, fm, torch_version, load, videos, iters, batch), runs in groups.items()
+    ]  # fmt: skip
+    return markdown_table(
+        ["CPU (family/model)", "torch", "beside", "videos", "batches x clips", "processes",
+         "own cache, s a pass", "training's cache, s a pass", "own / training's", "dates"],
         "lllrrrrrrl", rows,
     )  # fmt: skip
 
@@ -278,5 +298,6 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "video-multigrid-gpu": gpu_multigrid_line,
     "video-throughput-gpu": gpu_throughput_line,
     "video-decoded-cache": decoded_cache_table,
+    "video-precise-bn-cache": precise_bn_cache_table,
     "video-multigrid-demo": multigrid_demo_table,
 }

@@ -430,3 +430,23 @@ def test_the_video_verdict_says_whether_each_sides_lr_optimum_is_bracketed(tmp_p
            "bracketed." in lines
     assert "- The goal's recipe's LR: `pmd_lamb-bs256` (x1); tried x0.5 80.0, x1 84.5, x2 83.0 (seed 0, held-out top-1): " \
            "bracketed." in lines
+
+
+def test_precise_bn_cache_table_gives_each_machines_ranges(tmp_path):
+    """The precise-BN benchmark's table: one line per CPU, load and size, the range over the
+    processes of each column, the ratio with an x."""
+    from largedet_study.video_bench_report import precise_bn_cache_table
+
+    fields = ["date", "cpu", "cpu_family_model", "isa", "cores", "torch", "load", "process", "videos",
+              "iters", "batch", "passes", "own_cache_s", "shared_cache_s", "ratio"]  # fmt: skip
+    base = dict(date="2026-12-04", cpu="AMD EPYC", cpu_family_model="26/2", isa="avx512", cores="2",
+                torch="2.14.1", load="", videos="4096", iters="200", batch="16", passes="2")  # fmt: skip
+    rows = [dict(base, process=str(k), own_cache_s=own, shared_cache_s=shared, ratio=ratio)
+            for k, (own, shared, ratio) in enumerate((("13.6", "2.7", "5.04"), ("10.6", "2.4", "4.42")), 1)]
+    rows.append(dict(base, cpu="Intel Xeon", cpu_family_model="6/143", process="1", own_cache_s="20",
+                     shared_cache_s="4", ratio="5"))  # fmt: skip
+    write_csv(tmp_path / "p.csv", fields, rows)
+    table = precise_bn_cache_table(str(tmp_path / "p.csv")).splitlines()
+    assert len(table) == 4
+    assert table[2].startswith("| AMD EPYC (26/2) | 2.14.1 | nothing | 4096 | 200 x 16 | 2 | 10.60-13.60 | 2.40-2.70 | 4.42-5.04x |")
+    assert table[3].startswith("| Intel Xeon (6/143) | 2.14.1 | nothing | 4096 | 200 x 16 | 1 | 20.00 | 4.00 | 5.00x |")
