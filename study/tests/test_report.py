@@ -334,7 +334,11 @@ def test_goal_prints_every_verdict_and_the_optimizer_table(capsys):
     for heading, block in (("Detection, regime grid:", report.regime_verdict()),
                            ("The optimizers at batch 256 (regime grid):", report.regime_optimizers()),
                            ("Video, tsm4k grid:", report.video_verdict("video4k")),
-                           ("Multigrid's time to accuracy, mg_time grid:", report.BLOCKS["mg-time-verdict"]())):  # fmt: skip
+                           ("Multigrid's time to accuracy, mg_time grid:", report.BLOCKS["mg-time-verdict"]()),
+                           ("Video, tsm4k grid on one EPYC-Zen5 VM, both sides tuned alike:",
+                            report.video_verdict("video4k_zen5")),
+                           ("Multigrid's time to accuracy at base batch 16, mg_time16 grid:",
+                            report.BLOCKS["mg-time16-verdict"]())):  # fmt: skip
         assert f"{heading}\n{block}\n" in out
 
 
