@@ -579,7 +579,8 @@ def video_verdict(csv_name: str = "video4k") -> str:
     small = [n for n, f in families(csv_name).items() if f.batch == 16 and not n.startswith("tsn")]
     large = [n for n, f in families(csv_name).items()
              if f.batch >= 256 and "multigrid" not in n and _epochs_factor(n) <= 1.4]  # fmt: skip
-    swept = sorted({m.group(1) for n in small for m in [re.search(r"-lrx([\d.]+)", n)] if m})
+    swept = sorted({_lr_factor(n) for n in small}) if any(_LRX.search(n) for n in small) else []
+    swept = [f"{x:g}" for x in swept]
     text.append(f"- Tuning: batch 16 tried {len(small)} recipe{'s' * (len(small) != 1)}"
                 + (f" (LR x{', x'.join(swept)} of its rule's)" if swept else ", its LR not swept")
                 + f"; batch >= 256 at <= 1.4x the epochs tried {len(large)}.")  # fmt: skip
