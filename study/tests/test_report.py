@@ -342,16 +342,22 @@ def test_goal_prints_every_verdict_and_the_optimizer_table(capsys):
         assert f"{heading}\n{block}\n" in out
 
 
+def _add_amx_rows(root):
+    """An AMX Xeon's baseline (81.1 held-out, three seeds) and 1.4x recipe (81.5) beside the
+    fixture's EPYC rows."""
+    amx = "2-core Intel Xeon VM (AMX), CPU, 1 thread per run"
+    _add_rows(root, [_row(f"sgd-bs16-wu0.65-lrx4-lrwsd{s}", 16, h, "82.0", amx)
+                     for s, h in (("", "81.0"), ("-s1", "81.2"), ("-s2", "81.1"))]
+              + [_row(f"pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01{s}", 256, h, "82.0", amx)
+                 for s, h in (("", "81.5"), ("-s1", "81.6"), ("-s2", "81.4"))])  # fmt: skip
+
+
 def test_the_readme_table_compares_each_detection_row_with_its_own_machines_baseline(fake_regime):
     """The fixture's rows ran on the EPYC; an AMX Xeon's baseline (lower, 81.1 held-out) and
     1.4x recipe (81.5) are added. Each row is against its own class's baseline: EPYC 1.0x
     82.5 - 82.7 = -0.20 and AMX 1.4x 81.5 - 81.1 = +0.40 (SDs 0.1, three seeds a side:
     Welch's t on 4 degrees of freedom), and no row pairs two classes."""
-    amx = "2-core Intel Xeon VM (AMX), CPU, 1 thread per run"
-    _add_rows(fake_regime, [_row(f"sgd-bs16-wu0.65-lrx4-lrwsd{s}", 16, h, "82.0", amx)
-                            for s, h in (("", "81.0"), ("-s1", "81.2"), ("-s2", "81.1"))]
-              + [_row(f"pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01{s}", 256, h, "82.0", amx)
-                 for s, h in (("", "81.5"), ("-s1", "81.6"), ("-s2", "81.4"))])  # fmt: skip
+    _add_amx_rows(fake_regime)
     table = report.results_summary()
     rows = [line for line in table.splitlines() if line.startswith("| detection")]
     assert len(rows) == 3  # EPYC: 1.0x and 2x; AMX: 1.4x
@@ -370,11 +376,7 @@ def test_the_regime_tables_and_inline_keys_compare_within_one_machine_class(fake
     `sgd-bs16-wu0.65-lrwsd`, AMX's 1.4x recipe 81.5 - 81.1 = +0.40 against
     `sgd-bs16-wu0.65-lrx4-lrwsd`, and no table holds a row of the other class. The grid-wide
     key (``regime/...~baseline``) still takes the best batch-16 mean of the main CSV, EPYC's."""
-    amx = "2-core Intel Xeon VM (AMX), CPU, 1 thread per run"
-    _add_rows(fake_regime, [_row(f"sgd-bs16-wu0.65-lrx4-lrwsd{s}", 16, h, "82.0", amx)
-                            for s, h in (("", "81.0"), ("-s1", "81.2"), ("-s2", "81.1"))]
-              + [_row(f"pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01{s}", 256, h, "82.0", amx)
-                 for s, h in (("", "81.5"), ("-s1", "81.6"), ("-s2", "81.4"))])  # fmt: skip
+    _add_amx_rows(fake_regime)
     assert report.value("regime_all/baseline@Xeon-AMX/name") == "sgd-bs16-wu0.65-lrx4-lrwsd"
     assert report.value("regime_all/baseline@EPYC/name") == "sgd-bs16-wu0.65-lrwsd"
     assert report.value("regime_all/pmd_lamb-bs256-ep1.4x-lrwsd-wd0.01@Xeon-AMX~baseline@Xeon-AMX/diff/holdout_ap") == "+0.40"
