@@ -13,7 +13,12 @@ against the plain schedule at 1x of the same seed, as means:
   (its data wait left out) per million voxels (clips x frames x height x width), over the
   reference's; every multigrid shape holds about as many voxels a step as the base shape, so
   a step costs more only where a voxel does;
-* precise BN and data wait: seconds (``precise_bn_s``, ``data_s``), the point's mean.
+* precise BN and data wait: seconds (``precise_bn_s``, ``data_s``), the point's mean;
+* loss at the end of multigrid's stage 0: the last logged training loss (Detectron2's
+  20-step median) of the first multigrid stage in the archived ``metrics.json`` (its
+  ``multigrid/stage`` scalar), the point's mean; ln 8 = 2.08 is chance on the 8-class task.
+  The long cycle's stage 0 trains on its coarsest shape (a quarter of the frames), the short
+  cycle alone's on the base frames.
 
 Registered in :data:`largedet_study.report.BLOCKS` as ``mg-time-profile``.
 """
@@ -28,7 +33,7 @@ from typing import Dict, List, Optional, Sequence
 from .mg_time_report import MG_TIME16_CSV, ROOT, load, points, seed_of
 from .stats import fmt
 
-__all__ = ["ARCHIVE", "BLOCKS", "compute_per_mvoxel", "mg_time_profile", "read_invocations"]
+__all__ = ["ARCHIVE", "BLOCKS", "compute_per_mvoxel", "mg_time_profile", "read_invocations", "stage0_loss"]
 
 ARCHIVE = "study/results/video/mg_time_runs"
 ARCHIVE16 = "study/results/video/mg_time16_runs"
@@ -41,6 +46,21 @@ def read_invocations(cell: str, archive: str = os.path.join(ROOT, ARCHIVE)) -> O
         return None
     with open(path) as f:
         return json.load(f)["invocations"]
+
+
+def stage0_loss(cell: str, archive: str = os.path.join(ROOT, ARCHIVE)) -> Optional[float]:
+    """The last training loss logged in multigrid stage 0 of ``cell``'s archived
+    ``metrics.json``; None without the file or a stage-0 entry (a run without multigrid)."""
+    path = os.path.join(archive, cell, "metrics.json")
+    if not os.path.exists(path):
+        return None
+    last = None
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("multigrid/stage") == 0 and "total_loss" in row:
+                last = float(row["total_loss"])
+    return last
 
 
 def compute_per_mvoxel(invocations: Sequence[dict]) -> Optional[float]:
@@ -78,9 +98,9 @@ def mg_time_profile(rows: Sequence[dict], archive: str = os.path.join(ROOT, ARCH
         if inv is not None and compute_per_mvoxel(inv) is not None:
             ref_voxel[seed] = compute_per_mvoxel(inv)
     head = ["schedule, epochs", "n", "steps", "fewer steps", "s a step, vs plain", "compute per voxel, vs plain",
-            "precise BN s", "data s"]  # fmt: skip
+            "precise BN s", "data s", "loss, end of stage 0"]  # fmt: skip
     lines = [f"Machine class {cls}; seed-paired means against the plain step schedule at 1x the epochs.", "",
-             "| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| " + " | ".join(head) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     missing = []
     for key, p in pts.items():
         fewer, per_step, per_voxel = [], [], []
@@ -101,8 +121,10 @@ def mg_time_profile(rows: Sequence[dict], archive: str = os.path.join(ROOT, ARCH
                 per_voxel.append(voxel / ref_voxel[seed])
         steps = sorted({int(r["iterations"]) for r in p.rows})
         pbn, data = (_mean([float(r[c]) for r in p.rows if r.get(c)]) for c in ("precise_bn_s", "data_s"))
+        losses = [v for v in (stage0_loss(r["cell"], archive) for r in p.rows) if v is not None]
+        loss = "-" if not losses else f"{_mean(losses):.2f}"
         lines.append(f"| {p.label} | {len(p.rows)} | {', '.join(map(str, steps))} | {_x(_mean(fewer))} | "
-                     f"{_x(_mean(per_step))} | {_x(_mean(per_voxel))} | {_s(pbn)} | {_s(data)} |")  # fmt: skip
+                     f"{_x(_mean(per_step))} | {_x(_mean(per_voxel))} | {_s(pbn)} | {_s(data)} | {loss} |")  # fmt: skip
     if missing:
         lines += ["", "Without an archived stage_times.json: " + ", ".join(f"`{c}`" for c in missing) + "."]
     return "\n".join(lines)

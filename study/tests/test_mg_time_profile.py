@@ -29,6 +29,22 @@ def write(archive, cell, *invocations):
         json.dump({"invocations": list(invocations)}, f)
 
 
+def metrics(archive, cell, entries):
+    """A metrics.json of ``(iteration, multigrid/stage, total_loss)`` rows (and one row
+    without a loss, as an evaluation's)."""
+    os.makedirs(os.path.join(archive, cell), exist_ok=True)
+    with open(os.path.join(archive, cell, "metrics.json"), "w") as f:
+        for it, stage, loss in entries:
+            f.write(json.dumps({"iteration": it, "multigrid/stage": float(stage), "total_loss": loss}) + "\n")
+        f.write(json.dumps({"iteration": entries[-1][0], "val/top1": 50.0}) + "\n")
+
+
+def test_stage0_loss_is_the_last_loss_logged_in_stage_0(tmp_path):
+    metrics(str(tmp_path), "c", [(19, 0, 2.2), (39, 0, 2.0), (59, 1, 1.5)])
+    assert mp.stage0_loss("c", str(tmp_path)) == pytest.approx(2.0)
+    assert mp.stage0_loss("missing", str(tmp_path)) is None
+
+
 @pytest.fixture
 def grid(tmp_path):
     archive = str(tmp_path)
@@ -38,6 +54,9 @@ def grid(tmp_path):
     write(archive, "sgd-bs128-lrstep", shapes(("8*16x8x32", 960, 700.0)))
     write(archive, "sgd-bs128-lrstep-s1", shapes(("8*16x8x32", 900, 800.0)), shapes(("8*16x8x32", 60, 950.0)))
     write(archive, "sgd-bs128-multigrid-long-lrheld", shapes(("8*128x2x23", 60, 1400.0), ("8*16x8x32", 180, 700.0)))
+    # metrics.json: seed 0's stage 0 ends at loss 2.0, seed 1's at 1.0 (mean 1.5)
+    metrics(archive, "sgd-bs128-multigrid-long-lrheld", [(19, 0, 2.2), (39, 0, 2.0), (59, 1, 1.5)])
+    metrics(archive, "sgd-bs128-multigrid-long-lrheld-s1", [(19, 0, 1.0), (39, 1, 0.9)])
     # seed 1 has no archived stage_times.json: named, and left out of the voxel column
     return rows, archive
 
@@ -54,12 +73,12 @@ def test_profile_table_is_seed_paired_against_the_plain_schedule(grid):
     assert lines[0] == "Machine class Xeon-AMX; seed-paired means against the plain step schedule at 1x the epochs."
     by_label = {line.split(" | ")[0]: line for line in lines if line.startswith("| ") and "---" not in line}
     assert by_label["| plain step schedule, 1x the epochs"] == (
-        "| plain step schedule, 1x the epochs | 2 | 960 | 1.00x | 1.00x | 1.00x | 0 | 100 |")
+        "| plain step schedule, 1x the epochs | 2 | 960 | 1.00x | 1.00x | 1.00x | 0 | 100 | - |")
     # fewer steps: 960/240 = 4 and 960/320 = 3, mean 3.5; s a step: (360/240)/(720/960) = 2.0 and
     # (320/320)/(960/960) = 1.0, mean 1.5; compute per voxel: seed 0 only, 875 / 700 = 1.25;
     # precise BN (40 + 50) / 2 = 45, data (60 + 70) / 2 = 65
     assert by_label["| multigrid, long cycle alone, LR held, 1x the epochs"] == (
-        "| multigrid, long cycle alone, LR held, 1x the epochs | 2 | 240, 320 | 3.50x | 1.50x | 1.25x | 45 | 65 |")
+        "| multigrid, long cycle alone, LR held, 1x the epochs | 2 | 240, 320 | 3.50x | 1.50x | 1.25x | 45 | 65 | 1.50 |")
     assert lines[-1] == "Without an archived stage_times.json: `sgd-bs128-multigrid-long-lrheld-s1`."
 
 
@@ -79,4 +98,4 @@ def test_a_row_without_stage_times_shows_dashes(grid):
     rows[2] = dict(rows[2], step_s="", precise_bn_s="", data_s="")  # seed 0: killed, stages unknown
     line = [l for l in mp.mg_time_profile(rows, archive).splitlines() if l.startswith("| multigrid, long")][0]
     # s a step from seed 1 alone: 1.0; precise BN and data from seed 1: 50 and 70
-    assert line == "| multigrid, long cycle alone, LR held, 1x the epochs | 2 | 240, 320 | 3.50x | 1.00x | 1.25x | 50 | 70 |"
+    assert line == "| multigrid, long cycle alone, LR held, 1x the epochs | 2 | 240, 320 | 3.50x | 1.00x | 1.25x | 50 | 70 | 1.50 |"
