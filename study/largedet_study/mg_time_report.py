@@ -68,9 +68,10 @@ SCHEDULES = {
     "multigrid-short": "multigrid, short cycle alone",
     "multigrid": "multigrid, long + short cycle, linear-rule LR",
     "multigrid-long": "multigrid, long cycle alone, linear-rule LR",
+    "multigrid-long-keepframes": "multigrid, long cycle alone, every frame kept, linear-rule LR",
 }
 _NAME = re.compile(
-    r"^\w+-bs\d+(?:-(multigrid(?:-long|-short)?(?:-lrheld)?))?(?:-ep([\d.]+)x)?(?:-lrstep)?(?:-s(\d+))?$")
+    r"^\w+-bs\d+(?:-(multigrid(?:-long|-short)?(?:-lrheld)?(?:-keepframes)?))?(?:-ep([\d.]+)x)?(?:-lrstep)?(?:-s(\d+))?$")
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,14 @@ def test_mg_time16_grid_runs_the_papers_linear_rule_at_base_batch_16():
     names = [c.name for c in grid.cells]
     assert names[:4] == ["sgd-bs16-lrstep", "sgd-bs16-multigrid", "sgd-bs16-multigrid-long", "sgd-bs16-multigrid-short"]
     assert names[4:12] == [n + s for s in ("-s1", "-s2") for n in names[:4]]
-    assert names[12:] == ["sgd-bs16-ep0.5x-lrstep", "sgd-bs16-ep0.5x-lrstep-s1", "sgd-bs16-ep0.5x-lrstep-s2"]
+    assert names[12:15] == ["sgd-bs16-ep0.5x-lrstep", "sgd-bs16-ep0.5x-lrstep-s1", "sgd-bs16-ep0.5x-lrstep-s2"]
+    assert names[15:] == ["sgd-bs16-multigrid-long-keepframes" + s for s in ("", "-s1", "-s2")]
+    # the long cycle with every frame kept: 8 frames at every stage, the crop alone shrinks to
+    # the paper's voxels per clip (32 x sqrt(1/8) = 11 px at 8x the clips)
+    keep = cfg_of(study.plan_video_cell(grid, grid.cells[15], "/x"))
+    stages = build_multigrid_plan(keep, 4096, 1).schedule.stages
+    assert {st.num_frames for st in stages} == {8} and not keep.MULTIGRID.SHORT_CYCLE
+    assert sorted({(st.crop_size, st.batch_factor) for st in stages}) == [(11, 8), (16, 4), (23, 2), (32, 1)]
     assert grid.stage_columns and grid.holdout_set == study.build_video_grid("mg_time").holdout_set
     plain = study.plan_video_cell(grid, grid.cells[0], "/x")
     assert (plain.iterations, plain.lr) == (30 * 4096 // 16, pytest.approx(0.02))

@@ -98,6 +98,10 @@ class VideoCell:
     # False: the long cycle alone (MULTIGRID.SHORT_CYCLE False: every step of a long-cycle
     # stage has its one shape)
     multigrid_short_cycle: bool = True
+    # True: the long cycle keeps the base frames and shrinks the crop alone, to the paper's
+    # voxels per clip (1/8, 1/4, 1/2, 1: crops S x 0.354, 0.5, 0.707, 1;
+    # :data:`KEEP_FRAMES_FACTORS`), for a task whose label needs every frame
+    multigrid_keep_frames: bool = False
     lr_factor: float = 1.0
     # "TSMResNet", or "TSNResNet" (the same network without the shift: the task's
     # single-frame control, at chance by construction: every class renders the same
@@ -120,6 +124,8 @@ class VideoCell:
             multigrid = "multigrid-long" if self.multigrid_scale_lr else "multigrid-long-lrheld"
         elif self.multigrid:
             multigrid = "multigrid" if self.multigrid_scale_lr else "multigrid-lrheld"
+        if multigrid and self.multigrid_keep_frames:
+            multigrid += "-keepframes"
         return cell_name([*backbone, self.optimizer, f"bs{self.batch}"], [
             multigrid,
             factor_tag("ep", self.epochs_factor, "x"),
@@ -299,6 +305,11 @@ def _mg_time_cells(batch: int = 128) -> List[VideoCell]:
     return cells
 
 
+#: the long cycle's (time, space) factors that keep every frame: the paper's voxels per clip
+#: at each stage (1/8, 1/4, 1/2, 1) from the crop alone
+KEEP_FRAMES_FACTORS = ((1.0, 0.125**0.5), (1.0, 0.5), (1.0, 0.5**0.5), (1.0, 1.0))
+
+
 def _mg_time16_cells() -> List[VideoCell]:
     """Multigrid's time to accuracy at base batch 16, the paper's regime: the coarsest
     long-cycle shape is 128 clips a step (3% of N, where the ``mg_time`` grid's base batch 128
@@ -312,6 +323,11 @@ def _mg_time16_cells() -> List[VideoCell]:
                  {"multigrid": True, "multigrid_long_cycle": False}]  # fmt: skip
     cells = [VideoCell("sgd", 16, seed=seed, **axis) for seed in (None, 1, 2) for axis in schedules]
     cells += [VideoCell("sgd", 16, seed=seed, epochs_factor=0.5, lr_schedule="step") for seed in (None, 1, 2)]
+    # every long-cycle row ends its first stage (a quarter of the frames) at chance: the task's
+    # label is in the motion, which two frames barely hold. The long cycle alone with every
+    # frame kept, its crops shrunk to the same voxels, three seeds
+    cells += [VideoCell("sgd", 16, seed=seed, multigrid=True, multigrid_short_cycle=False, multigrid_keep_frames=True)
+              for seed in (None, 1, 2)]  # fmt: skip
     return cells
 
 
@@ -398,6 +414,8 @@ def plan_video_cell(grid: VideoGrid, cell: VideoCell, output_dir: str, world: in
             overrides += ["MULTIGRID.LONG_CYCLE", "False"]
         if not cell.multigrid_short_cycle:
             overrides += ["MULTIGRID.SHORT_CYCLE", "False"]
+        if cell.multigrid_keep_frames:
+            overrides += ["MULTIGRID.LONG_CYCLE_FACTORS", str([list(f) for f in KEEP_FRAMES_FACTORS])]
         # the long cycle multiplies the clips per step, so the run has fewer steps than the
         # base schedule: its warm-up is the steps of its own first 5 epochs
         iterations, warmup = _multigrid_steps(grid, overrides, world)
