@@ -323,9 +323,9 @@ def _mg_time16_cells() -> List[VideoCell]:
                  {"multigrid": True, "multigrid_long_cycle": False}]  # fmt: skip
     cells = [VideoCell("sgd", 16, seed=seed, **axis) for seed in (None, 1, 2) for axis in schedules]
     cells += [VideoCell("sgd", 16, seed=seed, epochs_factor=0.5, lr_schedule="step") for seed in (None, 1, 2)]
-    # every long-cycle row ends its first stage (a quarter of the frames) at chance: the task's
-    # label is in the motion, which two frames barely hold. The long cycle alone with every
-    # frame kept, its crops shrunk to the same voxels, three seeds
+    # the long-cycle rows at base batch 128 end their first stage (a quarter of the frames) at
+    # chance, and the task's label is in the motion: the long cycle alone with every frame
+    # kept, its crops shrunk to the same voxels, three seeds
     cells += [VideoCell("sgd", 16, seed=seed, multigrid=True, multigrid_short_cycle=False, multigrid_keep_frames=True)
               for seed in (None, 1, 2)]  # fmt: skip
     return cells
