@@ -263,10 +263,18 @@ def regime_baseline() -> Family:
 
 
 def video_baseline(csv_name: str = "video4k") -> Optional[Family]:
-    """The video grid's strongest batch-16 baseline (the held-out split chooses where the
-    grid has one)."""
+    """The video grid's strongest batch-16 baseline, chosen as the regime grid's is: the
+    batch-16 family whose seed-0 row is best on the held-out split (the reported one where
+    the grid has none), whatever its other seeds (the protocol: seed 0 per candidate
+    chooses, then three seeds of the chosen one)."""
     holdout, reported = SPLITS[csv_name]
-    return _best_batch16(families(csv_name), holdout or reported)
+    column = holdout or reported
+    cands = []
+    for f in families(csv_name).values():
+        seed0 = next((r for r in f.trained if r["cell"] == f.name and r.get(column) not in (None, "")), None)
+        if f.batch == 16 and not f.name.startswith("tsn") and seed0 is not None:
+            cands.append((float(seed0[column]), f))
+    return max(cands, key=lambda c: c[0])[1] if cands else None
 
 
 # --- inline values ------------------------------------------------------------------------

@@ -456,3 +456,17 @@ def test_precise_bn_cache_table_gives_each_machines_ranges(tmp_path):
     assert len(table) == 4
     assert table[2].startswith("| AMD EPYC (26/2) | 2.14.1 | nothing | 4096 | 200 x 16 | 2 | 10.60-13.60 | 2.40-2.70 | 4.42-5.04x |")
     assert table[3].startswith("| Intel Xeon (6/143) | 2.14.1 | nothing | 4096 | 200 x 16 | 1 | 20.00 | 4.00 | 5.00x |")
+
+
+def test_the_video_baseline_is_chosen_by_seed_0_as_the_regime_grids(tmp_path, monkeypatch):
+    """Seed 0 per batch-16 candidate chooses, whatever the chosen one's later seeds: a
+    candidate whose three seeds average below another's one seed stays the baseline."""
+    def row(cell, holdout):
+        return dict(cell=cell, batch=16, iterations=10, top1=holdout, holdout_top1=holdout, diverged="no",
+                    final_loss="0.1", device="EPYC", val_videos=4096, holdout_videos=2048, train_s="100")
+
+    monkeypatch.setattr(report, "ROOT", str(tmp_path))
+    monkeypatch.setattr(report, "CSVS", {**report.CSVS, "video4k": "v.csv"})
+    _write_video(tmp_path / "v.csv", [row("sgd-bs16", "85.9"), row("sgd-bs16-lrx2", "86.0"),
+                                      row("sgd-bs16-lrx2-s1", "84.0"), row("sgd-bs16-lrx2-s2", "84.5")])
+    assert report.video_baseline("video4k").name == "sgd-bs16-lrx2"
