@@ -276,6 +276,9 @@ def _tsm4k_cells() -> List[VideoCell]:
         VideoCell("pmd_lamb", 256, lr_factor=0.5),
         *[VideoCell("sgd", 16, lr_factor=f, seed=s) for f in (2.0, 4.0, 0.5) for s in (1, 2)],
         *[VideoCell("pmd_lamb", 256, lr_factor=f, seed=s) for f in (1.0, 4.0) for s in (1, 2)],
+        # the chosen recipes' seeds 3 and 4 on each side: with three, the batch-16 side's
+        # spread leaves the interval too wide for the goal's lower bound
+        *[VideoCell(opt, batch, lr_factor=2.0, seed=s) for s in (3, 4) for opt, batch in (("sgd", 16), ("pmd_lamb", 256))],
     ]
 
 
