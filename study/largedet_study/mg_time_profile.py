@@ -1,4 +1,4 @@
-"""Why multigrid's speed-up in the ``mg_time`` grid is what it is: each point's steps, its
+"""Why multigrid's speed-up in the ``mg_time`` grids (base batch 128; ``mg_time16``) is what it is: each point's steps, its
 cost per step and per voxel against the plain schedule's, and the time outside the steps,
 generated from the grid's CSV and the ``stage_times.json`` archived beside each row
 (``study/results/video/mg_time_runs/<cell>/``, :mod:`largedet_video.engine.stage_times`).
@@ -17,10 +17,10 @@ against the plain schedule at 1x of the same seed, as means:
 * loss at the end of multigrid's stage 0: the last logged training loss (Detectron2's
   20-step median) of the first multigrid stage in the archived ``metrics.json`` (its
   ``multigrid/stage`` scalar), the point's mean; ln 8 = 2.08 is chance on the 8-class task.
-  The long cycle's stage 0 trains on its coarsest shape (a quarter of the frames), the short
-  cycle alone's on the base frames.
+  The long cycle's stage 0 trains on its coarsest shape (the paper's factors: a quarter of
+  the frames), the short cycle alone's on the base frames.
 
-Registered in :data:`largedet_study.report.BLOCKS` as ``mg-time-profile``.
+Registered in :data:`largedet_study.report.BLOCKS` as ``mg-time-profile`` and ``mg-time16-profile``.
 """
 
 from __future__ import annotations
@@ -95,8 +95,9 @@ def mg_time_profile(rows: Sequence[dict], archive: str = os.path.join(ROOT, ARCH
     ref_voxel: Dict[int, float] = {}
     for seed, r in ref_rows.items():
         inv = read_invocations(r["cell"], archive)
-        if inv is not None and compute_per_mvoxel(inv) is not None:
-            ref_voxel[seed] = compute_per_mvoxel(inv)
+        voxel = None if inv is None else compute_per_mvoxel(inv)
+        if voxel is not None:
+            ref_voxel[seed] = voxel
     head = ["schedule, epochs", "n", "steps", "fewer steps", "s a step, vs plain", "compute per voxel, vs plain",
             "precise BN s", "data s", "loss, end of stage 0"]  # fmt: skip
     lines = [f"Machine class {cls}; seed-paired means against the plain step schedule at 1x the epochs.", "",

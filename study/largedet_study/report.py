@@ -268,13 +268,8 @@ def video_baseline(csv_name: str = "video4k") -> Optional[Family]:
     the grid has none), whatever its other seeds (the protocol: seed 0 per candidate
     chooses, then three seeds of the chosen one)."""
     holdout, reported = SPLITS[csv_name]
-    column = holdout or reported
-    cands = []
-    for f in families(csv_name).values():
-        seed0 = next((r for r in f.trained if r["cell"] == f.name and r.get(column) not in (None, "")), None)
-        if f.batch == 16 and not f.name.startswith("tsn") and seed0 is not None:
-            cands.append((float(seed0[column]), f))
-    return max(cands, key=lambda c: c[0])[1] if cands else None
+    cands = [f for f in families(csv_name).values() if f.batch == 16 and not f.name.startswith("tsn")]
+    return fairness.choose(cands, holdout or reported)
 
 
 # --- inline values ------------------------------------------------------------------------
@@ -448,10 +443,11 @@ def regime_rows(cls: Optional[str] = None) -> Tuple[Family, List[Tuple[str, Fami
 def regime_comparison() -> str:
     """One table per machine class: its rows against its own baseline."""
     tables = []
-    for cls, _mine, _base in regime_classes():
+    classes = regime_classes()
+    for cls, _mine, _base in classes:
         base, rows = regime_rows(cls)
         tables.append(f"**{cls}**\n\n" + comparison_table("regime", base, rows))
-    compared = {c for c, _m, _b in regime_classes()}
+    compared = {c for c, _m, _b in classes}
     alone = [cls for cls, _m, _b in fairness.per_class(regime_families_all()) if cls not in compared]
     if alone:
         tables.append("Not compared (no batch-16 row on that machine class): "
