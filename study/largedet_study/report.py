@@ -64,6 +64,9 @@ CSVS = {
     # the regime grid's cells rerun on the 2-core Xeon VM with AMX where the main CSV holds
     # them from another machine (a cell's name is done once per CSV)
     "regime_amx": "study/results/batch_scaling_regime_amx.csv",
+    # the regime grid on a Zen 5 EPYC VM (EPYC-Zen5), a machine class of its own: both sides
+    # of its verdicts tuned there
+    "regime_zen5": "study/results/batch_scaling_regime_zen5.csv",
     "steps": "study/results/batch_scaling_steps.csv",
     "steps2000": "study/results/batch_scaling_steps_eval2000.csv",
     "short": "study/results/batch_scaling_cpu.csv",
@@ -82,6 +85,7 @@ SPLITS = {
     "regime_epyc": ("holdout_ap", "box_ap"),
     "regime_icelake": ("holdout_ap", "box_ap"),
     "regime_amx": ("holdout_ap", "box_ap"),
+    "regime_zen5": ("holdout_ap", "box_ap"),
     "steps": ("holdout_ap", "box_ap"),
     "steps2000": ("holdout_ap", "box_ap"),
     "short": (None, "box_ap"),
@@ -457,7 +461,7 @@ def regime_comparison() -> str:
 
 #: the regime grid's CSVs: its own rows, the EPYC calibration's, the Ice Lake VM's, the
 #: AMX Xeon's reruns
-REGIME_CSVS = ("regime", "regime_epyc", "regime_icelake", "regime_amx")
+REGIME_CSVS = ("regime", "regime_epyc", "regime_icelake", "regime_amx", "regime_zen5")
 
 
 def regime_families_all() -> Dict[str, Family]:

@@ -281,8 +281,9 @@ def test_mg_time_grid_three_seeds_of_four_schedules_at_two_budgets():
 def test_mg_time16_grid_runs_the_papers_linear_rule_at_base_batch_16():
     """``mg_time16``: the mg_time task at base batch 16, the plain step schedule and the three
     multigrid schedules with the linear rule (MULTIGRID.SCALE_LR on), three seeds each, every
-    seed 0 first, then the plain schedule at half the epochs; its coarsest long-cycle shape is
-    8x the base batch, 128 clips (3% of N), at 8x the base LR."""
+    seed 0 first, then the plain schedule at half the epochs, the long cycle with every frame
+    kept and the long cycle at twice the epochs; its coarsest long-cycle shape is 8x the base
+    batch, 128 clips (3% of N), at 8x the base LR."""
     from largedet_video.multigrid import build_multigrid_plan
 
     grid = study.build_video_grid("mg_time16")
@@ -290,7 +291,13 @@ def test_mg_time16_grid_runs_the_papers_linear_rule_at_base_batch_16():
     assert names[:4] == ["sgd-bs16-lrstep", "sgd-bs16-multigrid", "sgd-bs16-multigrid-long", "sgd-bs16-multigrid-short"]
     assert names[4:12] == [n + s for s in ("-s1", "-s2") for n in names[:4]]
     assert names[12:15] == ["sgd-bs16-ep0.5x-lrstep", "sgd-bs16-ep0.5x-lrstep-s1", "sgd-bs16-ep0.5x-lrstep-s2"]
-    assert names[15:] == ["sgd-bs16-multigrid-long-keepframes" + s for s in ("", "-s1", "-s2")]
+    assert names[15:18] == ["sgd-bs16-multigrid-long-keepframes" + s for s in ("", "-s1", "-s2")]
+    # the long cycle alone at twice the epochs, its curve's second point: 2x the base epochs'
+    # steps of each shape, give or take a stage's rounding
+    assert names[18:] == ["sgd-bs16-multigrid-long-ep2x" + s for s in ("", "-s1", "-s2")]
+    long1, long2 = (study.plan_video_cell(grid, grid.cells[i], "/x") for i in (2, 18))
+    assert 2 * long1.iterations - 8 <= long2.iterations <= 2 * long1.iterations + 200
+    assert not cfg_of(long2).MULTIGRID.SHORT_CYCLE and cfg_of(long2).MULTIGRID.LONG_CYCLE
     # the long cycle with every frame kept: 8 frames at every stage, the crop alone shrinks to
     # the paper's voxels per clip (32 x sqrt(1/8) = 11 px at 8x the clips)
     keep = cfg_of(study.plan_video_cell(grid, grid.cells[15], "/x"))
