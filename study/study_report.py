@@ -38,6 +38,8 @@ def main(argv=None) -> int:
         print("\nVideo, tsm4k grid on one EPYC-Zen5 VM, both sides tuned alike:\n" + report.video_verdict("video4k_zen5"))
         print("\nMultigrid's time to accuracy, mg_time grid:\n" + report.BLOCKS["mg-time-verdict"]())
         print("\nMultigrid's time to accuracy at base batch 16, mg_time16 grid:\n" + report.BLOCKS["mg-time16-verdict"]())
+        print("\nMultigrid's time to accuracy on the 64-px, 16-frame task, mg_time64 grid:\n"
+              + report.BLOCKS["mg-time64-verdict"]())
         return 0 if report.regime_goal() else 1
     if args.check:
         stale = report.check()

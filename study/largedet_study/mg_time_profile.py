@@ -30,13 +30,14 @@ import os
 import statistics
 from typing import Dict, List, Optional, Sequence
 
-from .mg_time_report import MG_TIME16_CSV, ROOT, load, points, seed_of
+from .mg_time_report import MG_TIME16_CSV, MG_TIME64_CSV, ROOT, load, points, seed_of
 from .stats import fmt
 
 __all__ = ["ARCHIVE", "BLOCKS", "compute_per_mvoxel", "mg_time_profile", "read_invocations", "stage0_loss"]
 
 ARCHIVE = "study/results/video/mg_time_runs"
 ARCHIVE16 = "study/results/video/mg_time16_runs"
+ARCHIVE64 = "study/results/video/mg_time64_runs"
 
 
 def read_invocations(cell: str, archive: str = os.path.join(ROOT, ARCHIVE)) -> Optional[List[dict]]:
@@ -134,4 +135,5 @@ def mg_time_profile(rows: Sequence[dict], archive: str = os.path.join(ROOT, ARCH
 BLOCKS = {
     "mg-time-profile": lambda: mg_time_profile(load()),
     "mg-time16-profile": lambda: mg_time_profile(load(os.path.join(ROOT, MG_TIME16_CSV)), os.path.join(ROOT, ARCHIVE16)),
+    "mg-time64-profile": lambda: mg_time_profile(load(os.path.join(ROOT, MG_TIME64_CSV)), os.path.join(ROOT, ARCHIVE64)),
 }

@@ -42,7 +42,7 @@ from .speed_probe import FACTOR as PROBE_FACTOR
 from .stats import Summary, fmt, summarize
 
 __all__ = [
-    "BLOCKS", "GOAL_LOWER_BOUND", "GOAL_SPEEDUP", "MG_TIME_CSV", "MG_TIME16_CSV", "MOONSHOT_SPEEDUP", "Point",
+    "BLOCKS", "GOAL_LOWER_BOUND", "GOAL_SPEEDUP", "MG_TIME_CSV", "MG_TIME16_CSV", "MG_TIME64_CSV", "MOONSHOT_SPEEDUP", "Point",
     "choose", "draw", "load", "mg_time_table", "mg_time_verdict", "plot_top1_vs_time", "points",
     "reach_speed_ups", "speed_check", "speed_ups", "time_to_reach",
 ]  # fmt: skip
@@ -53,6 +53,9 @@ FIGURE = "study/results/video/figures/mg_time_top1_vs_wall_clock.png"
 #: the same measurement at base batch 16 (``--grid mg_time16``): its CSV and figure
 MG_TIME16_CSV = "study/results/video/mg_time16.csv"
 FIGURE16 = "study/results/video/figures/mg_time16_top1_vs_wall_clock.png"
+#: the base-batch-16 design on the 64-px, 16-frame task (``--grid mg_time64``)
+MG_TIME64_CSV = "study/results/video/mg_time64.csv"
+FIGURE64 = "study/results/video/figures/mg_time64_top1_vs_wall_clock.png"
 #: the goal: multigrid this many times as fast as the plain schedule ...
 GOAL_SPEEDUP = 2.0
 MOONSHOT_SPEEDUP = 3.0
@@ -377,11 +380,13 @@ def plot_top1_vs_time(rows: Sequence[dict], path: str, title: str = "") -> Optio
 
 
 def draw() -> List[str]:
-    """The figure of each grid's CSV (base batch 128, base batch 16), where it has a
+    """The figure of each grid's CSV (base batch 128, base batch 16, the 64-px task), where it has a
     reference row."""
     paths = [plot_top1_vs_time(load(), os.path.join(ROOT, FIGURE)),
              plot_top1_vs_time(load(os.path.join(ROOT, MG_TIME16_CSV)), os.path.join(ROOT, FIGURE16),
-                               "Multigrid's time to accuracy at base batch 16 (mg_time16 grid)")]  # fmt: skip
+                               "Multigrid's time to accuracy at base batch 16 (mg_time16 grid)"),
+             plot_top1_vs_time(load(os.path.join(ROOT, MG_TIME64_CSV)), os.path.join(ROOT, FIGURE64),
+                               "Multigrid's time to accuracy, 64 px x 16 frames (mg_time64 grid)")]  # fmt: skip
     return [p for p in paths if p]
 
 
@@ -391,4 +396,6 @@ BLOCKS: Dict[str, Callable[[], str]] = {
     "mg-time-verdict": lambda: mg_time_verdict(load()),
     "mg-time16-table": lambda: mg_time_table(load(os.path.join(ROOT, MG_TIME16_CSV))),
     "mg-time16-verdict": lambda: mg_time_verdict(load(os.path.join(ROOT, MG_TIME16_CSV))),
+    "mg-time64-table": lambda: mg_time_table(load(os.path.join(ROOT, MG_TIME64_CSV))),
+    "mg-time64-verdict": lambda: mg_time_verdict(load(os.path.join(ROOT, MG_TIME64_CSV))),
 }

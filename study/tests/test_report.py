@@ -338,7 +338,9 @@ def test_goal_prints_every_verdict_and_the_optimizer_table(capsys):
                            ("Video, tsm4k grid on one EPYC-Zen5 VM, both sides tuned alike:",
                             report.video_verdict("video4k_zen5")),
                            ("Multigrid's time to accuracy at base batch 16, mg_time16 grid:",
-                            report.BLOCKS["mg-time16-verdict"]())):  # fmt: skip
+                            report.BLOCKS["mg-time16-verdict"]()),
+                           ("Multigrid's time to accuracy on the 64-px, 16-frame task, mg_time64 grid:",
+                            report.BLOCKS["mg-time64-verdict"]())):  # fmt: skip
         assert f"{heading}\n{block}\n" in out
 
 

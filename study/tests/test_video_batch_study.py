@@ -268,14 +268,36 @@ def test_mg_time_grid_three_seeds_of_four_schedules_at_two_budgets():
     assert long_only.iterations == mg.max_iter
     plain_half = study.plan_video_cell(grid, grid.cells[12], "/x")
     assert (plain_half.iterations, plain_half.steps) == (480, (360, 440))
-    # the 64-px task: the same cells on 2048 videos x 15 epochs, 240 steps at 128
+
+
+def test_mg_time64_grid_is_mg_time16s_design_on_the_64px_task():
+    """``mg_time64``: base batch 16 on 2048 videos of 16 frames at 64 px x 15 epochs (1920
+    plain steps), the plain schedule and the long cycle alone first (three seeds each), then
+    the other schedules and each curve's second point; evaluated on 2 views a video."""
+    from largedet_video.multigrid import build_multigrid_plan
+
     big = study.build_video_grid("mg_time64")
-    assert [c.name for c in big.cells] == names and big.config.endswith("16f-64px.yaml")
+    names = [c.name for c in big.cells]
+    assert names[:6] == [n + s for s in ("", "-s1", "-s2") for n in ("sgd-bs16-lrstep", "sgd-bs16-multigrid-long")]
+    assert len(names) == len(set(names)) == 18 and big.config.endswith("16f-64px.yaml")
+    assert {n.rsplit("-s", 1)[0] if n[-3:-1] == "-s" else n for n in names} == {
+        "sgd-bs16-lrstep", "sgd-bs16-multigrid-long", "sgd-bs16-multigrid", "sgd-bs16-multigrid-short",
+        "sgd-bs16-ep0.5x-lrstep", "sgd-bs16-multigrid-long-ep2x"}  # fmt: skip
     plain = study.plan_video_cell(big, big.cells[0], "/x")
-    assert plain.iterations == 15 * 2048 // 128 == 240
+    assert plain.iterations == 15 * 2048 // 16 == 1920
     cfg = cfg_of(plain)
     cfg.merge_from_file(os.path.join(ROOT, big.config))
+    cfg.merge_from_list(plain.overrides)
     assert (cfg.INPUT.VIDEO.NUM_FRAMES, cfg.INPUT.VIDEO.TRAIN_CROP_SIZE, cfg.DATASETS.MOVING_SHAPES.NUM_TRAIN) == (16, 64, 2048)
+    assert (cfg.INPUT.VIDEO.TEST_NUM_CLIPS, cfg.INPUT.VIDEO.TEST_NUM_CROPS) == (2, 1)
+    assert cfg.DATASETS.MOVING_SHAPES.NUM_VAL == 4096 and big.holdout_set == study.build_video_grid("mg_time").holdout_set
+    # the long cycle's coarsest shape: 8x the base clips (128, 6% of N) at a quarter of the frames
+    long_cfg = cfg_of(study.plan_video_cell(big, big.cells[1], "/x"))
+    long_cfg.merge_from_file(os.path.join(ROOT, big.config))
+    long_cfg.merge_from_list(study.plan_video_cell(big, big.cells[1], "/x").overrides)
+    stages = build_multigrid_plan(long_cfg, 2048, 1).schedule.stages
+    coarsest = max(stages, key=lambda st: st.batch_factor)
+    assert (coarsest.batch_size, coarsest.num_frames) == (128, 4) and long_cfg.MULTIGRID.SCALE_LR
 
 
 def test_mg_time16_grid_runs_the_papers_linear_rule_at_base_batch_16():
