@@ -26,12 +26,14 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 from typing import Dict, List, Optional
 
 import av
 import cv2
 import numpy as np
 import torch
+from av.video.reformatter import VideoReformatter
 
 __all__ = [
     "VideoDecodeError",
@@ -82,12 +84,41 @@ class _Video:
         return np.stack([frames[min(int(i), last)] for i in indices])
 
 
+#: this thread's converter to RGB and the process it was made in (:func:`_rgb_reformatter`)
+_RGB = threading.local()
+
+
+def _rgb_reformatter() -> VideoReformatter:
+    """This thread's converter to RGB: one swscale context, reused (a context is not to be
+    shared between threads), and a new one in a forked child (:func:`_fork_safe_rgb`)."""
+    if getattr(_RGB, "pid", None) != os.getpid():
+        _RGB.pid, _RGB.reformatter = os.getpid(), VideoReformatter()
+    return _RGB.reformatter
+
+
+def _fork_safe_rgb(frame) -> np.ndarray:
+    """``frame`` as (H, W, 3) uint8 RGB, safe in a forked loader worker.
+
+    PyAV's own ``to_ndarray(format=...)`` converts with one swscale context per thread, kept
+    for the thread's life, whose default is FFmpeg's automatic slice threads. A loader worker
+    forked after the main process converted a frame inherits that context without its
+    threads, and its first conversion waits for them for ever (the ``DataLoader timed out``
+    of a worker that never returns a batch). One thread, in a context of this process's
+    own, has no threads to lose."""
+    return _rgb_reformatter().reformat(frame, format="rgb24", threads=1).to_ndarray()
+
+
 class PyAVVideo(_Video):
+    """PyAV, one FFmpeg thread: loader workers decode in parallel already, and a decoder
+    with FFmpeg's slice threads, inherited by a forked worker without them, would wait for
+    them for ever when the worker frees it (as :func:`_fork_safe_rgb` says of swscale)."""
+
     def __init__(self, path: str):
         self.path = path
         try:
             self._container = av.open(path)
             self._stream = self._container.streams.video[0]
+            self._stream.codec_context.thread_count = 1
         except (av.FFmpegError, OSError, IndexError, ValueError) as e:
             raise VideoDecodeError(path, f"cannot open ({e})") from e
         self._num_frames: Optional[int] = self._stream.frames or None
@@ -117,11 +148,11 @@ class PyAVVideo(_Video):
         for i, frame in enumerate(self._decode()):
             last, last_frame = i, frame
             if i in wanted:
-                frames[i] = frame.to_ndarray(format="rgb24")
+                frames[i] = _fork_safe_rgb(frame)
             if i >= stop:
                 break
         if last >= 0 and last not in frames and stop > last:
-            frames[last] = last_frame.to_ndarray(format="rgb24")
+            frames[last] = _fork_safe_rgb(last_frame)
         return self._gather(frames, indices, last)
 
     def close(self) -> None:
