@@ -279,6 +279,9 @@ def mg_time_table(rows: Sequence[dict]) -> str:
     lines += ["", f"Speed-up to reach the reference's reported top-1 ({fmt(target)}), per seed of the reference:", ""]
     for schedule in measured:
         reached = reach_speed_ups(schedule, pts, target)
+        if not reached:
+            lines.append(f"- {SCHEDULES[schedule]}: no seed of its shared with the reference's rows compared.")
+            continue
         got = [v for v in reached.values() if v is not None]
         per_seed = ", ".join(f"s{seed}: " + ("not reached" if v is None else ("≥" if v[1] else "") + fmt(v[0]))
                              for seed, v in reached.items())  # fmt: skip

@@ -207,3 +207,15 @@ def test_a_row_without_a_training_time_is_named_and_left_out():
         "; left out without a training time (an invocation killed before it was recorded): "
         "`sgd-bs128-multigrid-short-s6`.")
     assert mt.points(untimed)[0] == mt.points(rows())[0]
+
+
+def test_a_schedule_with_no_seed_of_the_references_is_said_so_not_called_unreached():
+    """A multigrid curve whose seeds are not among the reference's rows (left out at another
+    machine speed, or not run yet) has no per-seed time to the reference's top-1: the line
+    says so instead of "not reached"."""
+    some = [r for r in rows() if r["cell"] in ("sgd-bs128-lrstep-s1", "sgd-bs128-multigrid-short",
+                                               "sgd-bs128-multigrid-short-s2", "sgd-bs128-multigrid-lrheld-s1")]
+    lines = mt.mg_time_table(some).splitlines()
+    assert "- multigrid, short cycle alone: no seed of its shared with the reference's rows compared." in lines
+    # seed 1 is shared: 1100 s over the time to reach 85.0, where seed 1's single point (275 s, 81.0) does not
+    assert "- multigrid, long + short cycle, LR held: not reached; s1: not reached." in lines
