@@ -19,10 +19,11 @@ from study_csv import write_csv
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def cfg_of(plan):
+def cfg_of(plan, config=None):
+    """``plan``'s config: the grid's file (``config``; the first grid's by default), then its overrides."""
     cfg = get_cfg()
     add_video_config(cfg)
-    cfg.merge_from_file(os.path.join(ROOT, study.build_video_grid().config))
+    cfg.merge_from_file(os.path.join(ROOT, config or study.build_video_grid().config))
     cfg.merge_from_list(plan.overrides)
     return cfg
 
@@ -285,16 +286,12 @@ def test_mg_time64_grid_is_mg_time16s_design_on_the_64px_task():
         "sgd-bs16-ep0.5x-lrstep", "sgd-bs16-multigrid-long-ep2x"}  # fmt: skip
     plain = study.plan_video_cell(big, big.cells[0], "/x")
     assert plain.iterations == 15 * 2048 // 16 == 1920
-    cfg = cfg_of(plain)
-    cfg.merge_from_file(os.path.join(ROOT, big.config))
-    cfg.merge_from_list(plain.overrides)
+    cfg = cfg_of(plain, big.config)
     assert (cfg.INPUT.VIDEO.NUM_FRAMES, cfg.INPUT.VIDEO.TRAIN_CROP_SIZE, cfg.DATASETS.MOVING_SHAPES.NUM_TRAIN) == (16, 64, 2048)
     assert (cfg.INPUT.VIDEO.TEST_NUM_CLIPS, cfg.INPUT.VIDEO.TEST_NUM_CROPS) == (2, 1)
     assert cfg.DATASETS.MOVING_SHAPES.NUM_VAL == 4096 and big.holdout_set == study.build_video_grid("mg_time").holdout_set
     # the long cycle's coarsest shape: 8x the base clips (128, 6% of N) at a quarter of the frames
-    long_cfg = cfg_of(study.plan_video_cell(big, big.cells[1], "/x"))
-    long_cfg.merge_from_file(os.path.join(ROOT, big.config))
-    long_cfg.merge_from_list(study.plan_video_cell(big, big.cells[1], "/x").overrides)
+    long_cfg = cfg_of(study.plan_video_cell(big, big.cells[1], "/x"), big.config)
     stages = build_multigrid_plan(long_cfg, 2048, 1).schedule.stages
     coarsest = max(stages, key=lambda st: st.batch_factor)
     assert (coarsest.batch_size, coarsest.num_frames) == (128, 4) and long_cfg.MULTIGRID.SCALE_LR
