@@ -29,6 +29,7 @@ from .processes import (
     launched_per_process,
     planned_world_size,
     process_flags_given,
+    signalled_exit_wins,
     slurm_task_environment,
 )
 from .run_lock import OutputDirInUseError, OutputDirLock, claim_for_fresh_run
@@ -71,6 +72,12 @@ def check_and_launch(
     first process decides, names why in one line, and every process follows it; a lock
     still held by the job's last round is waited for up to twice the timeout."""
     exit_on_stop_signals()  # a stop signal from here on exits 75, in one line
+    with signalled_exit_wins():
+        _check_and_launch(main_func, args, check, errors, output_dir, timeout_s)
+
+
+def _check_and_launch(main_func, args, check, errors, output_dir, timeout_s) -> None:
+    """:func:`check_and_launch` once its stop signals are set."""
     if getattr(args, "launcher", None) == "slurm":  # one Slurm task: env:// from Slurm's variables
         os.environ.update(slurm_task_environment(os.environ))
     first = not launched_per_process(args) or os.environ.get("RANK", "0") == "0"

@@ -29,14 +29,24 @@ import logging
 import os
 import signal
 import threading
-from typing import Dict, Sequence
+from typing import Dict, NoReturn, Optional, Sequence
 
 from detectron2.engine import HookBase
 from detectron2.utils import comm
 
 from .slurm_state import slurm_job_cancelled
 
-__all__ = ["CANCELLED_EXIT_CODE", "PREEMPTED_EXIT_CODE", "Diverged", "Preempted", "PreemptionHook", "parse_signals"]
+__all__ = [
+    "CANCELLED_EXIT_CODE",
+    "PREEMPTED_EXIT_CODE",
+    "Diverged",
+    "Preempted",
+    "PreemptionHook",
+    "exit_raised_from_handler",
+    "forget_exit_raised_from_handler",
+    "parse_signals",
+    "raise_from_handler",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +79,33 @@ class Preempted(SystemExit):
         return "cancelled" if self.cancelled else "preempted"
 
 
+#: the exit a signal handler of this process raised into the code it interrupted (None: none)
+_raised_from_handler: Optional[SystemExit] = None
+
+
+def raise_from_handler(exit: SystemExit) -> NoReturn:
+    """Raise ``exit`` from a signal handler, and remember it: the code it interrupts may
+    turn it into an error of its own (a clean-up that fails on half-done state), and the
+    process still ends with ``exit``'s status
+    (:func:`~largedet.launch.processes.stop_signal_exits_75`,
+    :func:`~largedet.launch.run_summary.run_after_train_hooks`)."""
+    global _raised_from_handler
+    _raised_from_handler = exit
+    raise exit
+
+
+def exit_raised_from_handler() -> Optional[SystemExit]:
+    """The exit :func:`raise_from_handler` raised in this process, or None."""
+    return _raised_from_handler
+
+
+def forget_exit_raised_from_handler() -> None:
+    """Forget the last :func:`raise_from_handler` (a job's start: an earlier run of the
+    process, as in a test session, is not this one)."""
+    global _raised_from_handler
+    _raised_from_handler = None
+
+
 def parse_signals(names: Sequence[str]) -> list:
     """``signal.Signals`` of names such as ``"SIGTERM"``; ValueError naming an unknown one."""
     out = []
@@ -92,6 +129,8 @@ class PreemptionHook(HookBase):
         self._signals = parse_signals(signals)
         self._previous: Dict[signal.Signals, object] = {}
         self._training_done = False  # after the last step: a signal stops at once
+        #: the Preempted that a signal during the final evaluation raised (None: none)
+        self.raised: Optional[Preempted] = None
 
     def _handle(self, signum, frame) -> None:
         self.trainer.loop.request_stop(signum)
@@ -106,7 +145,8 @@ class PreemptionHook(HookBase):
             "%s during the final evaluation (%s): training is complete, checkpoint %s; "
             "--resume evaluates it without training", _stopped(cancelled), names, path,
         )  # fmt: skip
-        raise Preempted(self.trainer.iter, path, cancelled)
+        self.raised = Preempted(self.trainer.iter, path, cancelled)
+        raise_from_handler(self.raised)
 
     def before_train(self):
         if not self._signals:

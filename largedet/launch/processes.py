@@ -42,12 +42,21 @@ from detectron2.utils import comm
 
 from ..checkpoint import DiskFullError, LaterCheckpointError, NoCompleteCheckpointError, WeightsUnavailableError
 from .elastic import LOST_PROCESS_EXIT_CODE, is_lost_process
-from .preemption import CANCELLED_EXIT_CODE, PREEMPTED_EXIT_CODE, Diverged, Preempted
+from .preemption import (
+    CANCELLED_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+    Diverged,
+    Preempted,
+    exit_raised_from_handler,
+    forget_exit_raised_from_handler,
+    raise_from_handler,
+)
 
 __all__ = [
     "shut_down_distributed_at_exit",
     "dist_url",
     "exit_on_stop_signals",
+    "signalled_exit_wins",
     "first_host",
     "launch",
     "launched_by_torchrun",
@@ -220,7 +229,7 @@ def _run_alone(main_func: Callable[[argparse.Namespace], object], args) -> None:
     """``main_func(args)`` in a one-process job, a full disk one line (:func:`_one_line`)."""
     exit_on_stop_signals()
     try:
-        with _one_line():
+        with signalled_exit_wins(), _one_line():
             main_func(args)
     except Preempted:
         ignore_stop_signals_while_exiting()
@@ -293,7 +302,7 @@ def _run_then_shut_down(main_func: Callable[[argparse.Namespace], object], args)
     exits :data:`PREEMPTED_EXIT_CODE` (:func:`exit_on_stop_signals`)."""
     exit_on_stop_signals()
     try:
-        with _exit_on_lost_process(), _one_line():
+        with signalled_exit_wins(), _exit_on_lost_process(), _one_line():
             main_func(args)
     except Preempted:  # every rank stopped at the same step, after the checkpoint
         ignore_stop_signals_while_exiting()
@@ -351,11 +360,29 @@ def exit_on_stop_signals() -> None:
         print(f"{signal.Signals(signum).name} outside training (nothing to save): exiting "
               f"{PREEMPTED_EXIT_CODE}; --resume continues from the newest complete checkpoint",
               file=sys.stderr, flush=True)  # fmt: skip
-        raise SystemExit(PREEMPTED_EXIT_CODE)
+        raise_from_handler(SystemExit(PREEMPTED_EXIT_CODE))
 
     for sig in FORWARDED_SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # one the job ignores stays ignored
             signal.signal(sig, stop)
+
+
+@contextlib.contextmanager
+def signalled_exit_wins():
+    """Within the block, once a signal handler has raised its exit into the code that ran
+    (:func:`~largedet.launch.preemption.raise_from_handler`: a stop signal at start-up, one
+    during the final evaluation), the process exits with that exit's status whatever
+    exception leaves the block. Code whose clean-up fails on the state the exit interrupted
+    it in (omegaconf restoring the flags of a half-built node) raises an error of its own
+    in place of the exit: status 1 and a traceback, where a cluster reads 75."""
+    forget_exit_raised_from_handler()
+    try:
+        yield
+    except BaseException as e:
+        pending = exit_raised_from_handler()
+        if pending is None or e is pending:
+            raise
+        raise pending from None
 
 
 def ignore_stop_signals_while_exiting() -> None:

@@ -371,6 +371,11 @@ def run_after_train_hooks(end: RunEnd, hooks) -> None:
                     end.status = "failed"
                 stopped = stopped or e
             except Exception as e:
+                raised = _raised_by_a_signal(hooks)
+                if raised is not None:  # the handler's stop, turned into another error by
+                    end.status = raised.status  # the code it interrupted
+                    stopped = stopped or raised
+                    continue
                 if end.status == "finished":
                     raise
                 # the run stopped already, for a reason that is being raised: say this
@@ -383,3 +388,9 @@ def run_after_train_hooks(end: RunEnd, hooks) -> None:
                 hook.restore_signals()
     if stopped is not None:
         raise stopped
+
+
+def _raised_by_a_signal(hooks) -> Optional[Preempted]:
+    """The :class:`~largedet.launch.preemption.Preempted` that a signal during this run's
+    final evaluation raised, if any (its :class:`PreemptionHook`'s)."""
+    return next((hook.raised for hook in hooks if isinstance(hook, PreemptionHook) and hook.raised), None)

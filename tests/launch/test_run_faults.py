@@ -345,6 +345,31 @@ def test_a_signal_during_the_final_evaluation_exits_75_and_resume_evaluates(tiny
     ]  # fmt: skip
 
 
+class SignalledDuringEvaluationWhoseCleanUpFails(Trainer):
+    """The signal's exit interrupts code whose clean-up then fails on the half-done state
+    (as omegaconf's does, restoring the flags of a node it was building)."""
+
+    @classmethod
+    def test(cls, cfg, model, evaluators=None):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10**6):
+                pass
+        finally:
+            raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+
+
+def test_a_signal_during_the_final_evaluation_stays_a_preemption_when_the_clean_up_fails(tiny_shapes, tmp_path):
+    out = tmp_path / "run"
+    opts = ("SOLVER.MAX_ITER", 2, "DATASETS.TEST", ("tiny_shapes_val",), "TEST.EVAL_PERIOD", 0)
+    trainer = SignalledDuringEvaluationWhoseCleanUpFails(tiny_cfg(str(out), *opts))
+    trainer.resume_or_load(resume=False)
+    with pytest.raises(Preempted) as stop:
+        trainer.train()
+    assert stop.value.code == PREEMPTED_EXIT_CODE
+    assert read_run_summary(str(out))["status"] == "preempted"
+
+
 # --- metrics.json after a kill and resume ------------------------------------------------------
 
 

@@ -36,6 +36,29 @@ def test_a_stop_signal_at_start_up_exits_75_in_one_line(sig):
     assert "Traceback" not in done.stderr
 
 
+def test_a_stop_signal_exits_75_when_the_code_it_interrupts_fails_in_its_clean_up():
+    """The handler's exit interrupts code whose clean-up fails on the half-done state (as
+    omegaconf's does, restoring the flags of a node it was building): still 75, one line."""
+    code = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "from largedet.launch.processes import _run_alone\n"
+        "def main(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "    finally:\n"
+        "        raise AttributeError('half-built')\n"
+        "_run_alone(main, None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 75, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        "SIGTERM outside training (nothing to save): exiting 75; --resume continues from the "
+        "newest complete checkpoint"
+    ]
+
+
 def test_an_ignored_signal_stays_ignored():
     code = (
         "import os, signal\n"
