@@ -279,6 +279,8 @@ def _exit_on_lost_process():
     except Exception as e:
         if not is_lost_process(e):
             raise
+        if exit_raised_from_handler() is not None:  # the job is stopping on a signal: the
+            raise  # peer left on it too (signalled_exit_wins gives the signal's status)
         what = (str(e).strip().splitlines() or [type(e).__name__])[0]
         if len(what) > 300:
             what = what[:297] + "..."

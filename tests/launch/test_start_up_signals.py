@@ -59,6 +59,28 @@ def test_a_stop_signal_exits_75_when_the_code_it_interrupts_fails_in_its_clean_u
     ]
 
 
+def test_a_stop_signal_exits_75_when_a_collective_then_finds_its_peer_gone():
+    """Both processes of a job get the signal; one leaves first, and the other's collective,
+    interrupted by its own signal, fails on the lost peer: 75 (the signal), not the
+    lost-process status on which torchrun would restart the job."""
+    code = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "from largedet.launch.elastic import LostProcessError\n"
+        "from largedet.launch.processes import _run_then_shut_down\n"
+        "def main(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "    finally:\n"
+        "        raise LostProcessError('a collective failed: the peer closed the connection')\n"
+        "_run_then_shut_down(main, None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 75, done.stderr[-2000:]
+    assert "a process of the job was lost" not in done.stderr
+
+
 def test_an_ignored_signal_stays_ignored():
     code = (
         "import os, signal\n"
