@@ -36,22 +36,30 @@ def test_a_stop_signal_at_start_up_exits_75_in_one_line(sig):
     assert "Traceback" not in done.stderr
 
 
-def test_a_stop_signal_exits_75_when_the_code_it_interrupts_fails_in_its_clean_up():
-    """The handler's exit interrupts code whose clean-up fails on the half-done state (as
-    omegaconf's does, restoring the flags of a node it was building): still 75, one line."""
+def _signalled_then_clean_up_raises(runner: str, imports: str, error: str):
+    """A job's ``runner`` (``_run_alone``, ``_run_then_shut_down``) whose main function
+    sends itself SIGTERM; the code the handler's exit interrupts then raises ``error`` in
+    its clean-up. The finished process."""
     code = (
         "import os, signal, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
-        "from largedet.launch.processes import _run_alone\n"
+        f"{imports}\n"
+        f"from largedet.launch.processes import {runner}\n"
         "def main(args):\n"
         "    try:\n"
         "        os.kill(os.getpid(), signal.SIGTERM)\n"
         "        time.sleep(30)\n"
         "    finally:\n"
-        "        raise AttributeError('half-built')\n"
-        "_run_alone(main, None)\n"
+        f"        raise {error}\n"
+        f"{runner}(main, None)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_a_stop_signal_exits_75_when_the_code_it_interrupts_fails_in_its_clean_up():
+    """The handler's exit interrupts code whose clean-up fails on the half-done state (as
+    omegaconf's does, restoring the flags of a node it was building): still 75, one line."""
+    done = _signalled_then_clean_up_raises("_run_alone", "", "AttributeError('half-built')")
     assert done.returncode == 75, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [
         "SIGTERM outside training (nothing to save): exiting 75; --resume continues from the "
@@ -63,20 +71,10 @@ def test_a_stop_signal_exits_75_when_a_collective_then_finds_its_peer_gone():
     """Both processes of a job get the signal; one leaves first, and the other's collective,
     interrupted by its own signal, fails on the lost peer: 75 (the signal), not the
     lost-process status on which torchrun would restart the job."""
-    code = (
-        "import os, signal, time\n"
-        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
-        "from largedet.launch.elastic import LostProcessError\n"
-        "from largedet.launch.processes import _run_then_shut_down\n"
-        "def main(args):\n"
-        "    try:\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
-        "        time.sleep(30)\n"
-        "    finally:\n"
-        "        raise LostProcessError('a collective failed: the peer closed the connection')\n"
-        "_run_then_shut_down(main, None)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = _signalled_then_clean_up_raises(
+        "_run_then_shut_down", "from largedet.launch.elastic import LostProcessError",
+        "LostProcessError('a collective failed: the peer closed the connection')",
+    )  # fmt: skip
     assert done.returncode == 75, done.stderr[-2000:]
     assert "a process of the job was lost" not in done.stderr
 
