@@ -87,7 +87,7 @@ def raise_from_handler(exit: SystemExit) -> NoReturn:
     """Raise ``exit`` from a signal handler, and remember it: the code it interrupts may
     turn it into an error of its own (a clean-up that fails on half-done state), and the
     process still ends with ``exit``'s status
-    (:func:`~largedet.launch.processes.stop_signal_exits_75`,
+    (:func:`~largedet.launch.processes.signalled_exit_wins`,
     :func:`~largedet.launch.run_summary.run_after_train_hooks`)."""
     global _raised_from_handler
     _raised_from_handler = exit
