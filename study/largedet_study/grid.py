@@ -463,8 +463,9 @@ def _regime_cells() -> List[Cell]:
         # LAMB's LR: 0.01 led 0.02 by 1.30 held-out on the AMX Xeon (seed 0), at the low edge
         # of its sweep: 0.005 brackets it
         Cell("lamb", b, lr_factor=0.25, **_WSD),
-        # each LAMB's chosen LR on both machine classes so far, 0.01 (x0.5): three seeds at
-        # 1.0x and at 1.4x the epochs, for the optimizer table's rows with intervals
+        # LR 0.01 (x0.5), LAMB's choice on Xeon-AMX and EPYC-Zen5 and PMD-LAMB's on Xeon-AMX
+        # (seed 0): three seeds at 1.0x and at 1.4x the epochs, for the optimizer table's
+        # rows with intervals (PMD-LAMB's choice on EPYC-Zen5, 0.02, has its seeds above)
         Cell("lamb", b, lr_factor=0.5, seed=1, **_WSD),
         Cell("pmd_lamb", b, lr_factor=0.5, seed=1, **_WSD),
         Cell("lamb", b, lr_factor=0.5, seed=2, **_WSD),
